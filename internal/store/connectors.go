@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Transport values stored in connectors.transport.
+const (
+	TransportStdio          = "stdio"
+	TransportSSE            = "sse"
+	TransportStreamableHTTP = "streamable_http"
+)
+
+// HealthUnknown is the health state of a connector never checked.
+const HealthUnknown = "unknown"
+
+// Connector is one row of the connectors table.
+type Connector struct {
+	ID          int64
+	WorkspaceID string
+	ExternalID  string
+	Name        string
+	Description string
+	Transport   string
+	Config      Config
+	// SealedSecrets is the encrypted header or env values; nil when none.
+	SealedSecrets []byte
+	Active        bool
+	Health        Health
+	Counters      Counters
+	ToolCount     int
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// Config is the non-secret configuration, stored as jsonb.
+type Config struct {
+	URL            string     `json:"url,omitempty"`
+	HeaderNames    []string   `json:"header_names,omitempty"`
+	Command        string     `json:"command,omitempty"`
+	Args           []string   `json:"args,omitempty"`
+	EnvKeys        []string   `json:"env_keys,omitempty"`
+	ConnectTimeout Duration   `json:"connect_timeout,omitempty"`
+	CallTimeout    Duration   `json:"call_timeout,omitempty"`
+	SessionMode    string     `json:"session_mode,omitempty"`
+	Model          string     `json:"model,omitempty"`
+	RateLimit      *RateLimit `json:"rate_limit,omitempty"`
+	// DisableNewTools makes tools found by a later sync start disabled.
+	DisableNewTools bool `json:"disable_new_tools,omitempty"`
+}
+
+// RateLimit is a token bucket for queries.
+type RateLimit struct {
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	Burst             int     `json:"burst"`
+}
+
+// Duration is a time.Duration stored as a string such as "30s", so the jsonb
+// reads well in psql.
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// Health is the last known health of a connector's connection.
+type Health struct {
+	State           string
+	LastError       string
+	Latency         time.Duration
+	CheckedAt       *time.Time
+	ProtocolVersion string
+}
+
+// Counters are a connector's usage counters.
+type Counters struct {
+	Calls, Errors, Reconnects, Reinitializations int64
+	Queries, QueryErrors                         int64
+	PromptTokens, CompletionTokens               int64
+	LastUsedAt                                   *time.Time
+}
+
+// connectorColumns is what scanConnector reads; the table is aliased c.
+const connectorColumns = `c.id, c.workspace_id, c.external_id, c.name, c.description, c.transport,
+	c.config, c.sealed_secrets, c.active,
+	c.health_state, c.last_error, c.latency_ms, c.checked_at, c.protocol_version,
+	c.call_count, c.error_count, c.reconnect_count, c.reinitialize_count,
+	c.query_count, c.query_error_count, c.prompt_tokens, c.completion_tokens, c.last_used_at,
+	(SELECT count(*) FROM tools t WHERE t.connector_id = c.id),
+	c.created_at, c.updated_at`
+
+func scanConnector(row pgx.Row) (*Connector, error) {
+	var c Connector
+	var latencyMS int
+	err := row.Scan(&c.ID, &c.WorkspaceID, &c.ExternalID, &c.Name, &c.Description, &c.Transport,
+		&c.Config, &c.SealedSecrets, &c.Active,
+		&c.Health.State, &c.Health.LastError, &latencyMS, &c.Health.CheckedAt, &c.Health.ProtocolVersion,
+		&c.Counters.Calls, &c.Counters.Errors, &c.Counters.Reconnects, &c.Counters.Reinitializations,
+		&c.Counters.Queries, &c.Counters.QueryErrors, &c.Counters.PromptTokens, &c.Counters.CompletionTokens,
+		&c.Counters.LastUsedAt,
+		&c.ToolCount, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	c.Health.Latency = time.Duration(latencyMS) * time.Millisecond
+	return &c, nil
+}
+
+// CreateConnector inserts c and returns the stored row. ID, health, counters
+// and times of c are ignored. Returns ErrConflict if the workspace already
+// has a connector with c.ExternalID.
+func (db *DB) CreateConnector(ctx context.Context, c *Connector) (*Connector, error) {
+	row := db.pool.QueryRow(ctx, `
+		INSERT INTO connectors AS c
+			(workspace_id, external_id, name, description, transport, config, sealed_secrets, active)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		RETURNING `+connectorColumns,
+		c.WorkspaceID, c.ExternalID, c.Name, c.Description, c.Transport, c.Config, c.SealedSecrets, c.Active)
+	got, err := scanConnector(row)
+	if err != nil {
+		return nil, fmt.Errorf("create connector %q: %w", c.ExternalID, translate(err, ErrConnectorNotFound))
+	}
+	return got, nil
+}
+
+// GetConnector returns a workspace's connector. Returns ErrConnectorNotFound
+// if there is none with that id in that workspace.
+func (db *DB) GetConnector(ctx context.Context, workspaceID, externalID string) (*Connector, error) {
+	row := db.pool.QueryRow(ctx, `
+		SELECT `+connectorColumns+` FROM connectors c
+		WHERE c.workspace_id = $1 AND c.external_id = $2`,
+		workspaceID, externalID)
+	c, err := scanConnector(row)
+	if err != nil {
+		return nil, fmt.Errorf("get connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+	}
+	return c, nil
+}
+
+// ListConnectors returns up to limit connectors of a workspace whose ids sort
+// after the id after, in id order.
+func (db *DB) ListConnectors(ctx context.Context, workspaceID, after string, limit int) ([]*Connector, error) {
+	rows, err := db.pool.Query(ctx, `
+		SELECT `+connectorColumns+` FROM connectors c
+		WHERE c.workspace_id = $1 AND c.external_id > $2
+		ORDER BY c.external_id
+		LIMIT $3`,
+		workspaceID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list connectors: %w", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Connector, error) { return scanConnector(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list connectors: %w", err)
+	}
+	return cs, nil
+}
+
+// UpdateConnector locks a workspace's connector, passes a copy to fn, and
+// stores the name, description, transport, config and sealed secrets fn left
+// in it, all in one transaction. If fn returns an error nothing is written
+// and the error is returned as is. Returns ErrConnectorNotFound if there is no
+// such connector.
+func (db *DB) UpdateConnector(ctx context.Context, workspaceID, externalID string, fn func(*Connector) error) (*Connector, error) {
+	var updated *Connector
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		c, err := scanConnector(tx.QueryRow(ctx, `
+			SELECT `+connectorColumns+` FROM connectors c
+			WHERE c.workspace_id = $1 AND c.external_id = $2
+			FOR UPDATE`,
+			workspaceID, externalID))
+		if err != nil {
+			return fmt.Errorf("update connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+		updated, err = scanConnector(tx.QueryRow(ctx, `
+			UPDATE connectors c
+			SET name = $2, description = $3, transport = $4, config = $5, sealed_secrets = $6, updated_at = now()
+			WHERE c.id = $1
+			RETURNING `+connectorColumns,
+			c.ID, c.Name, c.Description, c.Transport, c.Config, c.SealedSecrets))
+		if err != nil {
+			return fmt.Errorf("update connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+		}
+		return nil
+	})
+	return updated, err
+}
+
+// SetConnectorActive sets a connector's desired state and returns the row.
+// Returns ErrConnectorNotFound if there is no such connector.
+func (db *DB) SetConnectorActive(ctx context.Context, workspaceID, externalID string, active bool) (*Connector, error) {
+	row := db.pool.QueryRow(ctx, `
+		UPDATE connectors c SET active = $3, updated_at = now()
+		WHERE c.workspace_id = $1 AND c.external_id = $2
+		RETURNING `+connectorColumns,
+		workspaceID, externalID, active)
+	c, err := scanConnector(row)
+	if err != nil {
+		return nil, fmt.Errorf("set connector %q active=%t: %w", externalID, active, translate(err, ErrConnectorNotFound))
+	}
+	return c, nil
+}
+
+// DeleteConnector deletes a connector and its tools. Returns
+// ErrConnectorNotFound if there is no such connector.
+func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID string) error {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2`,
+		workspaceID, externalID)
+	if err != nil {
+		return fmt.Errorf("delete connector %q: %w", externalID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("delete connector %q: %w", externalID, ErrConnectorNotFound)
+	}
+	return nil
+}
+
+// AnySealedSecrets returns the sealed secrets of one connector that has
+// any, or nil if none has. Start-up uses it to check SECRET_KEY.
+func (db *DB) AnySealedSecrets(ctx context.Context) (workspaceID, externalID string, sealed []byte, err error) {
+	err = db.pool.QueryRow(ctx, `
+		SELECT workspace_id, external_id, sealed_secrets FROM connectors
+		WHERE sealed_secrets IS NOT NULL ORDER BY id LIMIT 1`).Scan(&workspaceID, &externalID, &sealed)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", "", nil, fmt.Errorf("look for sealed secrets: %w", err)
+	}
+	return workspaceID, externalID, sealed, nil
+}
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// connectorID resolves a workspace's connector id to its row id. Returns
+// ErrConnectorNotFound if there is none.
+func connectorID(ctx context.Context, q querier, workspaceID, externalID string) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `SELECT id FROM connectors WHERE workspace_id = $1 AND external_id = $2`,
+		workspaceID, externalID).Scan(&id)
+	return id, translate(err, ErrConnectorNotFound)
+}

@@ -1,0 +1,327 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+func newConnector(ws, id string) *store.Connector {
+	return &store.Connector{
+		WorkspaceID: ws, ExternalID: id, Name: "Name " + id, Transport: store.TransportStreamableHTTP,
+		Config: store.Config{URL: "http://127.0.0.1:9/mcp", CallTimeout: store.Duration(time.Minute)},
+		Active: true,
+	}
+}
+
+func mustCreate(t *testing.T, db *store.DB, c *store.Connector) *store.Connector {
+	t.Helper()
+	got, err := db.CreateConnector(context.Background(), c)
+	if err != nil {
+		t.Fatalf("CreateConnector(%s): %v", c.ExternalID, err)
+	}
+	return got
+}
+
+func TestMigrateTwiceIsNoOp(t *testing.T) {
+	db := storetest.NewDB(t)
+	for range 2 {
+		if err := db.Migrate(context.Background()); err != nil {
+			t.Fatalf("Migrate on a migrated database: %v", err)
+		}
+	}
+}
+
+func TestOpenCreatesMissingDatabase(t *testing.T) {
+	ctx := context.Background()
+	u := storetest.NewURL(t)
+	name := "cs_test_missing_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	storetest.DropOnCleanup(t, name)
+	missing := strings.Replace(u, u[strings.LastIndex(u, "/"):strings.Index(u, "?")], "/"+name, 1)
+	for range 2 { // the second Open finds the database there
+		db, err := store.Open(ctx, missing, nil)
+		if err != nil {
+			t.Fatalf("Open(missing database): %v", err)
+		}
+		err = db.Migrate(ctx)
+		db.Close()
+		if err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+}
+
+func TestOpenUnreachableFailsFast(t *testing.T) {
+	start := time.Now()
+	_, err := store.Open(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable", nil)
+	if err == nil {
+		t.Fatal("Open(127.0.0.1:1) succeeded")
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("error %q does not say which server it tried", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Open took %v", d)
+	}
+}
+
+func TestConnectorCRUD(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := newConnector("ws1", "github")
+	c.SealedSecrets = []byte{1, 2, 3}
+	c.Config.HeaderNames = []string{"Authorization"}
+	created := mustCreate(t, db, c)
+	if created.ID == 0 || created.CreatedAt.IsZero() || created.Health.State != store.HealthUnknown {
+		t.Errorf("created = %+v, want an id, a create time and health %q", created, store.HealthUnknown)
+	}
+
+	got, err := db.GetConnector(ctx, "ws1", "github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(created, got); diff != "" {
+		t.Errorf("GetConnector (-created +got):\n%s", diff)
+	}
+
+	updated, err := db.UpdateConnector(ctx, "ws1", "github", func(c *store.Connector) error {
+		c.Name = "GitHub"
+		c.Config.Model = "gpt-x"
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated.Name != "GitHub" || updated.Config.Model != "gpt-x" || updated.Config.URL != c.Config.URL ||
+		string(updated.SealedSecrets) != string(c.SealedSecrets) {
+		t.Errorf("after update: %+v", updated)
+	}
+
+	inactive, err := db.SetConnectorActive(ctx, "ws1", "github", false)
+	if err != nil || inactive.Active {
+		t.Fatalf("SetConnectorActive(false) = %+v, %v", inactive, err)
+	}
+
+	if err := db.DeleteConnector(ctx, "ws1", "github"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetConnector(ctx, "ws1", "github"); !errors.Is(err, store.ErrConnectorNotFound) {
+		t.Errorf("GetConnector after delete: err = %v, want ErrConnectorNotFound", err)
+	}
+	if err := db.DeleteConnector(ctx, "ws1", "github"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second delete: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestCreateDuplicateConflictsAndKeepsFirst(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	mustCreate(t, db, newConnector("ws1", "a"))
+	dup := newConnector("ws1", "a")
+	dup.Name = "other"
+	if _, err := db.CreateConnector(ctx, dup); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("duplicate create: err = %v, want ErrConflict", err)
+	}
+	got, err := db.GetConnector(ctx, "ws1", "a")
+	if err != nil || got.Name != "Name a" {
+		t.Errorf("first connector after duplicate create = %+v, %v", got, err)
+	}
+	// The same id in another workspace is a different connector.
+	mustCreate(t, db, newConnector("ws2", "a"))
+}
+
+func TestWorkspaceIsolation(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	mustCreate(t, db, newConnector("ws1", "a"))
+	checks := map[string]error{}
+	_, checks["get"] = db.GetConnector(ctx, "ws2", "a")
+	_, checks["update"] = db.UpdateConnector(ctx, "ws2", "a", func(*store.Connector) error { return nil })
+	_, checks["activate"] = db.SetConnectorActive(ctx, "ws2", "a", true)
+	_, checks["list tools"] = db.ListTools(ctx, "ws2", "a", "", 10)
+	_, checks["update tool"] = db.UpdateToolFlags(ctx, "ws2", "a", "t", nil, nil)
+	checks["delete"] = db.DeleteConnector(ctx, "ws2", "a")
+	for op, err := range checks {
+		if !errors.Is(err, store.ErrConnectorNotFound) {
+			t.Errorf("%s from another workspace: err = %v, want ErrConnectorNotFound", op, err)
+		}
+	}
+	if cs, err := db.ListConnectors(ctx, "ws2", "", 10); err != nil || len(cs) != 0 {
+		t.Errorf("ListConnectors(ws2) = %d connectors, %v; want none", len(cs), err)
+	}
+}
+
+func TestListConnectorsPages(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	for _, id := range []string{"c", "a", "e", "b", "d"} {
+		mustCreate(t, db, newConnector("ws1", id))
+	}
+	var got []string
+	after := ""
+	for {
+		page, err := db.ListConnectors(ctx, "ws1", after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range page {
+			got = append(got, c.ExternalID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].ExternalID
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c", "d", "e"}, got); diff != "" {
+		t.Errorf("paged ids (-want +got):\n%s", diff)
+	}
+}
+
+func TestUpdateConnectorErrorWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	mustCreate(t, db, newConnector("ws1", "a"))
+	boom := errors.New("boom")
+	_, err := db.UpdateConnector(ctx, "ws1", "a", func(c *store.Connector) error {
+		c.Name = "changed"
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the closure's error", err)
+	}
+	if got, _ := db.GetConnector(ctx, "ws1", "a"); got.Name != "Name a" {
+		t.Errorf("name = %q after a failed update", got.Name)
+	}
+}
+
+func spec(name, desc, schema string) store.ToolSpec {
+	return store.ToolSpec{Name: name, Description: desc, InputSchema: json.RawMessage(schema)}
+}
+
+func toolsByName(t *testing.T, db *store.DB, ws, id string) map[string]*store.Tool {
+	t.Helper()
+	tools, err := db.ListTools(context.Background(), ws, id, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*store.Tool{}
+	for _, tool := range tools {
+		m[tool.Name] = tool
+	}
+	return m
+}
+
+func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	yes := true
+
+	res, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{
+		spec("echo", "Echoes", `{"type":"object","properties":{"text":{"type":"string"}}}`),
+		spec("add", "Adds", `{"type":"object"}`),
+		spec("gone", "Goes away", `{}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(store.SyncResult{Added: []string{"add", "echo", "gone"}}, res); diff != "" {
+		t.Errorf("first sync (-want +got):\n%s", diff)
+	}
+	no := false
+	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "echo", &no, &yes); err != nil {
+		t.Fatal(err)
+	}
+
+	// Same schema with other spacing and key order is not a change.
+	echo := spec("echo", "Echoes", `{"properties": {"text": {"type": "string"}}, "type": "object"}`)
+	echo.Annotations.ReadOnlyHint = &yes
+	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.SyncResult{Added: []string{"new"}, Removed: []string{"gone"}, Changed: []string{"add", "echo"}}
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("second sync (-want +got):\n%s", diff)
+	}
+
+	tools := toolsByName(t, db, "ws1", "a")
+	if len(tools) != 3 || tools["gone"] != nil {
+		t.Errorf("catalog after sync = %v, want add, echo, new", tools)
+	}
+	if e := tools["echo"]; e.Enabled || !e.RequiresApproval || e.Annotations.ReadOnlyHint == nil || !*e.Annotations.ReadOnlyHint {
+		t.Errorf("echo after re-sync = %+v; want operator flags kept and the new read-only hint", e)
+	}
+	if a := tools["add"]; !a.Enabled || a.Description != "Adds two numbers" {
+		t.Errorf("add after re-sync = %+v", a)
+	}
+
+	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")})
+	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed) != 0 {
+		t.Errorf("unchanged sync = %+v, %v; want no changes", res, err)
+	}
+}
+
+func TestSyncToolsDisableNewTools(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := newConnector("ws1", "a")
+	c.Config.DisableNewTools = true
+	c = mustCreate(t, db, c)
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
+		t.Fatal(err)
+	}
+	if tool := toolsByName(t, db, "ws1", "a")["t"]; tool.Enabled {
+		t.Error("a new tool of a DisableNewTools connector is enabled")
+	}
+	if got, _ := db.GetConnector(ctx, "ws1", "a"); got.ToolCount != 1 {
+		t.Errorf("ToolCount = %d, want 1", got.ToolCount)
+	}
+}
+
+func TestUpdateToolFlags(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	got, err := db.UpdateToolFlags(ctx, "ws1", "a", "t", nil, &yes)
+	if err != nil || !got.Enabled || !got.RequiresApproval {
+		t.Errorf("UpdateToolFlags(nil, true) = %+v, %v; want enabled kept, approval set", got, err)
+	}
+	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "nope", nil, &yes); !errors.Is(err, store.ErrToolNotFound) {
+		t.Errorf("unknown tool: err = %v, want ErrToolNotFound", err)
+	}
+}
+
+func TestDeleteCascadesTools(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteConnector(ctx, "ws1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	again := mustCreate(t, db, newConnector("ws1", "a"))
+	if again.ToolCount != 0 {
+		t.Errorf("re-created connector has %d tools, want 0", again.ToolCount)
+	}
+	if _, err := db.SyncTools(ctx, c.ID, nil); !errors.Is(err, store.ErrConnectorNotFound) {
+		t.Errorf("SyncTools on a deleted connector: err = %v, want ErrConnectorNotFound", err)
+	}
+}
