@@ -1,0 +1,294 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+const (
+	defaultConnectorPageSize = 50
+	defaultToolPageSize      = 100
+	maxPageSize              = 1000
+)
+
+// CreateConnector implements connector.v1.ConnectorService.
+func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateConnectorRequest) (*connectorv1.CreateConnectorResponse, error) {
+	p, err := s.newConnector(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	ws := req.GetWorkspaceId()
+	sealed, err := s.box.Seal(secretsFromProto(p), SealContext(ws, p.GetConnectorId()))
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	c, err := s.db.CreateConnector(ctx, &store.Connector{
+		WorkspaceID:   ws,
+		ExternalID:    p.GetConnectorId(),
+		Name:          p.GetName(),
+		Description:   p.GetDescription(),
+		Transport:     transports[p.GetTransport()],
+		Config:        configFromProto(p),
+		SealedSecrets: sealed,
+		Active:        req.GetActive(),
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.logger.InfoContext(ctx, "connector created", connectorAttrs(c)...)
+	return &connectorv1.CreateConnectorResponse{Connector: connectorToProto(c)}, nil
+}
+
+// newConnector validates a create request and returns its connector with
+// output-only fields cleared and defaults filled.
+func (s *Server) newConnector(req *connectorv1.CreateConnectorRequest) (*connectorv1.Connector, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	if req.GetConnector() == nil {
+		c.add("connector", "required")
+		return nil, c.err()
+	}
+	p := proto.CloneOf(req.GetConnector())
+	if p.WorkspaceId != "" && p.WorkspaceId != req.GetWorkspaceId() {
+		c.add("connector.workspace_id", "must be empty or equal to workspace_id")
+	}
+	if p.GetStdio() != nil {
+		p.GetStdio().EnvKeys = nil
+	}
+	if p.GetHttp() != nil {
+		p.GetHttp().HeaderNames = nil
+	}
+	if p.Name == "" {
+		p.Name = p.ConnectorId
+	}
+	c.connector(p)
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return p, s.allowCommand(p)
+}
+
+// GetConnector implements connector.v1.ConnectorService.
+func (s *Server) GetConnector(ctx context.Context, req *connectorv1.GetConnectorRequest) (*connectorv1.GetConnectorResponse, error) {
+	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	c, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &connectorv1.GetConnectorResponse{Connector: connectorToProto(c)}, nil
+}
+
+// ListConnectors implements connector.v1.ConnectorService.
+func (s *Server) ListConnectors(ctx context.Context, req *connectorv1.ListConnectorsRequest) (*connectorv1.ListConnectorsResponse, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	size, after := c.page(req.GetPageSize(), req.GetPageToken(), defaultConnectorPageSize)
+	if err := c.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	cs, err := s.db.ListConnectors(ctx, req.GetWorkspaceId(), after, size+1)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &connectorv1.ListConnectorsResponse{}
+	cs, resp.NextPageToken = nextPage(cs, size, func(c *store.Connector) string { return c.ExternalID })
+	for _, c := range cs {
+		resp.Connectors = append(resp.Connectors, connectorToProto(c))
+	}
+	return resp, nil
+}
+
+// updatePaths are the update_mask paths UpdateConnector accepts.
+var updatePaths = []string{
+	"name", "description", "transport", "stdio", "stdio.command", "stdio.args", "stdio.env",
+	"http", "http.url", "http.headers", "connect_timeout", "call_timeout", "session_mode",
+	"model", "rate_limit", "disable_new_tools",
+}
+
+// UpdateConnector implements connector.v1.ConnectorService. The stored
+// connector and the request are merged along update_mask and the result is
+// validated as a whole; nothing is written if it is invalid.
+func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateConnectorRequest) (*connectorv1.UpdateConnectorResponse, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	c.id("connector.connector_id", req.GetConnector().GetConnectorId())
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		c.add("update_mask", `required: name the fields to change, e.g. {"paths": ["name"]}`)
+	}
+	for _, path := range paths {
+		if !slices.Contains(updatePaths, path) {
+			c.add("update_mask", "unknown or immutable path %q; allowed: %v", path, updatePaths)
+		}
+	}
+	if err := c.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	ws, id := req.GetWorkspaceId(), req.GetConnector().GetConnectorId()
+	updated, err := s.db.UpdateConnector(ctx, ws, id, func(stored *store.Connector) error {
+		return s.applyUpdate(stored, req.GetConnector(), paths)
+	})
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.logger.InfoContext(ctx, "connector updated", append(connectorAttrs(updated), slog.Any("paths", paths))...)
+	return &connectorv1.UpdateConnectorResponse{Connector: connectorToProto(updated)}, nil
+}
+
+// applyUpdate merges the masked fields of src into stored.
+func (s *Server) applyUpdate(stored *store.Connector, src *connectorv1.Connector, paths []string) error {
+	merged := connectorToProto(stored)
+	secretsReplaced, err := mergeMasked(merged, src, paths)
+	if err != nil {
+		return err
+	}
+	var c checker
+	c.connector(merged)
+	if err := c.err(); err != nil {
+		return err
+	}
+	if err := s.allowCommand(merged); err != nil {
+		return err
+	}
+	stored.Name, stored.Description = merged.GetName(), merged.GetDescription()
+	stored.Transport = transports[merged.GetTransport()]
+	stored.Config = configFromProto(merged)
+	if secretsReplaced {
+		sealed, err := s.box.Seal(secretsFromProto(merged), SealContext(stored.WorkspaceID, stored.ExternalID))
+		if err != nil {
+			return err
+		}
+		stored.SealedSecrets = sealed
+	}
+	return nil
+}
+
+// mergeMasked copies the fields of src named by paths into dst and reports
+// whether the secret values were replaced. Replacing a connection or its
+// headers or env replaces all of its secret values.
+func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplaced bool, err error) {
+	var c checker
+	needs := func(path string, has bool, whole string) bool {
+		if !has {
+			c.add("update_mask", "path %q: the connector has no %s config; use path %q to replace the connection", path, whole, whole)
+		}
+		return has
+	}
+	for _, path := range paths {
+		switch path {
+		case "name":
+			dst.Name = src.GetName()
+		case "description":
+			dst.Description = src.GetDescription()
+		case "transport":
+			dst.Transport = src.GetTransport()
+		case "stdio":
+			s := proto.CloneOf(src.GetStdio())
+			if s != nil {
+				s.EnvKeys = nil
+			}
+			dst.Connection, secretsReplaced = &connectorv1.Connector_Stdio{Stdio: s}, true
+		case "http":
+			h := proto.CloneOf(src.GetHttp())
+			if h != nil {
+				h.HeaderNames = nil
+			}
+			dst.Connection, secretsReplaced = &connectorv1.Connector_Http{Http: h}, true
+		case "stdio.command", "stdio.args", "stdio.env":
+			if !needs(path, dst.GetStdio() != nil, "stdio") {
+				continue
+			}
+			switch path {
+			case "stdio.command":
+				dst.GetStdio().Command = src.GetStdio().GetCommand()
+			case "stdio.args":
+				dst.GetStdio().Args = src.GetStdio().GetArgs()
+			default:
+				dst.GetStdio().Env, dst.GetStdio().EnvKeys, secretsReplaced = src.GetStdio().GetEnv(), nil, true
+			}
+		case "http.url", "http.headers":
+			if !needs(path, dst.GetHttp() != nil, "http") {
+				continue
+			}
+			if path == "http.url" {
+				dst.GetHttp().Url = src.GetHttp().GetUrl()
+			} else {
+				dst.GetHttp().Headers, dst.GetHttp().HeaderNames, secretsReplaced = src.GetHttp().GetHeaders(), nil, true
+			}
+		case "connect_timeout":
+			dst.ConnectTimeout = src.GetConnectTimeout()
+		case "call_timeout":
+			dst.CallTimeout = src.GetCallTimeout()
+		case "session_mode":
+			dst.SessionMode = src.GetSessionMode()
+		case "model":
+			dst.Model = src.GetModel()
+		case "rate_limit":
+			dst.RateLimit = src.GetRateLimit()
+		case "disable_new_tools":
+			dst.DisableNewTools = src.GetDisableNewTools()
+		}
+	}
+	return secretsReplaced, c.err()
+}
+
+// DeleteConnector implements connector.v1.ConnectorService.
+func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteConnectorRequest) (*connectorv1.DeleteConnectorResponse, error) {
+	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if err := s.db.DeleteConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.logger.InfoContext(ctx, "connector deleted",
+		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()))
+	return &connectorv1.DeleteConnectorResponse{}, nil
+}
+
+// ActivateConnector implements connector.v1.ConnectorService.
+func (s *Server) ActivateConnector(ctx context.Context, req *connectorv1.ActivateConnectorRequest) (*connectorv1.ActivateConnectorResponse, error) {
+	c, err := s.setActive(ctx, req.GetWorkspaceId(), req.GetConnectorId(), true)
+	if err != nil {
+		return nil, err
+	}
+	return &connectorv1.ActivateConnectorResponse{Connector: c}, nil
+}
+
+// DeactivateConnector implements connector.v1.ConnectorService.
+func (s *Server) DeactivateConnector(ctx context.Context, req *connectorv1.DeactivateConnectorRequest) (*connectorv1.DeactivateConnectorResponse, error) {
+	c, err := s.setActive(ctx, req.GetWorkspaceId(), req.GetConnectorId(), false)
+	if err != nil {
+		return nil, err
+	}
+	return &connectorv1.DeactivateConnectorResponse{Connector: c}, nil
+}
+
+// setActive sets the desired state; its errors are already statuses.
+func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string, active bool) (*connectorv1.Connector, error) {
+	if err := connectorRef(workspaceID, connectorID); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	c, err := s.db.SetConnectorActive(ctx, workspaceID, connectorID, active)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.logger.InfoContext(ctx, "connector desired state set", append(connectorAttrs(c), slog.Bool("active", active))...)
+	return connectorToProto(c), nil
+}
+
+// connectorAttrs identify a connector in a log line; never secrets.
+func connectorAttrs(c *store.Connector) []any {
+	return []any{
+		slog.String("workspace_id", c.WorkspaceID),
+		slog.String("connector_id", c.ExternalID),
+		slog.String("transport", c.Transport),
+	}
+}

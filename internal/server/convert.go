@@ -1,0 +1,187 @@
+package server
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// Defaults for a connector's timeouts, stored with the connector on create.
+const (
+	DefaultConnectTimeout = 30 * time.Second
+	DefaultCallTimeout    = 60 * time.Second
+)
+
+var transports = map[connectorv1.Transport]string{
+	connectorv1.Transport_TRANSPORT_STDIO:           store.TransportStdio,
+	connectorv1.Transport_TRANSPORT_SSE:             store.TransportSSE,
+	connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP: store.TransportStreamableHTTP,
+}
+
+var sessionModes = map[connectorv1.SessionMode]string{
+	connectorv1.SessionMode_SESSION_MODE_UNSPECIFIED: "shared",
+	connectorv1.SessionMode_SESSION_MODE_SHARED:      "shared",
+	connectorv1.SessionMode_SESSION_MODE_PER_SESSION: "per_session",
+}
+
+var healthStates = map[string]connectorv1.ConnectorState{
+	"connecting": connectorv1.ConnectorState_CONNECTOR_STATE_CONNECTING,
+	"ready":      connectorv1.ConnectorState_CONNECTOR_STATE_READY,
+	"degraded":   connectorv1.ConnectorState_CONNECTOR_STATE_DEGRADED,
+	"error":      connectorv1.ConnectorState_CONNECTOR_STATE_ERROR,
+}
+
+// key returns the key of m whose value is v.
+func key[K comparable, V comparable](m map[K]V, v V) K {
+	for k, mv := range m {
+		if mv == v {
+			return k
+		}
+	}
+	var zero K
+	return zero
+}
+
+// connectorToProto renders a stored connector. Secret values are never in
+// it: only the names of headers and env keys.
+func connectorToProto(c *store.Connector) *connectorv1.Connector {
+	p := &connectorv1.Connector{
+		WorkspaceId:     c.WorkspaceID,
+		ConnectorId:     c.ExternalID,
+		Name:            c.Name,
+		Description:     c.Description,
+		Transport:       key(transports, c.Transport),
+		ConnectTimeout:  durationpb.New(time.Duration(c.Config.ConnectTimeout)),
+		CallTimeout:     durationpb.New(time.Duration(c.Config.CallTimeout)),
+		SessionMode:     key(sessionModes, c.Config.SessionMode),
+		Model:           c.Config.Model,
+		DisableNewTools: c.Config.DisableNewTools,
+		Active:          c.Active,
+		Health:          healthToProto(c),
+		ToolCount:       int32(c.ToolCount),
+		Counters:        countersToProto(c.Counters),
+		CreateTime:      timestamppb.New(c.CreatedAt),
+		UpdateTime:      timestamppb.New(c.UpdatedAt),
+	}
+	if p.SessionMode == connectorv1.SessionMode_SESSION_MODE_UNSPECIFIED {
+		p.SessionMode = connectorv1.SessionMode_SESSION_MODE_SHARED
+	}
+	if c.Transport == store.TransportStdio {
+		p.Connection = &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
+			Command: c.Config.Command, Args: c.Config.Args, EnvKeys: c.Config.EnvKeys,
+		}}
+	} else {
+		p.Connection = &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
+			Url: c.Config.URL, HeaderNames: c.Config.HeaderNames,
+		}}
+	}
+	if rl := c.Config.RateLimit; rl != nil {
+		p.RateLimit = &connectorv1.RateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: int32(rl.Burst)}
+	}
+	return p
+}
+
+func healthToProto(c *store.Connector) *connectorv1.ConnectorHealth {
+	h := &connectorv1.ConnectorHealth{
+		State:           healthStates[c.Health.State],
+		LastError:       c.Health.LastError,
+		ProtocolVersion: c.Health.ProtocolVersion,
+	}
+	if !c.Active {
+		h.State = connectorv1.ConnectorState_CONNECTOR_STATE_INACTIVE
+	}
+	if c.Health.CheckedAt != nil {
+		h.CheckTime = timestamppb.New(*c.Health.CheckedAt)
+		h.Latency = durationpb.New(c.Health.Latency)
+	}
+	return h
+}
+
+func countersToProto(c store.Counters) *connectorv1.ConnectorCounters {
+	p := &connectorv1.ConnectorCounters{
+		CallCount: c.Calls, ErrorCount: c.Errors, ReconnectCount: c.Reconnects, ReinitializeCount: c.Reinitializations,
+		QueryCount: c.Queries, QueryErrorCount: c.QueryErrors,
+		PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
+	}
+	if c.LastUsedAt != nil {
+		p.LastUsedTime = timestamppb.New(*c.LastUsedAt)
+	}
+	return p
+}
+
+// configFromProto is the stored config of a validated connector. Key names
+// are those of the write-only maps plus those already stored.
+func configFromProto(p *connectorv1.Connector) store.Config {
+	cfg := store.Config{
+		ConnectTimeout:  store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
+		CallTimeout:     store.Duration(orDefault(p.GetCallTimeout(), DefaultCallTimeout)),
+		SessionMode:     sessionModes[p.GetSessionMode()],
+		Model:           p.GetModel(),
+		DisableNewTools: p.GetDisableNewTools(),
+	}
+	if s := p.GetStdio(); s != nil {
+		cfg.Command, cfg.Args = s.GetCommand(), s.GetArgs()
+		cfg.EnvKeys = names(s.GetEnv(), s.GetEnvKeys())
+	}
+	if h := p.GetHttp(); h != nil {
+		cfg.URL = h.GetUrl()
+		cfg.HeaderNames = names(h.GetHeaders(), h.GetHeaderNames())
+	}
+	if rl := p.GetRateLimit(); rl != nil && rl.GetRequestsPerSecond() > 0 {
+		cfg.RateLimit = &store.RateLimit{RequestsPerSecond: rl.GetRequestsPerSecond(), Burst: max(int(rl.GetBurst()), 1)}
+	}
+	return cfg
+}
+
+// secretsFromProto is the write-only values of p.
+func secretsFromProto(p *connectorv1.Connector) secret.Values {
+	return secret.Values{Headers: p.GetHttp().GetHeaders(), Env: p.GetStdio().GetEnv()}
+}
+
+func orDefault(d *durationpb.Duration, def time.Duration) time.Duration {
+	if d == nil || d.AsDuration() == 0 {
+		return def
+	}
+	return d.AsDuration()
+}
+
+// names is the sorted union of m's keys and stored.
+func names(m map[string]string, stored []string) []string {
+	out := slices.AppendSeq(slices.Clone(stored), maps.Keys(m))
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func toolToProto(t *store.Tool) *connectorv1.Tool {
+	p := &connectorv1.Tool{
+		Name:             t.Name,
+		Description:      t.Description,
+		Enabled:          t.Enabled,
+		RequiresApproval: t.RequiresApproval,
+		SyncTime:         timestamppb.New(t.SyncedAt),
+		Annotations: &connectorv1.ToolAnnotations{
+			Title:           t.Annotations.Title,
+			ReadOnlyHint:    t.Annotations.ReadOnlyHint,
+			DestructiveHint: t.Annotations.DestructiveHint,
+			IdempotentHint:  t.Annotations.IdempotentHint,
+			OpenWorldHint:   t.Annotations.OpenWorldHint,
+		},
+	}
+	schema := &structpb.Struct{}
+	if err := schema.UnmarshalJSON(t.InputSchema); err == nil {
+		p.InputSchema = schema
+	}
+	return p
+}

@@ -1,0 +1,163 @@
+// Package server is the gRPC adapter of connector-svc: it validates requests,
+// converts between the connector.v1 API and the store, calls the store, and
+// maps every error to a gRPC status in one place. It is the only package
+// that imports gen/ and grpc/codes.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+var _ connectorv1.ConnectorServiceServer = (*Server)(nil)
+
+// Config is the server's behaviour that operators set.
+type Config struct {
+	// StdioAllowedCommands are the only commands a stdio connector may run.
+	StdioAllowedCommands []string
+	// DefaultRPCTimeout is the deadline of an RPC whose caller set none.
+	DefaultRPCTimeout time.Duration
+}
+
+// Server implements connector.v1.ConnectorService. RPCs that are not built
+// yet fall through to the embedded Unimplemented server and return
+// UNIMPLEMENTED. Safe for concurrent use.
+type Server struct {
+	connectorv1.UnimplementedConnectorServiceServer
+
+	db     *store.DB
+	box    *secret.Box
+	cfg    Config
+	logger *slog.Logger
+}
+
+// New returns a Server on db. box seals connector secrets; nil means no
+// SECRET_KEY, and connectors with headers or env values are refused.
+func New(db *store.DB, box *secret.Box, cfg Config, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultRPCTimeout <= 0 {
+		cfg.DefaultRPCTimeout = 30 * time.Second
+	}
+	return &Server{db: db, box: box, cfg: cfg, logger: logger}
+}
+
+// NewGRPCServer returns a grpc.Server serving s, the standard health service
+// (reported SERVING by the caller once ready) and server reflection, with
+// the service's interceptors.
+func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.recoverUnary, s.logUnary, s.deadlineUnary),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.logStream),
+	)
+	connectorv1.RegisterConnectorServiceServer(g, s)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs.SetServingStatus(connectorv1.ConnectorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return g, hs
+}
+
+// SetServing reports every service of hs as serving or not.
+func SetServing(hs *health.Server, serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus("", st)
+	hs.SetServingStatus(connectorv1.ConnectorService_ServiceDesc.ServiceName, st)
+}
+
+func (s *Server) deadlineUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.DefaultRPCTimeout)
+		defer cancel()
+	}
+	return next(ctx, req)
+}
+
+func (s *Server) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := next(ctx, req)
+	s.logRPC(ctx, info.FullMethod, start, err)
+	return resp, err
+}
+
+func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	start := time.Now()
+	err := next(srv, ss)
+	s.logRPC(ss.Context(), info.FullMethod, start, err)
+	return err
+}
+
+// logRPC writes one line per RPC. Requests are not logged: they may carry
+// secrets.
+func (s *Server) logRPC(ctx context.Context, method string, start time.Time, err error) {
+	level := slog.LevelInfo
+	if code := status.Code(err); code == codes.Internal || code == codes.Unknown {
+		level = slog.LevelError
+	}
+	s.logger.Log(ctx, level, "rpc",
+		slog.String("method", method),
+		slog.String("code", status.Code(err).String()),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+}
+
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
+	defer s.recoverPanic(ctx, info.FullMethod, &err)
+	return next(ctx, req)
+}
+
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) (err error) {
+	defer s.recoverPanic(ss.Context(), info.FullMethod, &err)
+	return next(srv, ss)
+}
+
+// recoverPanic turns a panic in a handler into INTERNAL, so one bad request
+// never takes the service down.
+func (s *Server) recoverPanic(ctx context.Context, method string, err *error) {
+	if r := recover(); r != nil {
+		s.logger.ErrorContext(ctx, "panic in handler",
+			slog.String("method", method), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+		*err = newStatus(codes.Internal, ReasonInternal, "internal error")
+	}
+}
+
+// allowCommand refuses a stdio command that is not on the allow-list.
+func (s *Server) allowCommand(p *connectorv1.Connector) error {
+	cmd := p.GetStdio().GetCommand()
+	if p.GetTransport() != connectorv1.Transport_TRANSPORT_STDIO || slices.Contains(s.cfg.StdioAllowedCommands, cmd) {
+		return nil
+	}
+	return newStatus(codes.FailedPrecondition, ReasonStdioCommandNotAllowed,
+		"connector.stdio.command "+quote(cmd)+" is not allowed: the operator must add it to STDIO_ALLOWED_COMMANDS")
+}
+
+func quote(s string) string {
+	if len(s) > 100 {
+		s = s[:100] + "…"
+	}
+	return `"` + s + `"`
+}
+
+// SealContext binds sealed secrets to their connector's row.
+func SealContext(workspaceID, connectorID string) string {
+	return "connector/" + workspaceID + "/" + connectorID
+}

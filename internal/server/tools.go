@@ -1,0 +1,54 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// ListTools implements connector.v1.ConnectorService.
+func (s *Server) ListTools(ctx context.Context, req *connectorv1.ListToolsRequest) (*connectorv1.ListToolsResponse, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	c.id("connector_id", req.GetConnectorId())
+	size, after := c.page(req.GetPageSize(), req.GetPageToken(), defaultToolPageSize)
+	if err := c.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	tools, err := s.db.ListTools(ctx, req.GetWorkspaceId(), req.GetConnectorId(), after, size+1)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &connectorv1.ListToolsResponse{}
+	tools, resp.NextPageToken = nextPage(tools, size, func(t *store.Tool) string { return t.Name })
+	for _, t := range tools {
+		resp.Tools = append(resp.Tools, toolToProto(t))
+	}
+	return resp, nil
+}
+
+// UpdateTool implements connector.v1.ConnectorService.
+func (s *Server) UpdateTool(ctx context.Context, req *connectorv1.UpdateToolRequest) (*connectorv1.UpdateToolResponse, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	c.id("connector_id", req.GetConnectorId())
+	if req.GetToolName() == "" {
+		c.add("tool_name", "required")
+	}
+	if req.Enabled == nil && req.RequiresApproval == nil {
+		c.add("enabled", "set enabled, requires_approval or both")
+	}
+	if err := c.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	t, err := s.db.UpdateToolFlags(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName(), req.Enabled, req.RequiresApproval)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.logger.InfoContext(ctx, "tool updated",
+		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()),
+		slog.String("tool", t.Name), slog.Bool("enabled", t.Enabled), slog.Bool("requires_approval", t.RequiresApproval))
+	return &connectorv1.UpdateToolResponse{Tool: toolToProto(t)}, nil
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+)
+
+// invalidError is a bad request: one violation per field, each naming the
+// field by its JSON path in the request.
+type invalidError struct {
+	violations []violation
+}
+
+type violation struct {
+	field, problem string
+}
+
+func (e *invalidError) Error() string {
+	parts := make([]string, len(e.violations))
+	for i, v := range e.violations {
+		parts[i] = v.field + ": " + v.problem
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+// checker collects violations; err returns nil when there are none.
+type checker struct {
+	violations []violation
+}
+
+func (c *checker) add(field, format string, args ...any) {
+	c.violations = append(c.violations, violation{field, fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) err() error {
+	if len(c.violations) == 0 {
+		return nil
+	}
+	return &invalidError{violations: c.violations}
+}
+
+const (
+	maxIDLen          = 128
+	maxNameLen        = 200
+	maxDescriptionLen = 4000
+	maxTimeout        = time.Hour
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// id checks a workspace or connector id.
+func (c *checker) id(field, v string) {
+	switch {
+	case v == "":
+		c.add(field, "required")
+	case len(v) > maxIDLen:
+		c.add(field, "longer than %d characters", maxIDLen)
+	case !idPattern.MatchString(v):
+		c.add(field, "must start with a letter or digit and contain only letters, digits, '.', '_' and '-'")
+	}
+}
+
+// connectorRef checks the workspace_id and connector_id of a request.
+func connectorRef(workspaceID, connectorID string) error {
+	var c checker
+	c.id("workspace_id", workspaceID)
+	c.id("connector_id", connectorID)
+	return c.err()
+}
+
+// connector checks a whole connector as it will be stored. Header and env
+// names come from both the write-only maps and the names already stored.
+func (c *checker) connector(p *connectorv1.Connector) {
+	c.id("connector.connector_id", p.GetConnectorId())
+	if len(p.GetName()) > maxNameLen {
+		c.add("connector.name", "longer than %d characters", maxNameLen)
+	}
+	if len(p.GetDescription()) > maxDescriptionLen {
+		c.add("connector.description", "longer than %d characters", maxDescriptionLen)
+	}
+	c.connection(p)
+	c.timeout("connector.connect_timeout", p.GetConnectTimeout())
+	c.timeout("connector.call_timeout", p.GetCallTimeout())
+	if _, ok := connectorv1.SessionMode_name[int32(p.GetSessionMode())]; !ok {
+		c.add("connector.session_mode", "unknown value %d", p.GetSessionMode())
+	}
+	if len(p.GetModel()) > maxNameLen {
+		c.add("connector.model", "longer than %d characters", maxNameLen)
+	}
+	if rl := p.GetRateLimit(); rl != nil {
+		if rps := rl.GetRequestsPerSecond(); rps < 0 || math.IsNaN(rps) || math.IsInf(rps, 0) {
+			c.add("connector.rate_limit.requests_per_second", "must be a finite number >= 0")
+		}
+		if rl.GetBurst() < 0 {
+			c.add("connector.rate_limit.burst", "must be >= 0")
+		}
+	}
+}
+
+func (c *checker) connection(p *connectorv1.Connector) {
+	switch p.GetTransport() {
+	case connectorv1.Transport_TRANSPORT_STDIO:
+		if p.GetHttp() != nil {
+			c.add("connector.http", "not used by TRANSPORT_STDIO; set connector.stdio")
+		}
+		if p.GetStdio() == nil {
+			c.add("connector.stdio", "required for TRANSPORT_STDIO")
+			return
+		}
+		c.stdio(p.GetStdio())
+	case connectorv1.Transport_TRANSPORT_SSE, connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP:
+		if p.GetStdio() != nil {
+			c.add("connector.stdio", "not used by %s; set connector.http", p.GetTransport())
+		}
+		if p.GetHttp() == nil {
+			c.add("connector.http", "required for %s", p.GetTransport())
+			return
+		}
+		c.http(p.GetHttp())
+	case connectorv1.Transport_TRANSPORT_UNSPECIFIED:
+		c.add("connector.transport", "required: one of TRANSPORT_STDIO, TRANSPORT_SSE, TRANSPORT_STREAMABLE_HTTP")
+	default:
+		c.add("connector.transport", "unknown value %d: use TRANSPORT_STDIO, TRANSPORT_SSE or TRANSPORT_STREAMABLE_HTTP", p.GetTransport())
+	}
+}
+
+func (c *checker) stdio(s *connectorv1.StdioConfig) {
+	switch cmd := s.GetCommand(); {
+	case cmd == "":
+		c.add("connector.stdio.command", "required for TRANSPORT_STDIO")
+	case strings.ContainsAny(cmd, " \t\n\x00"):
+		c.add("connector.stdio.command", "must be a program name or path without spaces; put arguments in connector.stdio.args")
+	}
+	for i, a := range s.GetArgs() {
+		if strings.ContainsRune(a, 0) {
+			c.add(fmt.Sprintf("connector.stdio.args[%d]", i), "contains a NUL byte")
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.GetEnv())) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			c.add("connector.stdio.env", "key %q is not a valid environment variable name", k)
+		}
+		if strings.ContainsRune(s.GetEnv()[k], 0) {
+			c.add("connector.stdio.env["+k+"]", "value contains a NUL byte")
+		}
+	}
+}
+
+func (c *checker) http(h *connectorv1.HttpConfig) {
+	u, err := url.Parse(h.GetUrl())
+	switch {
+	case h.GetUrl() == "":
+		c.add("connector.http.url", "required")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		c.add("connector.http.url", "must be an absolute http:// or https:// URL")
+	case u.User != nil:
+		c.add("connector.http.url", "must not carry credentials; put them in connector.http.headers")
+	}
+	for _, name := range slices.Sorted(maps.Keys(h.GetHeaders())) {
+		if !validHeaderName(name) {
+			c.add("connector.http.headers", "%q is not a valid HTTP header name", name)
+		}
+		// Never echo the value: it is a secret.
+		if strings.ContainsAny(h.GetHeaders()[name], "\r\n\x00") {
+			c.add("connector.http.headers["+name+"]", "value contains a line break or NUL byte")
+		}
+	}
+}
+
+func (c *checker) timeout(field string, d *durationpb.Duration) {
+	if d == nil {
+		return
+	}
+	if err := d.CheckValid(); err != nil {
+		c.add(field, "not a valid duration")
+		return
+	}
+	switch v := d.AsDuration(); {
+	case v < 0:
+		c.add(field, "must not be negative")
+	case v > maxTimeout:
+		c.add(field, "must be at most %s", maxTimeout)
+	}
+}
+
+// validHeaderName reports whether s is an HTTP token (RFC 9110 §5.6.2).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= 0x20 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return true
+}
