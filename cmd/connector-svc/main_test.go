@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+const distinctive = "sk-E2E-LEAKCHECK-41c9"
+
+var testKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32))
+
+// service is one run() of the service in this process.
+type service struct {
+	addr string
+	out  *lockedBuffer
+	stop func() error // cancels run's context and returns run's error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func getenv(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// start runs run() on databaseURL with a free port and waits until it logs
+// that it serves.
+func start(t *testing.T, databaseURL string, env map[string]string) *service {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-database-url", databaseURL}, getenv(env), pw)
+		pw.CloseWithError(errors.New("run returned"))
+		done <- err
+	}()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			out.Write(append(sc.Bytes(), '\n'))
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+				addr <- line.Addr
+			}
+		}
+	}()
+	stop := sync.OnceValue(func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("run did not return within 30s of cancel")
+		}
+	})
+	t.Cleanup(func() { _ = stop() })
+	select {
+	case a := <-addr:
+		return &service{addr: a, out: out, stop: stop}
+	case err := <-done:
+		t.Fatalf("run returned before serving: %v\n%s", err, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run did not serve within 30s:\n%s", out.String())
+	}
+	return nil
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestEndToEndSurvivesRestart(t *testing.T) {
+	url := storetest.NewURL(t)
+	env := map[string]string{"SECRET_KEY": testKey}
+	svc := start(t, url, env)
+	conn := dial(t, svc.addr)
+
+	health, err := healthpb.NewHealthClient(conn).Check(testCtx(t),
+		&healthpb.HealthCheckRequest{Service: connectorv1.ConnectorService_ServiceDesc.ServiceName})
+	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v; want SERVING", health, err)
+	}
+
+	client := connectorv1.NewConnectorServiceClient(conn)
+	_, err = client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme", Active: true,
+		Connector: &connectorv1.Connector{ConnectorId: "github", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
+				Url: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer " + distinctive}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.stop(); err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+
+	svc2 := start(t, url, env)
+	got, err := connectorv1.NewConnectorServiceClient(dial(t, svc2.addr)).GetConnector(testCtx(t),
+		&connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"})
+	if err != nil {
+		t.Fatalf("GetConnector after restart: %v", err)
+	}
+	if c := got.GetConnector(); c.GetName() != "github" || c.GetHttp().GetHeaderNames()[0] != "Authorization" {
+		t.Errorf("connector after restart = %v", c)
+	}
+	if err := svc2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{svc.out.String(), svc2.out.String()} {
+		if strings.Contains(out, distinctive) || strings.Contains(out, testKey) {
+			t.Error("the service's output contains a secret")
+		}
+		if !strings.Contains(out, `"msg":"stopped"`) {
+			t.Errorf("no stopped line in output:\n%s", out)
+		}
+	}
+}
+
+func TestRunRefusesStoredSecretsWithoutTheirKey(t *testing.T) {
+	url := storetest.NewURL(t)
+	svc := start(t, url, map[string]string{"SECRET_KEY": testKey})
+	_, err := connectorv1.NewConnectorServiceClient(dial(t, svc.addr)).CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{
+		WorkspaceId: "ws", Connector: &connectorv1.Connector{ConnectorId: "s", Transport: connectorv1.Transport_TRANSPORT_SSE,
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "http://127.0.0.1:9/sse", Headers: map[string]string{"X-Key": distinctive}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	otherKey := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{4}, 32))
+	for name, env := range map[string]map[string]string{"no key": {}, "other key": {"SECRET_KEY": otherKey}} {
+		err := run(testCtx(t), []string{"-grpc-addr", "127.0.0.1:0", "-database-url", url}, getenv(env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "SECRET_KEY") {
+			t.Errorf("%s: run = %v; want an error naming SECRET_KEY", name, err)
+		}
+	}
+}
+
+func TestRunUnreachableDatabase(t *testing.T) {
+	start := time.Now()
+	err := run(testCtx(t), []string{"-database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, getenv(nil), io.Discard)
+	if err == nil {
+		t.Fatal("run with an unreachable database returned nil")
+	}
+	for _, want := range []string{"127.0.0.1:1", "pg_ctlcluster", "DATABASE_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("run took %v to give up", d)
+	}
+}
+
+func TestRunMigrateCommand(t *testing.T) {
+	url := storetest.NewURL(t)
+	for range 2 {
+		if err := run(testCtx(t), []string{"-database-url", url, "migrate"}, getenv(nil), io.Discard); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+}
+
+func TestRunBadConfig(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"bad secret key":     {nil, map[string]string{"SECRET_KEY": "short"}, "SECRET_KEY"},
+		"bad rpc timeout":    {nil, map[string]string{"RPC_TIMEOUT": "-1s"}, "RPC_TIMEOUT"},
+		"bad grace flag":     {[]string{"-shutdown-grace", "soon"}, nil, "SHUTDOWN_GRACE"},
+		"bad log level":      {nil, map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		"unknown command":    {[]string{"frobnicate"}, nil, "frobnicate"},
+		"bad listen address": {[]string{"-grpc-addr", "256.0.0.1:1"}, nil, "GRPC_ADDR"},
+		"unknown flag":       {[]string{"-nope"}, nil, "nope"},
+		"bad database url":   {[]string{"-database-url", "postgres://u:hunter2@[::1"}, nil, "database URL"},
+	}
+	url := storetest.NewURL(t)
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"-database-url", url}, tt.args...)
+			err := run(testCtx(t), args, getenv(tt.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("run = %v; want an error mentioning %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error leaks the database password: %v", err)
+			}
+		})
+	}
+}
+
+// TestSIGTERM builds the real binary, stops it with SIGTERM while a client
+// holds a stream open, and checks it reports NOT_SERVING, exits 0 and
+// bounds the drain by SHUTDOWN_GRACE.
+func TestSIGTERM(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "connector-svc")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-grpc-addr", "127.0.0.1:0", "-database-url", storetest.NewURL(t), "-shutdown-grace", "1s")
+	cmd.Env = append(os.Environ(), "SECRET_KEY="+testKey)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	var addr string
+	for addr == "" && sc.Scan() {
+		var line struct{ Msg, Addr string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+			addr = line.Addr
+		}
+	}
+	if addr == "" {
+		t.Fatalf("the binary never served; stderr:\n%s", stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+
+	watch, err := healthpb.NewHealthClient(dial(t, addr)).Watch(testCtx(t), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first health update = %v, %v; want SERVING", first, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if next, err := watch.Recv(); err != nil || next.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health update after SIGTERM = %v, %v; want NOT_SERVING", next, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still running 20s after SIGTERM with a 1s grace")
+	}
+}

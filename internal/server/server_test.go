@@ -1,0 +1,576 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+// distinctive is a secret value no response, log line or row may contain.
+const distinctive = "sk-LEAKCHECK-b81f2e7d"
+
+// syncBuffer collects log output written from RPC goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type fixture struct {
+	client connectorv1.ConnectorServiceClient
+	db     *store.DB
+	logs   *syncBuffer
+}
+
+type options struct {
+	noKey bool
+}
+
+// setup serves a Server on a fresh database over an in-memory gRPC
+// connection and returns a client and the server's collaborators.
+func setup(t *testing.T, opts ...options) *fixture {
+	t.Helper()
+	var o options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	db := storetest.NewDB(t)
+	var box *secret.Box
+	if !o.noKey {
+		var err error
+		if box, err = secret.ParseKey(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv := server.New(db, box, server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}}, logger)
+	g, _ := server.NewGRPCServer(srv)
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, logs: logs}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func httpConnector(id string) *connectorv1.Connector {
+	return &connectorv1.Connector{
+		ConnectorId: id,
+		Name:        "Connector " + id,
+		Transport:   connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
+			Url:     "https://mcp.example.com/mcp",
+			Headers: map[string]string{"Authorization": "Bearer " + distinctive, "X-Team": distinctive},
+		}},
+	}
+}
+
+func (f *fixture) create(t *testing.T, ws string, c *connectorv1.Connector) *connectorv1.Connector {
+	t.Helper()
+	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: ws, Connector: c, Active: true})
+	if err != nil {
+		t.Fatalf("CreateConnector(%s): %v", c.GetConnectorId(), err)
+	}
+	return resp.GetConnector()
+}
+
+// wantStatus checks an error's code, ErrorInfo reason and, if field is set,
+// that a BadRequest violation or the message names it.
+func wantStatus(t *testing.T, err error, code codes.Code, reason, field string) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != code {
+		t.Fatalf("code = %v (%s), want %v", st.Code(), st.Message(), code)
+	}
+	var gotReason string
+	var fields []string
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			gotReason = d.GetReason()
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	if gotReason != reason {
+		t.Errorf("reason = %q, want %q (message %q)", gotReason, reason, st.Message())
+	}
+	if field != "" && !slices.Contains(fields, field) {
+		t.Errorf("violations name %v, want %q (message %q)", fields, field, st.Message())
+	}
+	if field != "" && !strings.Contains(st.Message(), field) {
+		t.Errorf("message %q does not name %q", st.Message(), field)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	f := setup(t)
+	created := f.create(t, "acme", httpConnector("github"))
+	if created.GetWorkspaceId() != "acme" || created.GetCallTimeout().AsDuration() != server.DefaultCallTimeout ||
+		created.GetSessionMode() != connectorv1.SessionMode_SESSION_MODE_SHARED || !created.GetActive() {
+		t.Errorf("created connector lacks defaults: %v", created)
+	}
+	if diff := cmp.Diff([]string{"Authorization", "X-Team"}, created.GetHttp().GetHeaderNames()); diff != "" {
+		t.Errorf("header names (-want +got):\n%s", diff)
+	}
+
+	got, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(created, got.GetConnector()) {
+		t.Errorf("GetConnector differs from CreateConnector's answer")
+	}
+
+	upd, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{
+		WorkspaceId: "acme",
+		Connector:   &connectorv1.Connector{ConnectorId: "github", Description: "Issues and PRs", CallTimeout: durationpb.New(5 * time.Second)},
+		UpdateMask:  &fieldmaskpb.FieldMask{Paths: []string{"description", "call_timeout"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := upd.GetConnector(); c.GetDescription() != "Issues and PRs" || c.GetCallTimeout().AsDuration() != 5*time.Second ||
+		c.GetName() != "Connector github" || c.GetHttp().GetUrl() != "https://mcp.example.com/mcp" || len(c.GetHttp().GetHeaderNames()) != 2 {
+		t.Errorf("after update: %v", c)
+	}
+
+	deact, err := f.client.DeactivateConnector(ctx(t), &connectorv1.DeactivateConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := deact.GetConnector(); c.GetActive() || c.GetHealth().GetState() != connectorv1.ConnectorState_CONNECTOR_STATE_INACTIVE {
+		t.Errorf("after deactivate: active=%t state=%v", c.GetActive(), c.GetHealth().GetState())
+	}
+	act, err := f.client.ActivateConnector(ctx(t), &connectorv1.ActivateConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"})
+	if err != nil || !act.GetConnector().GetActive() {
+		t.Fatalf("ActivateConnector = %v, %v", act, err)
+	}
+
+	if _, err := f.client.DeleteConnector(ctx(t), &connectorv1.DeleteConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"})
+	wantStatus(t, err, codes.NotFound, server.ReasonConnectorNotFound, "")
+}
+
+func TestCreateValidation(t *testing.T) {
+	f := setup(t)
+	withHTTP := func(url string) *connectorv1.Connector {
+		return &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_SSE,
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: url}}}
+	}
+	stdio := func(cmd string) *connectorv1.Connector {
+		return &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_STDIO,
+			Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: cmd}}}
+	}
+	mod := func(c *connectorv1.Connector, fn func(*connectorv1.Connector)) *connectorv1.Connector { fn(c); return c }
+	tests := []struct {
+		name      string
+		workspace string
+		connector *connectorv1.Connector
+		field     string
+	}{
+		{"missing workspace", "", withHTTP("http://x/mcp"), "workspace_id"},
+		{"bad workspace", "a b", withHTTP("http://x/mcp"), "workspace_id"},
+		{"missing connector", "ws", nil, "connector"},
+		{"empty connector id", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.ConnectorId = "" }), "connector.connector_id"},
+		{"connector id with slash", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.ConnectorId = "a/b" }), "connector.connector_id"},
+		{"other workspace in body", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.WorkspaceId = "other" }), "connector.workspace_id"},
+		{"no transport", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.Transport = 0 }), "connector.transport"},
+		{"unknown transport", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.Transport = 9 }), "connector.transport"},
+		{"stdio without config", "ws", &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_STDIO}, "connector.stdio"},
+		{"stdio without command", "ws", stdio(""), "connector.stdio.command"},
+		{"stdio command with args", "ws", stdio("npx -y server"), "connector.stdio.command"},
+		{"stdio with http config", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.Transport = connectorv1.Transport_TRANSPORT_STDIO }), "connector.http"},
+		{"http without config", "ws", &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP}, "connector.http"},
+		{"http without url", "ws", withHTTP(""), "connector.http.url"},
+		{"ftp url", "ws", withHTTP("ftp://x/mcp"), "connector.http.url"},
+		{"relative url", "ws", withHTTP("/mcp"), "connector.http.url"},
+		{"url with credentials", "ws", withHTTP("https://user:pw@x/mcp"), "connector.http.url"},
+		{"bad header name", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.GetHttp().Headers = map[string]string{"Bad Name": "v"} }), "connector.http.headers"},
+		{"negative connect timeout", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.ConnectTimeout = durationpb.New(-time.Second) }), "connector.connect_timeout"},
+		{"huge call timeout", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.CallTimeout = durationpb.New(48 * time.Hour) }), "connector.call_timeout"},
+		{"negative rate", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) {
+			c.RateLimit = &connectorv1.RateLimit{RequestsPerSecond: -1}
+		}), "connector.rate_limit.requests_per_second"},
+		{"unknown session mode", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.SessionMode = 7 }), "connector.session_mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: tt.workspace, Connector: tt.connector})
+			wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, tt.field)
+		})
+	}
+	resp, err := f.client.ListConnectors(ctx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: "ws"})
+	if err != nil || len(resp.GetConnectors()) != 0 {
+		t.Errorf("after invalid creates: %d connectors stored, err %v; want none", len(resp.GetConnectors()), err)
+	}
+}
+
+func TestStdioCommandAllowList(t *testing.T) {
+	f := setup(t)
+	c := &connectorv1.Connector{ConnectorId: "fs", Transport: connectorv1.Transport_TRANSPORT_STDIO,
+		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "bash", Args: []string{"-c", "rm -rf /"}}}}
+	_, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: c})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonStdioCommandNotAllowed, "")
+	if !strings.Contains(status.Convert(err).Message(), "STDIO_ALLOWED_COMMANDS") {
+		t.Errorf("message %q does not name STDIO_ALLOWED_COMMANDS", status.Convert(err).Message())
+	}
+
+	c.GetStdio().Command, c.GetStdio().Args = "npx", []string{"-y", "@modelcontextprotocol/server-everything"}
+	c.GetStdio().Env = map[string]string{"API_TOKEN": distinctive}
+	created := f.create(t, "ws", c)
+	if diff := cmp.Diff([]string{"API_TOKEN"}, created.GetStdio().GetEnvKeys()); diff != "" {
+		t.Errorf("env keys (-want +got):\n%s", diff)
+	}
+	// Changing the command later goes through the same list.
+	_, err = f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{
+		WorkspaceId: "ws",
+		Connector: &connectorv1.Connector{ConnectorId: "fs",
+			Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "sh"}}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"stdio.command"}},
+	})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonStdioCommandNotAllowed, "")
+}
+
+func TestCreateDuplicate(t *testing.T) {
+	f := setup(t)
+	f.create(t, "ws", httpConnector("a"))
+	dup := httpConnector("a")
+	dup.Name = "Impostor"
+	_, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: dup})
+	wantStatus(t, err, codes.AlreadyExists, server.ReasonConnectorAlreadyExists, "")
+	got, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "a"})
+	if err != nil || got.GetConnector().GetName() != "Connector a" {
+		t.Errorf("first connector after duplicate create: %v, %v", got.GetConnector().GetName(), err)
+	}
+}
+
+func TestOtherWorkspaceIsNotFound(t *testing.T) {
+	f := setup(t)
+	f.create(t, "acme", httpConnector("a"))
+	yes := true
+	calls := map[string]func() error{
+		"Get": func() error {
+			_, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "evil", ConnectorId: "a"})
+			return err
+		},
+		"Update": func() error {
+			_, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{WorkspaceId: "evil",
+				Connector: &connectorv1.Connector{ConnectorId: "a", Name: "x"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"name"}}})
+			return err
+		},
+		"Delete": func() error {
+			_, err := f.client.DeleteConnector(ctx(t), &connectorv1.DeleteConnectorRequest{WorkspaceId: "evil", ConnectorId: "a"})
+			return err
+		},
+		"Activate": func() error {
+			_, err := f.client.ActivateConnector(ctx(t), &connectorv1.ActivateConnectorRequest{WorkspaceId: "evil", ConnectorId: "a"})
+			return err
+		},
+		"Deactivate": func() error {
+			_, err := f.client.DeactivateConnector(ctx(t), &connectorv1.DeactivateConnectorRequest{WorkspaceId: "evil", ConnectorId: "a"})
+			return err
+		},
+		"ListTools": func() error {
+			_, err := f.client.ListTools(ctx(t), &connectorv1.ListToolsRequest{WorkspaceId: "evil", ConnectorId: "a"})
+			return err
+		},
+		"UpdateTool": func() error {
+			_, err := f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "evil", ConnectorId: "a", ToolName: "t", Enabled: &yes})
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) { wantStatus(t, call(), codes.NotFound, server.ReasonConnectorNotFound, "") })
+	}
+	got, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "a"})
+	if err != nil || got.GetConnector().GetName() != "Connector a" || !got.GetConnector().GetActive() {
+		t.Errorf("acme's connector after another workspace's calls: %v, %v", got.GetConnector(), err)
+	}
+}
+
+func TestSecretsNeverLeave(t *testing.T) {
+	f := setup(t)
+	var responses []proto.Message
+	created := f.create(t, "ws", httpConnector("h"))
+	responses = append(responses, created)
+	stdio := &connectorv1.Connector{ConnectorId: "s", Transport: connectorv1.Transport_TRANSPORT_STDIO,
+		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "npx", Env: map[string]string{"TOKEN": distinctive}}}}
+	responses = append(responses, f.create(t, "ws", stdio))
+	upd, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{WorkspaceId: "ws",
+		Connector: &connectorv1.Connector{ConnectorId: "h",
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Headers: map[string]string{"X-Key": distinctive + "-2"}}}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"http.headers"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	responses = append(responses, upd)
+	list, err := f.client.ListConnectors(ctx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: "ws"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	responses = append(responses, list)
+	// A rejected request carrying a secret must not echo it either.
+	bad := httpConnector("bad")
+	bad.GetHttp().Headers["Bad Header"] = distinctive
+	_, err = f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: bad})
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "connector.http.headers")
+
+	for i, r := range responses {
+		if b, _ := protojson.Marshal(r); strings.Contains(string(b), distinctive) {
+			t.Errorf("response %d contains the secret value", i)
+		}
+	}
+	if strings.Contains(status.Convert(err).String(), distinctive) {
+		t.Error("the error status contains the secret value")
+	}
+	if strings.Contains(f.logs.String(), distinctive) {
+		t.Error("the service's logs contain the secret value")
+	}
+	if diff := cmp.Diff([]string{"X-Key"}, upd.GetConnector().GetHttp().GetHeaderNames()); diff != "" {
+		t.Errorf("header names after replacing headers (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"h", "s"} {
+		row, err := f.db.GetConnector(ctx(t), "ws", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(row.SealedSecrets) == 0 || bytes.Contains(row.SealedSecrets, []byte(distinctive)) {
+			t.Errorf("connector %s: sealed secrets are missing or hold the plaintext", id)
+		}
+	}
+}
+
+func TestSecretsNeedKey(t *testing.T) {
+	f := setup(t, options{noKey: true})
+	_, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: httpConnector("a")})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonSecretKeyMissing, "")
+	plain := httpConnector("a")
+	plain.GetHttp().Headers = nil
+	f.create(t, "ws", plain)
+}
+
+func update(f *fixture, t *testing.T, c *connectorv1.Connector, paths ...string) (*connectorv1.Connector, error) {
+	resp, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{WorkspaceId: "ws", Connector: c,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})
+	return resp.GetConnector(), err
+}
+
+func TestUpdateConnectorMask(t *testing.T) {
+	f := setup(t)
+	f.create(t, "ws", httpConnector("a"))
+	before, _ := f.db.GetConnector(ctx(t), "ws", "a")
+
+	// A field outside the connection keeps the sealed secrets as they are.
+	if _, err := update(f, t, &connectorv1.Connector{ConnectorId: "a", Name: "Renamed"}, "name"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := update(f, t, &connectorv1.Connector{ConnectorId: "a",
+		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "https://new.example.com/mcp"}}}, "http.url")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := f.db.GetConnector(ctx(t), "ws", "a")
+	if c.GetName() != "Renamed" || c.GetHttp().GetUrl() != "https://new.example.com/mcp" || len(c.GetHttp().GetHeaderNames()) != 2 ||
+		!bytes.Equal(before.SealedSecrets, after.SealedSecrets) {
+		t.Errorf("after name and url updates: %v (secrets kept: %t)", c, bytes.Equal(before.SealedSecrets, after.SealedSecrets))
+	}
+
+	invalid := []struct {
+		name  string
+		c     *connectorv1.Connector
+		paths []string
+		field string
+	}{
+		{"empty mask", &connectorv1.Connector{ConnectorId: "a"}, nil, "update_mask"},
+		{"unknown path", &connectorv1.Connector{ConnectorId: "a"}, []string{"health"}, "update_mask"},
+		{"immutable id", &connectorv1.Connector{ConnectorId: "a"}, []string{"connector_id"}, "update_mask"},
+		{"invalid url", &connectorv1.Connector{ConnectorId: "a",
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "ftp://x"}}}, []string{"http.url"}, "connector.http.url"},
+		{"stdio transport without stdio config", &connectorv1.Connector{ConnectorId: "a", Transport: connectorv1.Transport_TRANSPORT_STDIO},
+			[]string{"transport"}, "connector.stdio"},
+		{"stdio sub-path on http connector", &connectorv1.Connector{ConnectorId: "a",
+			Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "npx"}}}, []string{"stdio.command"}, "update_mask"},
+		{"negative timeout", &connectorv1.Connector{ConnectorId: "a", ConnectTimeout: durationpb.New(-time.Second)},
+			[]string{"connect_timeout"}, "connector.connect_timeout"},
+	}
+	for _, tt := range invalid {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := update(f, t, tt.c, tt.paths...)
+			wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, tt.field)
+		})
+	}
+	unchanged, _ := f.db.GetConnector(ctx(t), "ws", "a")
+	if diff := cmp.Diff(after, unchanged); diff != "" {
+		t.Errorf("invalid updates changed the row (-before +after):\n%s", diff)
+	}
+
+	// Switching transport kind replaces the connection and its secrets.
+	c, err = update(f, t, &connectorv1.Connector{ConnectorId: "a", Transport: connectorv1.Transport_TRANSPORT_STDIO,
+		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "npx", Args: []string{"-y", "srv"}}}},
+		"transport", "stdio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, _ := f.db.GetConnector(ctx(t), "ws", "a")
+	if c.GetHttp() != nil || c.GetStdio().GetCommand() != "npx" || row.SealedSecrets != nil || row.Config.HeaderNames != nil {
+		t.Errorf("after switching to stdio: %v; sealed secrets %d bytes", c, len(row.SealedSecrets))
+	}
+
+	_, err = update(f, t, &connectorv1.Connector{ConnectorId: "missing", Name: "x"}, "name")
+	wantStatus(t, err, codes.NotFound, server.ReasonConnectorNotFound, "")
+}
+
+func TestListConnectorsPaging(t *testing.T) {
+	f := setup(t)
+	for _, id := range []string{"e", "b", "a", "d", "c"} {
+		f.create(t, "ws", httpConnector(id))
+	}
+	f.create(t, "other", httpConnector("z"))
+	var got []string
+	token := ""
+	for range 10 {
+		resp, err := f.client.ListConnectors(ctx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: "ws", PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range resp.GetConnectors() {
+			got = append(got, c.GetConnectorId())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c", "d", "e"}, got); diff != "" {
+		t.Errorf("paged ids (-want +got):\n%s", diff)
+	}
+	_, err := f.client.ListConnectors(ctx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: "ws", PageToken: "garbage"})
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "page_token")
+	_, err = f.client.ListConnectors(ctx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: "ws", PageSize: -1})
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "page_size")
+}
+
+func TestTools(t *testing.T) {
+	f := setup(t)
+	f.create(t, "ws", httpConnector("a"))
+	row, _ := f.db.GetConnector(ctx(t), "ws", "a")
+	readOnly := true
+	_, err := f.db.SyncTools(ctx(t), row.ID, []store.ToolSpec{
+		{Name: "search", Description: "Searches", InputSchema: []byte(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
+			Annotations: store.ToolAnnotations{ReadOnlyHint: &readOnly}},
+		{Name: "delete_repo", Description: "Deletes"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := f.client.ListTools(ctx(t), &connectorv1.ListToolsRequest{WorkspaceId: "ws", ConnectorId: "a", PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetTools()) != 1 || list.GetTools()[0].GetName() != "delete_repo" || list.GetNextPageToken() == "" {
+		t.Fatalf("first page = %v", list)
+	}
+	list, err = f.client.ListTools(ctx(t), &connectorv1.ListToolsRequest{WorkspaceId: "ws", ConnectorId: "a", PageToken: list.GetNextPageToken()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	search := list.GetTools()[0]
+	if search.GetName() != "search" || !search.GetAnnotations().GetReadOnlyHint() || search.GetAnnotations().DestructiveHint != nil ||
+		search.GetInputSchema().GetFields()["type"].GetStringValue() != "object" || !search.GetEnabled() {
+		t.Errorf("search tool = %v", search)
+	}
+
+	no := false
+	upd, err := f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "a", ToolName: "delete_repo", Enabled: &no})
+	if err != nil || upd.GetTool().GetEnabled() || upd.GetTool().GetRequiresApproval() {
+		t.Errorf("UpdateTool(enabled=false) = %v, %v", upd.GetTool(), err)
+	}
+	_, err = f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "a", ToolName: "nope", Enabled: &no})
+	wantStatus(t, err, codes.NotFound, server.ReasonToolNotFound, "")
+	_, err = f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "a", ToolName: "search"})
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "enabled")
+	got, _ := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "a"})
+	if got.GetConnector().GetToolCount() != 2 {
+		t.Errorf("tool_count = %d, want 2", got.GetConnector().GetToolCount())
+	}
+}
+
+func TestLaterRPCsAreUnimplemented(t *testing.T) {
+	f := setup(t)
+	c := f.client
+	calls := map[string]func() error{
+		"RefreshTools":   func() error { _, err := c.RefreshTools(ctx(t), &connectorv1.RefreshToolsRequest{}); return err },
+		"CheckConnector": func() error { _, err := c.CheckConnector(ctx(t), &connectorv1.CheckConnectorRequest{}); return err },
+		"CallTool":       func() error { _, err := c.CallTool(ctx(t), &connectorv1.CallToolRequest{}); return err },
+		"QueryConnector": func() error { _, err := c.QueryConnector(ctx(t), &connectorv1.QueryConnectorRequest{}); return err },
+		"CloseSession":   func() error { _, err := c.CloseSession(ctx(t), &connectorv1.CloseSessionRequest{}); return err },
+		"StreamQueryConnector": func() error {
+			s, err := c.StreamQueryConnector(ctx(t), &connectorv1.StreamQueryConnectorRequest{})
+			if err != nil {
+				return err
+			}
+			_, err = s.Recv()
+			return err
+		},
+	}
+	for name, call := range calls {
+		if code := status.Code(call()); code != codes.Unimplemented {
+			t.Errorf("%s: code = %v, want Unimplemented", name, code)
+		}
+	}
+}
