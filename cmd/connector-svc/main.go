@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logge
 	eg.Go(func() error {
 		<-ctx.Done()
 		server.SetServing(hs, false)
-		logger.Info("shutting down", slog.Duration("grace", cfg.ShutdownGrace))
+		logger.Info("shutting down", slog.String("grace", cfg.ShutdownGrace.String()))
 		stopGracefully(g, cfg.ShutdownGrace)
 		return nil
 	})

@@ -217,7 +217,10 @@ func TestCreateValidation(t *testing.T) {
 		return &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_STDIO,
 			Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: cmd}}}
 	}
-	mod := func(c *connectorv1.Connector, fn func(*connectorv1.Connector)) *connectorv1.Connector { fn(c); return c }
+	mod := func(c *connectorv1.Connector, fn func(*connectorv1.Connector)) *connectorv1.Connector {
+		fn(c)
+		return c
+	}
 	tests := []struct {
 		name      string
 		workspace string

@@ -1,0 +1,30 @@
+# Developer entry points; the README names `make run` and `make test`.
+GO ?= go
+
+.PHONY: run test lint gen
+
+## run: start Postgres if needed, then the service on 127.0.0.1:50051.
+## A development SECRET_KEY is generated once into .dev/secret_key.
+run: .dev/secret_key
+	@scripts/ensure-postgres.sh
+	SECRET_KEY="$${SECRET_KEY:-$$(cat .dev/secret_key)}" \
+	STDIO_ALLOWED_COMMANDS="$${STDIO_ALLOWED_COMMANDS-npx}" \
+	$(GO) run ./cmd/connector-svc
+
+.dev/secret_key:
+	@mkdir -p .dev && umask 077 && head -c 32 /dev/urandom | base64 > $@
+
+## test: start Postgres if needed, then every test under the race detector.
+test:
+	@scripts/ensure-postgres.sh
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+## lint: gofmt, go vet and buf lint.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	scripts/gen.sh --lint
+
+## gen: regenerate gen/ from proto/ with the pinned tools.
+gen:
+	scripts/gen.sh
