@@ -36,7 +36,7 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 		Transport:     transports[p.GetTransport()],
 		Config:        configFromProto(p),
 		SealedSecrets: sealed,
-		Active:        req.GetActive(),
+		Active:        req.Active == nil || *req.Active,
 	})
 	if err != nil {
 		return nil, s.toStatus(ctx, err)

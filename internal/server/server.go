@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
@@ -147,14 +148,7 @@ func (s *Server) allowCommand(p *connectorv1.Connector) error {
 		return nil
 	}
 	return newStatus(codes.FailedPrecondition, ReasonStdioCommandNotAllowed,
-		"connector.stdio.command "+quote(cmd)+" is not allowed: the operator must add it to STDIO_ALLOWED_COMMANDS")
-}
-
-func quote(s string) string {
-	if len(s) > 100 {
-		s = s[:100] + "…"
-	}
-	return `"` + s + `"`
+		fmt.Sprintf("connector.stdio.command %q is not allowed: the operator must add it to STDIO_ALLOWED_COMMANDS", cmd))
 }
 
 // SealContext binds sealed secrets to their connector's row.

@@ -118,7 +118,7 @@ func httpConnector(id string) *connectorv1.Connector {
 
 func (f *fixture) create(t *testing.T, ws string, c *connectorv1.Connector) *connectorv1.Connector {
 	t.Helper()
-	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: ws, Connector: c, Active: true})
+	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: ws, Connector: c})
 	if err != nil {
 		t.Fatalf("CreateConnector(%s): %v", c.GetConnectorId(), err)
 	}
@@ -205,6 +205,21 @@ func TestLifecycle(t *testing.T) {
 	}
 	_, err = f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "github"})
 	wantStatus(t, err, codes.NotFound, server.ReasonConnectorNotFound, "")
+}
+
+func TestCreateActiveFlag(t *testing.T) {
+	f := setup(t)
+	if c := f.create(t, "ws", httpConnector("default")); !c.GetActive() {
+		t.Error("a connector created without active is inactive; want active by default")
+	}
+	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{
+		WorkspaceId: "ws", Connector: httpConnector("off"), Active: proto.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := resp.GetConnector(); c.GetActive() || c.GetHealth().GetState() != connectorv1.ConnectorState_CONNECTOR_STATE_INACTIVE {
+		t.Errorf("created with active=false: active=%t state=%v", c.GetActive(), c.GetHealth().GetState())
+	}
 }
 
 func TestCreateValidation(t *testing.T) {

@@ -608,8 +608,8 @@ type Connector struct {
 	RateLimit *RateLimit `protobuf:"bytes,12,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	// When true, tools discovered after creation start disabled.
 	DisableNewTools bool `protobuf:"varint,13,opt,name=disable_new_tools,json=disableNewTools,proto3" json:"disable_new_tools,omitempty"`
-	// Output only: desired state. Create takes the request's `active` flag;
-	// change it with ActivateConnector / DeactivateConnector.
+	// Output only: desired state. CreateConnectorRequest.active sets it
+	// (default true); ActivateConnector / DeactivateConnector change it.
 	Active bool `protobuf:"varint,14,opt,name=active,proto3" json:"active,omitempty"`
 	// Output only.
 	Health *ConnectorHealth `protobuf:"bytes,15,opt,name=health,proto3" json:"health,omitempty"`

@@ -28,8 +28,8 @@ type CreateConnectorRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	Connector   *Connector             `protobuf:"bytes,2,opt,name=connector,proto3" json:"connector,omitempty"`
-	// Whether the new connector starts active.
-	Active        bool `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	// Whether the new connector starts active; unset means active.
+	Active        *bool `protobuf:"varint,3,opt,name=active,proto3,oneof" json:"active,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -79,8 +79,8 @@ func (x *CreateConnectorRequest) GetConnector() *Connector {
 }
 
 func (x *CreateConnectorRequest) GetActive() bool {
-	if x != nil {
-		return x.Active
+	if x != nil && x.Active != nil {
+		return *x.Active
 	}
 	return false
 }
@@ -1804,11 +1804,12 @@ var File_connector_v1_connector_service_proto protoreflect.FileDescriptor
 
 const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\n" +
-	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x8a\x01\n" +
+	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x9a\x01\n" +
 	"\x16CreateConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x125\n" +
-	"\tconnector\x18\x02 \x01(\v2\x17.connector.v1.ConnectorR\tconnector\x12\x16\n" +
-	"\x06active\x18\x03 \x01(\bR\x06active\"P\n" +
+	"\tconnector\x18\x02 \x01(\v2\x17.connector.v1.ConnectorR\tconnector\x12\x1b\n" +
+	"\x06active\x18\x03 \x01(\bH\x00R\x06active\x88\x01\x01B\t\n" +
+	"\a_active\"P\n" +
 	"\x17CreateConnectorResponse\x125\n" +
 	"\tconnector\x18\x01 \x01(\v2\x17.connector.v1.ConnectorR\tconnector\"[\n" +
 	"\x13GetConnectorRequest\x12!\n" +
@@ -2070,6 +2071,7 @@ func file_connector_v1_connector_service_proto_init() {
 	}
 	file_connector_v1_connector_proto_init()
 	file_connector_v1_query_proto_init()
+	file_connector_v1_connector_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_connector_v1_connector_service_proto_msgTypes[16].OneofWrappers = []any{}
 	file_connector_v1_connector_service_proto_msgTypes[27].OneofWrappers = []any{
 		(*StreamQueryConnectorResponse_StepPlanned)(nil),
