@@ -369,4 +369,3 @@ func text(t *testing.T, res *mcp.CallToolResult) string {
 	}
 	return tc.Text
 }
-

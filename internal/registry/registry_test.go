@@ -198,7 +198,9 @@ func TestToolListChangesAreSynced(t *testing.T) {
 	echo(t, reg, 1, "x")
 
 	srv.server().AddTool(mcp.NewTool("new_tool", mcp.WithDescription("Appeared later")),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("hi"), nil })
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("hi"), nil
+		})
 	waitFor(t, "new_tool in the synced catalog", func() bool { return slices.Contains(src.toolNames(1), "new_tool") })
 	tools, _ := reg.Tools(1)
 	if !slices.ContainsFunc(tools, func(t mcp.Tool) bool { return t.Name == "new_tool" }) {
