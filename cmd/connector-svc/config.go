@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -18,6 +19,8 @@ type config struct {
 	StdioAllowedCommands []string
 	RPCTimeout           time.Duration
 	ShutdownGrace        time.Duration
+	HealthInterval       time.Duration
+	HealthConcurrency    int
 	LogLevel             slog.Level
 }
 
@@ -41,12 +44,14 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		fs.PrintDefaults()
 	}
 	var cfg config
-	var allowed, rpcTimeout, grace, level string
+	var allowed, rpcTimeout, grace, level, health string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", defaultDatabaseURL), "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", env("GRPC_ADDR", "127.0.0.1:50051"), "address to serve gRPC on (GRPC_ADDR)")
 	fs.StringVar(&allowed, "stdio-allowed-commands", env("STDIO_ALLOWED_COMMANDS", ""), "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
 	fs.StringVar(&rpcTimeout, "rpc-timeout", env("RPC_TIMEOUT", "30s"), "deadline of an RPC whose caller sets none (RPC_TIMEOUT)")
 	fs.StringVar(&grace, "shutdown-grace", env("SHUTDOWN_GRACE", "10s"), "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
+	fs.StringVar(&health, "health-interval", env("HEALTH_INTERVAL", "30s"), "between tools/list health checks of each connector (HEALTH_INTERVAL)")
+	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", envInt(getenv, "HEALTH_CONCURRENCY", 16), "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
 	fs.StringVar(&level, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, nil, err
@@ -61,10 +66,30 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if cfg.ShutdownGrace, err = positiveDuration("SHUTDOWN_GRACE", grace); err != nil {
 		return config{}, nil, err
 	}
+	if cfg.HealthInterval, err = positiveDuration("HEALTH_INTERVAL", health); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.HealthConcurrency <= 0 {
+		return config{}, nil, fmt.Errorf("HEALTH_CONCURRENCY %d: want a positive number", cfg.HealthConcurrency)
+	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		return config{}, nil, fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", level)
 	}
 	return cfg, fs.Args(), nil
+}
+
+// envInt reads an integer variable; a value that is not one becomes -1,
+// which the caller's check reports.
+func envInt(getenv func(string) string, name string, def int) int {
+	v := getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func positiveDuration(name, v string) (time.Duration, error) {

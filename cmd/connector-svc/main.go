@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -68,7 +69,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := checkSecretKey(ctx, db, box); err != nil {
 		return err
 	}
-	return serve(ctx, cfg, db, box, logger)
+	if err := serve(ctx, cfg, db, box, logger); err != nil {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
 }
 
 // openDB connects, creating the database if needed, and migrates.
@@ -103,17 +108,35 @@ func checkSecretKey(ctx context.Context, db *store.DB, box *secret.Box) error {
 	return nil
 }
 
-// serve runs the gRPC server until ctx is done, then stops it gracefully.
+// serve runs the registry and the gRPC server until ctx is done, then
+// drains gRPC and only then closes the MCP connections.
 func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logger *slog.Logger) error {
-	srv := server.New(db, box, server.Config{
+	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
+		HealthInterval: cfg.HealthInterval,
+		Concurrency:    cfg.HealthConcurrency,
+	}, logger)
+	if err := reg.Load(ctx); err != nil {
+		return err
+	}
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Logger: logger}, server.Config{
 		StdioAllowedCommands: cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:    cfg.RPCTimeout,
-	}, logger)
+	})
 	g, hs := server.NewGRPCServer(srv)
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err)
 	}
+	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRegistry()
+	regDone := make(chan error, 1)
+	go func() { regDone <- reg.Run(regCtx) }()
+	defer func() {
+		stopRegistry()
+		if err := <-regDone; err != nil {
+			logger.Error("registry", slog.String("error", err.Error()))
+		}
+	}()
 	server.SetServing(hs, true)
 	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()),
 		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands))
@@ -130,7 +153,6 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logge
 	if err := eg.Wait(); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("stopped")
 	return nil
 }
 

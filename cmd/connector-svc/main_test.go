@@ -136,7 +136,7 @@ func TestEndToEndSurvivesRestart(t *testing.T) {
 	_, err = client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
 		Connector: &connectorv1.Connector{ConnectorId: "github", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
 			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
-				Url: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer " + distinctive}}}}})
+				Url: "http://127.0.0.1:9/mcp", Headers: map[string]string{"Authorization": "Bearer " + distinctive}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -346,6 +346,12 @@ func (r *Registry) Check(ctx context.Context, id int64) (Health, error) {
 	}
 }
 
+// Has reports whether the registry holds a connection for connector id.
+func (r *Registry) Has(id int64) bool {
+	_, err := r.get(id)
+	return err == nil
+}
+
 // Health returns connector id's last known health.
 func (r *Registry) Health(id int64) (Health, error) {
 	c, err := r.get(id)

@@ -42,7 +42,10 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "connector created", connectorAttrs(c)...)
-	return &connectorv1.CreateConnectorResponse{Connector: connectorToProto(c)}, nil
+	if c.Active {
+		s.connect(ctx, c)
+	}
+	return &connectorv1.CreateConnectorResponse{Connector: s.render(c)}, nil
 }
 
 // newConnector validates a create request and returns its connector with
@@ -83,7 +86,7 @@ func (s *Server) GetConnector(ctx context.Context, req *connectorv1.GetConnector
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return &connectorv1.GetConnectorResponse{Connector: connectorToProto(c)}, nil
+	return &connectorv1.GetConnectorResponse{Connector: s.render(c)}, nil
 }
 
 // ListConnectors implements connector.v1.ConnectorService.
@@ -101,7 +104,7 @@ func (s *Server) ListConnectors(ctx context.Context, req *connectorv1.ListConnec
 	resp := &connectorv1.ListConnectorsResponse{}
 	cs, resp.NextPageToken = nextPage(cs, size, func(c *store.Connector) string { return c.ExternalID })
 	for _, c := range cs {
-		resp.Connectors = append(resp.Connectors, connectorToProto(c))
+		resp.Connectors = append(resp.Connectors, s.render(c))
 	}
 	return resp, nil
 }
@@ -140,7 +143,15 @@ func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateCon
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "connector updated", append(connectorAttrs(updated), slog.Any("paths", paths))...)
-	return &connectorv1.UpdateConnectorResponse{Connector: connectorToProto(updated)}, nil
+	if updated.Active && slices.ContainsFunc(paths, changesConnection) {
+		// The new client connects first, then replaces the old one.
+		if spec, err := s.source.spec(updated); err == nil {
+			s.reg.Replace(ctx, spec)
+		} else {
+			s.logger.ErrorContext(ctx, "reconnect after update", append(connectorAttrs(updated), slog.String("error", err.Error()))...)
+		}
+	}
+	return &connectorv1.UpdateConnectorResponse{Connector: s.render(updated)}, nil
 }
 
 // applyUpdate merges the masked fields of src into stored.
@@ -245,9 +256,11 @@ func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteCon
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if err := s.db.DeleteConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
+	id, err := s.db.DeleteConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	s.reg.Remove(id)
 	s.logger.InfoContext(ctx, "connector deleted",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()))
 	return &connectorv1.DeleteConnectorResponse{}, nil
@@ -281,7 +294,44 @@ func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string,
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "connector desired state set", append(connectorAttrs(c), slog.Bool("active", active))...)
-	return connectorToProto(c), nil
+	switch {
+	case !active:
+		s.reg.Remove(c.ID)
+	case !s.reg.Has(c.ID):
+		s.connect(ctx, c)
+	}
+	return s.render(c), nil
+}
+
+// connect hands an active connector to the registry, which connects it in
+// the background.
+func (s *Server) connect(ctx context.Context, c *store.Connector) {
+	spec, err := s.source.spec(c)
+	if err != nil {
+		s.logger.ErrorContext(ctx, "connector not connected", append(connectorAttrs(c), slog.String("error", err.Error()))...)
+		return
+	}
+	s.reg.Add(spec)
+}
+
+// render is a connector for a response, with the registry's live health
+// when it holds the connector.
+func (s *Server) render(c *store.Connector) *connectorv1.Connector {
+	p := connectorToProto(c)
+	if h, err := s.reg.Health(c.ID); err == nil && c.Active {
+		p.Health = liveHealthToProto(h)
+	}
+	return p
+}
+
+// changesConnection reports whether an update_mask path changes how the
+// service connects.
+func changesConnection(path string) bool {
+	switch path {
+	case "name", "description", "session_mode", "model", "rate_limit", "disable_new_tools":
+		return false
+	}
+	return true
 }
 
 // connectorAttrs identify a connector in a log line; never secrets.

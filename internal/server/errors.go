@@ -5,10 +5,12 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -25,6 +27,10 @@ const (
 	ReasonStdioCommandNotAllowed = "STDIO_COMMAND_NOT_ALLOWED"
 	ReasonSecretKeyMissing       = "SECRET_KEY_MISSING"
 	ReasonSecretsUndecryptable   = "SECRETS_UNDECRYPTABLE"
+	ReasonConnectorInactive      = "CONNECTOR_INACTIVE"
+	ReasonConnectorUnavailable   = "CONNECTOR_UNAVAILABLE"
+	ReasonToolDisabled           = "TOOL_DISABLED"
+	ReasonToolExecutionFailed    = "TOOL_EXECUTION_FAILED"
 	ReasonInternal               = "INTERNAL"
 )
 
@@ -62,6 +68,14 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.NotFound, ReasonConnectorNotFound, "connector not found")
 	case errors.Is(err, store.ErrConflict):
 		return newStatus(codes.AlreadyExists, ReasonConnectorAlreadyExists, "a connector with this connector_id already exists in the workspace")
+	case errors.Is(err, registry.ErrUnavailable), errors.Is(err, registry.ErrNotLoaded), errors.Is(err, registry.ErrClosed):
+		// The message is the MCP server's connection error: addresses and
+		// reasons, never header or env values.
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, err.Error())
+	case errors.Is(err, mcp.ErrInvalidParams):
+		return newStatus(codes.InvalidArgument, ReasonToolExecutionFailed, "the MCP server rejected the arguments: "+err.Error())
+	case isJSONRPCError(err):
+		return newStatus(codes.FailedPrecondition, ReasonToolExecutionFailed, "the MCP server answered with an error: "+err.Error())
 	case errors.Is(err, secret.ErrNoKey):
 		return newStatus(codes.FailedPrecondition, ReasonSecretKeyMissing,
 			"connector headers and env values are encrypted at rest, and the service has no SECRET_KEY; set SECRET_KEY (base64 of 32 bytes) and restart")
@@ -72,6 +86,18 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		s.logger.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))
 		return newStatus(codes.Internal, ReasonInternal, "internal error")
 	}
+}
+
+// isJSONRPCError reports whether err is an error answer from the MCP server
+// (as opposed to a transport failure).
+func isJSONRPCError(err error) bool {
+	for _, target := range []error{mcp.ErrMethodNotFound, mcp.ErrInvalidRequest, mcp.ErrInternalError,
+		mcp.ErrResourceNotFound, mcp.ErrRequestInterrupted, mcp.ErrParseError} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 func invalidStatus(e *invalidError) error {

@@ -14,7 +14,7 @@ import (
 
 func TestPanicBecomesInternal(t *testing.T) {
 	var logs bytes.Buffer
-	s := New(nil, nil, Config{}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	s := New(Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, Config{})
 	info := &grpc.UnaryServerInfo{FullMethod: "/connector.v1.ConnectorService/GetConnector"}
 	resp, err := s.recoverUnary(context.Background(), nil, info, func(context.Context, any) (any, error) {
 		panic("handler bug")

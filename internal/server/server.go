@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -42,20 +43,32 @@ type Server struct {
 
 	db     *store.DB
 	box    *secret.Box
+	reg    *registry.Registry
+	source *Source
 	cfg    Config
 	logger *slog.Logger
 }
 
-// New returns a Server on db. box seals connector secrets; nil means no
-// SECRET_KEY, and connectors with headers or env values are refused.
-func New(db *store.DB, box *secret.Box, cfg Config, logger *slog.Logger) *Server {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+// Deps are the Server's collaborators.
+type Deps struct {
+	DB *store.DB
+	// Box seals connector secrets; nil means no SECRET_KEY, and connectors
+	// with headers or env values are refused.
+	Box *secret.Box
+	// Registry holds the live MCP connections; the caller runs it.
+	Registry *registry.Registry
+	Logger   *slog.Logger
+}
+
+// New returns a Server.
+func New(d Deps, cfg Config) *Server {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.DefaultRPCTimeout <= 0 {
 		cfg.DefaultRPCTimeout = 30 * time.Second
 	}
-	return &Server{db: db, box: box, cfg: cfg, logger: logger}
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, source: NewSource(d.DB, d.Box, d.Logger), cfg: cfg, logger: d.Logger}
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service

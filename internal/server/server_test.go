@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,10 +23,12 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -58,6 +61,7 @@ func (b *syncBuffer) String() string {
 type fixture struct {
 	client connectorv1.ConnectorServiceClient
 	db     *store.DB
+	reg    *registry.Registry
 	logs   *syncBuffer
 }
 
@@ -83,7 +87,24 @@ func setup(t *testing.T, opts ...options) *fixture {
 	}
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := server.New(db, box, server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}}, logger)
+	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
+		HealthInterval: 200 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		DiscoverTimeout: 300 * time.Millisecond, CloseGrace: 500 * time.Millisecond, UsageInterval: 20 * time.Millisecond,
+	}, logger)
+	if err := reg.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	regCtx, stopReg := context.WithCancel(context.Background())
+	regDone := make(chan error, 1)
+	go func() { regDone <- reg.Run(regCtx) }()
+	t.Cleanup(func() {
+		stopReg()
+		if err := <-regDone; err != nil {
+			t.Errorf("registry Run: %v", err)
+		}
+	})
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Logger: logger},
+		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}})
 	g, _ := server.NewGRPCServer(srv)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = g.Serve(lis) }()
@@ -95,7 +116,7 @@ func setup(t *testing.T, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, logs: logs}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -110,7 +131,7 @@ func httpConnector(id string) *connectorv1.Connector {
 		Name:        "Connector " + id,
 		Transport:   connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
 		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
-			Url:     "https://mcp.example.com/mcp",
+			Url:     "http://127.0.0.1:9/mcp",
 			Headers: map[string]string{"Authorization": "Bearer " + distinctive, "X-Team": distinctive},
 		}},
 	}
@@ -171,8 +192,9 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(created, got.GetConnector()) {
-		t.Errorf("GetConnector differs from CreateConnector's answer")
+	if diff := cmp.Diff(created, got.GetConnector(), protocmp.Transform(),
+		protocmp.IgnoreFields(&connectorv1.Connector{}, "health")); diff != "" {
+		t.Errorf("GetConnector differs from CreateConnector's answer (-create +get):\n%s", diff)
 	}
 
 	upd, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{
@@ -184,7 +206,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := upd.GetConnector(); c.GetDescription() != "Issues and PRs" || c.GetCallTimeout().AsDuration() != 5*time.Second ||
-		c.GetName() != "Connector github" || c.GetHttp().GetUrl() != "https://mcp.example.com/mcp" || len(c.GetHttp().GetHeaderNames()) != 2 {
+		c.GetName() != "Connector github" || c.GetHttp().GetUrl() != "http://127.0.0.1:9/mcp" || len(c.GetHttp().GetHeaderNames()) != 2 {
 		t.Errorf("after update: %v", c)
 	}
 
@@ -242,30 +264,30 @@ func TestCreateValidation(t *testing.T) {
 		connector *connectorv1.Connector
 		field     string
 	}{
-		{"missing workspace", "", withHTTP("http://x/mcp"), "workspace_id"},
-		{"bad workspace", "a b", withHTTP("http://x/mcp"), "workspace_id"},
+		{"missing workspace", "", withHTTP("http://127.0.0.1:9/mcp"), "workspace_id"},
+		{"bad workspace", "a b", withHTTP("http://127.0.0.1:9/mcp"), "workspace_id"},
 		{"missing connector", "ws", nil, "connector"},
-		{"empty connector id", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.ConnectorId = "" }), "connector.connector_id"},
-		{"connector id with slash", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.ConnectorId = "a/b" }), "connector.connector_id"},
-		{"other workspace in body", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.WorkspaceId = "other" }), "connector.workspace_id"},
-		{"no transport", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.Transport = 0 }), "connector.transport"},
-		{"unknown transport", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.Transport = 9 }), "connector.transport"},
+		{"empty connector id", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.ConnectorId = "" }), "connector.connector_id"},
+		{"connector id with slash", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.ConnectorId = "a/b" }), "connector.connector_id"},
+		{"other workspace in body", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.WorkspaceId = "other" }), "connector.workspace_id"},
+		{"no transport", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.Transport = 0 }), "connector.transport"},
+		{"unknown transport", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.Transport = 9 }), "connector.transport"},
 		{"stdio without config", "ws", &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_STDIO}, "connector.stdio"},
 		{"stdio without command", "ws", stdio(""), "connector.stdio.command"},
 		{"stdio command with args", "ws", stdio("npx -y server"), "connector.stdio.command"},
-		{"stdio with http config", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.Transport = connectorv1.Transport_TRANSPORT_STDIO }), "connector.http"},
+		{"stdio with http config", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.Transport = connectorv1.Transport_TRANSPORT_STDIO }), "connector.http"},
 		{"http without config", "ws", &connectorv1.Connector{ConnectorId: "c", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP}, "connector.http"},
 		{"http without url", "ws", withHTTP(""), "connector.http.url"},
 		{"ftp url", "ws", withHTTP("ftp://x/mcp"), "connector.http.url"},
 		{"relative url", "ws", withHTTP("/mcp"), "connector.http.url"},
 		{"url with credentials", "ws", withHTTP("https://user:pw@x/mcp"), "connector.http.url"},
-		{"bad header name", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.GetHttp().Headers = map[string]string{"Bad Name": "v"} }), "connector.http.headers"},
-		{"negative connect timeout", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.ConnectTimeout = durationpb.New(-time.Second) }), "connector.connect_timeout"},
-		{"huge call timeout", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.CallTimeout = durationpb.New(48 * time.Hour) }), "connector.call_timeout"},
-		{"negative rate", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) {
+		{"bad header name", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.GetHttp().Headers = map[string]string{"Bad Name": "v"} }), "connector.http.headers"},
+		{"negative connect timeout", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.ConnectTimeout = durationpb.New(-time.Second) }), "connector.connect_timeout"},
+		{"huge call timeout", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.CallTimeout = durationpb.New(48 * time.Hour) }), "connector.call_timeout"},
+		{"negative rate", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) {
 			c.RateLimit = &connectorv1.RateLimit{RequestsPerSecond: -1}
 		}), "connector.rate_limit.requests_per_second"},
-		{"unknown session mode", "ws", mod(withHTTP("http://x/mcp"), func(c *connectorv1.Connector) { c.SessionMode = 7 }), "connector.session_mode"},
+		{"unknown session mode", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.SessionMode = 7 }), "connector.session_mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,7 +311,8 @@ func TestStdioCommandAllowList(t *testing.T) {
 		t.Errorf("message %q does not name STDIO_ALLOWED_COMMANDS", status.Convert(err).Message())
 	}
 
-	c.GetStdio().Command, c.GetStdio().Args = "npx", []string{"-y", "@modelcontextprotocol/server-everything"}
+	// Allowed, and absent from the machine: the registry's spawn fails at once.
+	c.GetStdio().Command, c.GetStdio().Args = "/usr/bin/mcp-server", []string{"--stdio"}
 	c.GetStdio().Env = map[string]string{"API_TOKEN": distinctive}
 	created := f.create(t, "ws", c)
 	if diff := cmp.Diff([]string{"API_TOKEN"}, created.GetStdio().GetEnvKeys()); diff != "" {
@@ -368,7 +391,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 	created := f.create(t, "ws", httpConnector("h"))
 	responses = append(responses, created)
 	stdio := &connectorv1.Connector{ConnectorId: "s", Transport: connectorv1.Transport_TRANSPORT_STDIO,
-		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "npx", Env: map[string]string{"TOKEN": distinctive}}}}
+		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "/usr/bin/mcp-server", Env: map[string]string{"TOKEN": distinctive}}}}
 	responses = append(responses, f.create(t, "ws", stdio))
 	upd, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{WorkspaceId: "ws",
 		Connector: &connectorv1.Connector{ConnectorId: "h",
@@ -439,12 +462,12 @@ func TestUpdateConnectorMask(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := update(f, t, &connectorv1.Connector{ConnectorId: "a",
-		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "https://new.example.com/mcp"}}}, "http.url")
+		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "http://127.0.0.2:9/mcp"}}}, "http.url")
 	if err != nil {
 		t.Fatal(err)
 	}
 	after, _ := f.db.GetConnector(ctx(t), "ws", "a")
-	if c.GetName() != "Renamed" || c.GetHttp().GetUrl() != "https://new.example.com/mcp" || len(c.GetHttp().GetHeaderNames()) != 2 ||
+	if c.GetName() != "Renamed" || c.GetHttp().GetUrl() != "http://127.0.0.2:9/mcp" || len(c.GetHttp().GetHeaderNames()) != 2 ||
 		!bytes.Equal(before.SealedSecrets, after.SealedSecrets) {
 		t.Errorf("after name and url updates: %v (secrets kept: %t)", c, bytes.Equal(before.SealedSecrets, after.SealedSecrets))
 	}
@@ -474,19 +497,20 @@ func TestUpdateConnectorMask(t *testing.T) {
 		})
 	}
 	unchanged, _ := f.db.GetConnector(ctx(t), "ws", "a")
-	if diff := cmp.Diff(after, unchanged); diff != "" {
+	// Health and counters move on their own as the registry tries to connect.
+	if diff := cmp.Diff(after, unchanged, cmpopts.IgnoreFields(store.Connector{}, "Health", "Counters")); diff != "" {
 		t.Errorf("invalid updates changed the row (-before +after):\n%s", diff)
 	}
 
 	// Switching transport kind replaces the connection and its secrets.
 	c, err = update(f, t, &connectorv1.Connector{ConnectorId: "a", Transport: connectorv1.Transport_TRANSPORT_STDIO,
-		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "npx", Args: []string{"-y", "srv"}}}},
+		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "/usr/bin/mcp-server", Args: []string{"srv"}}}},
 		"transport", "stdio")
 	if err != nil {
 		t.Fatal(err)
 	}
 	row, _ := f.db.GetConnector(ctx(t), "ws", "a")
-	if c.GetHttp() != nil || c.GetStdio().GetCommand() != "npx" || row.SealedSecrets != nil || row.Config.HeaderNames != nil {
+	if c.GetHttp() != nil || c.GetStdio().GetCommand() != "/usr/bin/mcp-server" || row.SealedSecrets != nil || row.Config.HeaderNames != nil {
 		t.Errorf("after switching to stdio: %v; sealed secrets %d bytes", c, len(row.SealedSecrets))
 	}
 
@@ -572,9 +596,6 @@ func TestLaterRPCsAreUnimplemented(t *testing.T) {
 	f := setup(t)
 	c := f.client
 	calls := map[string]func() error{
-		"RefreshTools":   func() error { _, err := c.RefreshTools(ctx(t), &connectorv1.RefreshToolsRequest{}); return err },
-		"CheckConnector": func() error { _, err := c.CheckConnector(ctx(t), &connectorv1.CheckConnectorRequest{}); return err },
-		"CallTool":       func() error { _, err := c.CallTool(ctx(t), &connectorv1.CallToolRequest{}); return err },
 		"QueryConnector": func() error { _, err := c.QueryConnector(ctx(t), &connectorv1.QueryConnectorRequest{}); return err },
 		"CloseSession":   func() error { _, err := c.CloseSession(ctx(t), &connectorv1.CloseSessionRequest{}); return err },
 		"StreamQueryConnector": func() error {

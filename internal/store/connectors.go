@@ -220,18 +220,16 @@ func (db *DB) SetConnectorActive(ctx context.Context, workspaceID, externalID st
 	return c, nil
 }
 
-// DeleteConnector deletes a connector and its tools. Returns
-// ErrConnectorNotFound if there is no such connector.
-func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID string) error {
-	tag, err := db.pool.Exec(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2`,
-		workspaceID, externalID)
+// DeleteConnector deletes a connector and its tools and returns the deleted
+// row's id. Returns ErrConnectorNotFound if there is no such connector.
+func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID string) (int64, error) {
+	var id int64
+	err := db.pool.QueryRow(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2 RETURNING id`,
+		workspaceID, externalID).Scan(&id)
 	if err != nil {
-		return fmt.Errorf("delete connector %q: %w", externalID, err)
+		return 0, fmt.Errorf("delete connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete connector %q: %w", externalID, ErrConnectorNotFound)
-	}
-	return nil
+	return id, nil
 }
 
 // AnySealedSecrets returns the sealed secrets of one connector that has
@@ -258,4 +256,51 @@ func connectorID(ctx context.Context, q querier, workspaceID, externalID string)
 	err := q.QueryRow(ctx, `SELECT id FROM connectors WHERE workspace_id = $1 AND external_id = $2`,
 		workspaceID, externalID).Scan(&id)
 	return id, translate(err, ErrConnectorNotFound)
+}
+
+// ActiveConnectors returns every active connector, for the registry to
+// connect at start-up.
+func (db *DB) ActiveConnectors(ctx context.Context) ([]*Connector, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+connectorColumns+` FROM connectors c WHERE c.active ORDER BY c.id`)
+	if err != nil {
+		return nil, fmt.Errorf("active connectors: %w", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Connector, error) { return scanConnector(row) })
+	if err != nil {
+		return nil, fmt.Errorf("active connectors: %w", err)
+	}
+	return cs, nil
+}
+
+// SaveHealth records a connector's connection health. It leaves updated_at
+// alone: health is not a configuration change. A deleted connector is not
+// an error.
+func (db *DB) SaveHealth(ctx context.Context, id int64, h Health) error {
+	_, err := db.pool.Exec(ctx, `
+		UPDATE connectors SET health_state = $2, last_error = $3, latency_ms = $4, checked_at = $5, protocol_version = $6
+		WHERE id = $1`,
+		id, h.State, h.LastError, h.Latency.Milliseconds(), h.CheckedAt, h.ProtocolVersion)
+	if err != nil {
+		return fmt.Errorf("save health of connector %d: %w", id, err)
+	}
+	return nil
+}
+
+// AddCounters adds d's counts to a connector's counters and moves
+// last_used_at forward to d.LastUsedAt if that is later.
+func (db *DB) AddCounters(ctx context.Context, id int64, d Counters) error {
+	_, err := db.pool.Exec(ctx, `
+		UPDATE connectors SET
+			call_count = call_count + $2, error_count = error_count + $3,
+			reconnect_count = reconnect_count + $4, reinitialize_count = reinitialize_count + $5,
+			query_count = query_count + $6, query_error_count = query_error_count + $7,
+			prompt_tokens = prompt_tokens + $8, completion_tokens = completion_tokens + $9,
+			last_used_at = greatest(last_used_at, $10)
+		WHERE id = $1`,
+		id, d.Calls, d.Errors, d.Reconnects, d.Reinitializations, d.Queries, d.QueryErrors,
+		d.PromptTokens, d.CompletionTokens, d.LastUsedAt)
+	if err != nil {
+		return fmt.Errorf("add counters of connector %d: %w", id, err)
+	}
+	return nil
 }

@@ -113,13 +113,13 @@ func TestConnectorCRUD(t *testing.T) {
 		t.Fatalf("SetConnectorActive(false) = %+v, %v", inactive, err)
 	}
 
-	if err := db.DeleteConnector(ctx, "ws1", "github"); err != nil {
-		t.Fatal(err)
+	if id, err := db.DeleteConnector(ctx, "ws1", "github"); err != nil || id != created.ID {
+		t.Fatalf("DeleteConnector = %d, %v; want %d", id, err, created.ID)
 	}
 	if _, err := db.GetConnector(ctx, "ws1", "github"); !errors.Is(err, store.ErrConnectorNotFound) {
 		t.Errorf("GetConnector after delete: err = %v, want ErrConnectorNotFound", err)
 	}
-	if err := db.DeleteConnector(ctx, "ws1", "github"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := db.DeleteConnector(ctx, "ws1", "github"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second delete: err = %v, want ErrNotFound", err)
 	}
 }
@@ -151,7 +151,8 @@ func TestWorkspaceIsolation(t *testing.T) {
 	_, checks["activate"] = db.SetConnectorActive(ctx, "ws2", "a", true)
 	_, checks["list tools"] = db.ListTools(ctx, "ws2", "a", "", 10)
 	_, checks["update tool"] = db.UpdateToolFlags(ctx, "ws2", "a", "t", nil, nil)
-	checks["delete"] = db.DeleteConnector(ctx, "ws2", "a")
+	_, checks["delete"] = db.DeleteConnector(ctx, "ws2", "a")
+	_, checks["get tool"] = db.GetTool(ctx, "ws2", "a", "t")
 	for op, err := range checks {
 		if !errors.Is(err, store.ErrConnectorNotFound) {
 			t.Errorf("%s from another workspace: err = %v, want ErrConnectorNotFound", op, err)
@@ -314,7 +315,7 @@ func TestDeleteCascadesTools(t *testing.T) {
 	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.DeleteConnector(ctx, "ws1", "a"); err != nil {
+	if _, err := db.DeleteConnector(ctx, "ws1", "a"); err != nil {
 		t.Fatal(err)
 	}
 	again := mustCreate(t, db, newConnector("ws1", "a"))
@@ -323,5 +324,60 @@ func TestDeleteCascadesTools(t *testing.T) {
 	}
 	if _, err := db.SyncTools(ctx, c.ID, nil); !errors.Is(err, store.ErrConnectorNotFound) {
 		t.Errorf("SyncTools on a deleted connector: err = %v, want ErrConnectorNotFound", err)
+	}
+}
+
+func TestHealthCountersAndActive(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	a := mustCreate(t, db, newConnector("ws1", "a"))
+	off := newConnector("ws1", "off")
+	off.Active = false
+	mustCreate(t, db, off)
+
+	active, err := db.ActiveConnectors(ctx)
+	if err != nil || len(active) != 1 || active[0].ExternalID != "a" {
+		t.Fatalf("ActiveConnectors = %v, %v; want only a", active, err)
+	}
+
+	checked := time.Now().Truncate(time.Millisecond)
+	h := store.Health{State: "ready", Latency: 42 * time.Millisecond, CheckedAt: &checked, ProtocolVersion: "2025-06-18"}
+	if err := db.SaveHealth(ctx, a.ID, h); err != nil {
+		t.Fatal(err)
+	}
+	used := time.Now().Truncate(time.Millisecond)
+	for range 2 {
+		if err := db.AddCounters(ctx, a.ID, store.Counters{Calls: 3, Errors: 1, Reinitializations: 1, LastUsedAt: &used}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.GetConnector(ctx, "ws1", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Health.State != "ready" || got.Health.Latency != 42*time.Millisecond || !got.Health.CheckedAt.Equal(checked) ||
+		got.Health.ProtocolVersion != "2025-06-18" {
+		t.Errorf("health = %+v", got.Health)
+	}
+	if c := got.Counters; c.Calls != 6 || c.Errors != 2 || c.Reinitializations != 2 || c.LastUsedAt == nil || !c.LastUsedAt.Equal(used) {
+		t.Errorf("counters = %+v", c)
+	}
+	if !got.UpdatedAt.Equal(a.UpdatedAt) {
+		t.Error("saving health or counters changed updated_at")
+	}
+}
+
+func TestGetTool(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "desc", "")}); err != nil {
+		t.Fatal(err)
+	}
+	if tool, err := db.GetTool(ctx, "ws1", "a", "t"); err != nil || tool.Description != "desc" {
+		t.Errorf("GetTool = %+v, %v", tool, err)
+	}
+	if _, err := db.GetTool(ctx, "ws1", "a", "nope"); !errors.Is(err, store.ErrToolNotFound) {
+		t.Errorf("unknown tool: err = %v, want ErrToolNotFound", err)
 	}
 }

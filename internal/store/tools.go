@@ -207,3 +207,17 @@ func sameJSON(a, b json.RawMessage) bool {
 	}
 	return reflect.DeepEqual(va, vb)
 }
+
+// GetTool returns one tool of a workspace's connector. Returns
+// ErrConnectorNotFound or ErrToolNotFound.
+func (db *DB) GetTool(ctx context.Context, workspaceID, externalID, name string) (*Tool, error) {
+	id, err := connectorID(ctx, db.pool, workspaceID, externalID)
+	if err != nil {
+		return nil, fmt.Errorf("get tool %q of %q: %w", name, externalID, err)
+	}
+	t, err := scanTool(db.pool.QueryRow(ctx, `SELECT `+toolColumns+` FROM tools t WHERE t.connector_id = $1 AND t.name = $2`, id, name))
+	if err != nil {
+		return nil, fmt.Errorf("get tool %q of %q: %w", name, externalID, translate(err, ErrToolNotFound))
+	}
+	return t, nil
+}

@@ -1,0 +1,247 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/server"
+)
+
+// testMCP is an mcp-go server over streamable HTTP on loopback that counts
+// handshakes: initialize (classic) and server/discover (2026-07).
+type testMCP struct {
+	mcp        *mcpserver.MCPServer
+	http       *httptest.Server
+	handshakes atomic.Int64
+}
+
+func newTestMCP(t *testing.T) *testMCP {
+	t.Helper()
+	m := mcpserver.NewMCPServer("test", "1.0", mcpserver.WithToolCapabilities(true))
+	readOnly := true
+	echo := mcp.NewTool("echo", mcp.WithDescription("Echoes text"), mcp.WithString("text", mcp.Required()))
+	echo.Annotations.ReadOnlyHint = &readOnly
+	m.AddTool(echo, func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(req.GetString("text", "")), nil
+	})
+	m.AddTool(mcp.NewTool("weather", mcp.WithDescription("Structured weather")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultStructured(map[string]any{"city": "Oslo", "celsius": 4}, `{"city":"Oslo","celsius":4}`), nil
+		})
+	m.AddTool(mcp.NewTool("fail", mcp.WithDescription("Always fails")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultError("it failed"), nil
+		})
+	s := &testMCP{mcp: m}
+	h := mcpserver.NewStreamableHTTPServer(m)
+	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var msg struct{ Method string }
+			if json.Unmarshal(body, &msg) == nil && (msg.Method == "initialize" || msg.Method == "server/discover") {
+				s.handshakes.Add(1)
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.http.Close)
+	return s
+}
+
+func (s *testMCP) url() string { return s.http.URL + "/mcp" }
+
+func mcpConnector(id, url string) *connectorv1.Connector {
+	return &connectorv1.Connector{ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: url}}}
+}
+
+// waitReady waits until the connector is READY with its tools synced.
+func (f *fixture) waitReady(t *testing.T, ws, id string) *connectorv1.Connector {
+	t.Helper()
+	var c *connectorv1.Connector
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: ws, ConnectorId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = resp.GetConnector()
+		if c.GetHealth().GetState() == connectorv1.ConnectorState_CONNECTOR_STATE_READY && c.GetToolCount() > 0 {
+			return c
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("connector %s never became READY with tools; last: %v", id, c.GetHealth())
+	return nil
+}
+
+func (f *fixture) call(t *testing.T, ws, id, tool string, args map[string]any) (*connectorv1.CallToolResponse, error) {
+	st, err := structpb.NewStruct(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: ws, ConnectorId: id, ToolName: tool, Arguments: st})
+}
+
+func TestCallToolOverPersistentSession(t *testing.T) {
+	f := setup(t)
+	srv := newTestMCP(t)
+	f.create(t, "ws", mcpConnector("m", srv.url()))
+	c := f.waitReady(t, "ws", "m")
+	if c.GetToolCount() != 3 || c.GetHealth().GetProtocolVersion() == "" {
+		t.Errorf("ready connector: tool_count=%d protocol=%q", c.GetToolCount(), c.GetHealth().GetProtocolVersion())
+	}
+
+	for range 20 {
+		resp, err := f.call(t, "ws", "m", "echo", map[string]any{"text": "hi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetIsError() || resp.GetContent()[0].GetText().GetText() != "hi" {
+			t.Fatalf("echo = %v", resp)
+		}
+	}
+	if n := srv.handshakes.Load(); n != 1 {
+		t.Errorf("server saw %d handshakes for 20 calls, want 1", n)
+	}
+
+	resp, err := f.call(t, "ws", "m", "weather", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetStructuredContent().GetFields()["city"].GetStringValue(); got != "Oslo" {
+		t.Errorf("structured content = %v", resp.GetStructuredContent())
+	}
+	resp, err = f.call(t, "ws", "m", "fail", nil)
+	if err != nil || !resp.GetIsError() || resp.GetContent()[0].GetText().GetText() != "it failed" {
+		t.Errorf("fail tool = %v, %v; want is_error", resp, err)
+	}
+
+	_, err = f.call(t, "ws", "m", "nope", nil)
+	wantStatus(t, err, codes.NotFound, server.ReasonToolNotFound, "")
+
+	no := false
+	if _, err := f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "echo", Enabled: &no}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.call(t, "ws", "m", "echo", map[string]any{"text": "x"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonToolDisabled, "")
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, _ := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
+		// 20 echo, weather and fail reach the server; the unknown and the
+		// disabled tool are refused before.
+		if n := got.GetConnector().GetCounters().GetCallCount(); n == 22 {
+			if got.GetConnector().GetCounters().GetErrorCount() < 1 || got.GetConnector().GetCounters().GetLastUsedTime() == nil {
+				t.Errorf("counters = %v; want the failed call counted and a last-used time", got.GetConnector().GetCounters())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("call_count never reached 22: %v", got.GetConnector().GetCounters())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLifecycleDrivesConnections(t *testing.T) {
+	f := setup(t)
+	srv := newTestMCP(t)
+	f.create(t, "ws", mcpConnector("m", srv.url()))
+	f.waitReady(t, "ws", "m")
+
+	if _, err := f.client.DeactivateConnector(ctx(t), &connectorv1.DeactivateConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.call(t, "ws", "m", "echo", map[string]any{"text": "x"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonConnectorInactive, "")
+	check, err := f.client.CheckConnector(ctx(t), &connectorv1.CheckConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
+	if err != nil || check.GetHealth().GetState() != connectorv1.ConnectorState_CONNECTOR_STATE_INACTIVE {
+		t.Errorf("CheckConnector on an inactive connector = %v, %v", check, err)
+	}
+
+	if _, err := f.client.ActivateConnector(ctx(t), &connectorv1.ActivateConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.call(t, "ws", "m", "echo", map[string]any{"text": "back"}); err != nil {
+		t.Fatalf("call after activate: %v", err)
+	}
+
+	// A new URL: the new server gets the calls.
+	other := newTestMCP(t)
+	_, err = f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{WorkspaceId: "ws",
+		Connector:  mcpConnector("m", other.url()),
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"http.url"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.call(t, "ws", "m", "echo", map[string]any{"text": "moved"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := other.handshakes.Load(); n != 1 {
+		t.Errorf("the new server saw %d handshakes, want 1", n)
+	}
+
+	if _, err := f.client.DeleteConnector(ctx(t), &connectorv1.DeleteConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.reg.Has(1) {
+		t.Error("the registry still holds the deleted connector")
+	}
+}
+
+func TestRefreshAndCheck(t *testing.T) {
+	f := setup(t)
+	srv := newTestMCP(t)
+	f.create(t, "ws", mcpConnector("m", srv.url()))
+	f.waitReady(t, "ws", "m")
+
+	check, err := f.client.CheckConnector(ctx(t), &connectorv1.CheckConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
+	if err != nil || check.GetHealth().GetState() != connectorv1.ConnectorState_CONNECTOR_STATE_READY || check.GetHealth().GetCheckTime() == nil {
+		t.Fatalf("CheckConnector = %v, %v", check, err)
+	}
+
+	// Add a tool without a list_changed notification reaching us first:
+	// RefreshTools reports it either way.
+	srv.mcp.AddTool(mcp.NewTool("late", mcp.WithDescription("Added later")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("ok"), nil
+		})
+	refresh, err := f.client.RefreshTools(ctx(t), &connectorv1.RefreshToolsRequest{WorkspaceId: "ws", ConnectorId: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range refresh.GetTools() {
+		names = append(names, tool.GetName())
+	}
+	if !slices.Equal(names, []string{"echo", "fail", "late", "weather"}) {
+		t.Errorf("catalog after refresh = %v", names)
+	}
+
+	srv.http.CloseClientConnections()
+	srv.http.Close()
+	start := time.Now()
+	_, err = f.call(t, "ws", "m", "fail", nil)
+	wantStatus(t, err, codes.Unavailable, server.ReasonConnectorUnavailable, "")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("a call to a dead server took %v", d)
+	}
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+var _ registry.ConnectorSource = (*Source)(nil)
+
+// Source lets the registry read connectors from the store (secrets opened
+// in memory) and write back health, tool catalogs and counters.
+type Source struct {
+	db     *store.DB
+	box    *secret.Box
+	logger *slog.Logger
+}
+
+// NewSource returns the registry's view of db.
+func NewSource(db *store.DB, box *secret.Box, logger *slog.Logger) *Source {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Source{db: db, box: box, logger: logger}
+}
+
+// ActiveConnectors implements registry.ConnectorSource. A connector whose
+// secrets do not open is left out, logged, and marked in its health.
+func (s *Source) ActiveConnectors(ctx context.Context) ([]registry.Spec, error) {
+	cs, err := s.db.ActiveConnectors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]registry.Spec, 0, len(cs))
+	for _, c := range cs {
+		spec, err := s.spec(c)
+		if err != nil {
+			s.logger.ErrorContext(ctx, "connector not loaded", append(connectorAttrs(c), slog.String("error", err.Error()))...)
+			now := time.Now()
+			_ = s.db.SaveHealth(ctx, c.ID, store.Health{State: string(registry.StateError), LastError: err.Error(), CheckedAt: &now})
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+// spec is what the registry needs to connect c, secrets included.
+func (s *Source) spec(c *store.Connector) (registry.Spec, error) {
+	vals, err := s.box.Open(c.SealedSecrets, SealContext(c.WorkspaceID, c.ExternalID))
+	if err != nil {
+		return registry.Spec{}, fmt.Errorf("open secrets of %q: %w", c.ExternalID, err)
+	}
+	return registry.Spec{
+		ID:             c.ID,
+		WorkspaceID:    c.WorkspaceID,
+		ConnectorID:    c.ExternalID,
+		Transport:      c.Transport,
+		URL:            c.Config.URL,
+		Headers:        vals.Headers,
+		Command:        c.Config.Command,
+		Args:           c.Config.Args,
+		Env:            vals.Env,
+		ConnectTimeout: time.Duration(c.Config.ConnectTimeout),
+		CallTimeout:    time.Duration(c.Config.CallTimeout),
+	}, nil
+}
+
+// SyncTools implements registry.ConnectorSource.
+func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (registry.ToolChanges, error) {
+	specs := make([]store.ToolSpec, 0, len(tools))
+	for _, t := range tools {
+		spec, err := toolSpec(t)
+		if err != nil {
+			return registry.ToolChanges{}, err
+		}
+		specs = append(specs, spec)
+	}
+	res, err := s.db.SyncTools(ctx, id, specs)
+	if err != nil {
+		return registry.ToolChanges{}, err
+	}
+	return registry.ToolChanges{Added: res.Added, Removed: res.Removed, Changed: res.Changed}, nil
+}
+
+// toolSpec reads a tool's schema and hints from its wire form, which also
+// covers tools whose schema mcp-go keeps raw.
+func toolSpec(t mcp.Tool) (store.ToolSpec, error) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return store.ToolSpec{}, fmt.Errorf("tool %q: %w", t.Name, err)
+	}
+	var wire struct {
+		InputSchema json.RawMessage       `json:"inputSchema"`
+		Annotations store.ToolAnnotations `json:"annotations"`
+	}
+	if err := json.Unmarshal(b, &wire); err != nil {
+		return store.ToolSpec{}, fmt.Errorf("tool %q: %w", t.Name, err)
+	}
+	return store.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: wire.InputSchema, Annotations: wire.Annotations}, nil
+}
+
+// SaveHealth implements registry.ConnectorSource.
+func (s *Source) SaveHealth(ctx context.Context, id int64, h registry.Health) error {
+	checked := h.CheckedAt
+	return s.db.SaveHealth(ctx, id, store.Health{
+		State: string(h.State), LastError: h.LastError, Latency: h.Latency, CheckedAt: &checked, ProtocolVersion: h.ProtocolVersion,
+	})
+}
+
+// AddUsage implements registry.ConnectorSource.
+func (s *Source) AddUsage(ctx context.Context, id int64, u registry.Usage) error {
+	d := store.Counters{Calls: u.Calls, Errors: u.Errors, Reconnects: u.Reconnects, Reinitializations: u.Reinitializations}
+	if !u.LastUsed.IsZero() {
+		d.LastUsedAt = &u.LastUsed
+	}
+	return s.db.AddCounters(ctx, id, d)
+}
