@@ -14,9 +14,12 @@ run: .dev/secret_key
 .dev/secret_key:
 	@mkdir -p .dev && umask 077 && head -c 32 /dev/urandom | base64 > $@
 
-## test: start Postgres if needed, then every test under the race detector.
+## test: start Postgres if needed, install the reference MCP server for the
+## interop tests (they skip loudly without it, except under CI=true), then
+## every test under the race detector.
 test:
 	@scripts/ensure-postgres.sh
+	@scripts/install-mcp-everything.sh || echo "!!! could not install the reference MCP server; interop tests will skip" >&2
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 ## lint: gofmt, go vet and buf lint.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ import (
 type conn struct {
 	reg  *Registry
 	spec Spec
+	// hc is the connector's HTTP connection pool, kept across sessions.
+	hc *http.Client
 
 	mu        sync.Mutex
 	sess      *session // nil while down
@@ -56,7 +59,8 @@ type usage struct {
 }
 
 func newConn(reg *Registry, spec Spec) *conn {
-	return &conn{reg: reg, spec: spec, health: Health{State: StateConnecting}}
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	return &conn{reg: reg, spec: spec, hc: hc, health: Health{State: StateConnecting}}
 }
 
 // current returns the live session, joining the first connect if it is
@@ -144,7 +148,7 @@ func (c *conn) open(ctx context.Context) (*session, string, []mcp.Tool, error) {
 	if legacy {
 		opts = append(opts, client.WithLegacyProtocolOnly())
 	}
-	s, err := newSession(c.reg.life, c.spec, opts, c.spec.ConnectTimeout)
+	s, err := newSession(c.reg.life, c.spec, c.hc, opts, c.spec.ConnectTimeout)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -306,33 +310,37 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, retry
 	}
 	epoch := c.epoch.Load()
 	res, err = callTool(ctx, s, name, args)
-	lost := isSessionLost(err)
-	switch {
-	case err == nil || ctx.Err() != nil:
+	if err == nil || ctx.Err() != nil {
 		return res, err
-	case lost && c.canReinitialize():
-		if rerr := c.reinitialize(s, gen, epoch); rerr != nil {
-			c.fail(rerr)
-			return nil, unavailable(rerr)
+	}
+	lost := isSessionLost(err)
+	if lost && c.canReinitialize() {
+		rerr := c.reinitialize(s, gen, epoch)
+		if rerr == nil {
+			return callTool(ctx, s, name, args)
 		}
-		return callTool(ctx, s, name, args)
-	case lost || isConnectionBroken(err):
-		c.fail(c.withStderr(s, err))
-		// A request refused for its session never ran; one that broke
-		// mid-flight may have, so only retry-safe tools run again.
-		if !lost && !retrySafe {
-			return nil, unavailable(err)
-		}
-		if err := c.connectShared(ctx); err != nil {
-			return nil, unavailable(err)
-		}
-		if s, _, err = c.current(ctx); err != nil {
-			return nil, err
-		}
-		return callTool(ctx, s, name, args)
-	default:
+		// The server refused a new handshake on this transport: mcp-go
+		// clears a dead session id only on a 404, and servers that answer
+		// 400 (the TypeScript SDK) then reject the stale id. A new client on
+		// the same connection pool starts clean.
+		err = rerr
+	}
+	if !lost && !isConnectionBroken(err) {
 		return nil, err
 	}
+	c.fail(c.withStderr(s, err))
+	// A request refused for its session never ran; one that broke
+	// mid-flight may have, so only retry-safe tools run again.
+	if !lost && !retrySafe {
+		return nil, unavailable(err)
+	}
+	if err := c.connectShared(ctx); err != nil {
+		return nil, unavailable(err)
+	}
+	if s, _, err = c.current(ctx); err != nil {
+		return nil, err
+	}
+	return callTool(ctx, s, name, args)
 }
 
 func callTool(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
@@ -454,15 +462,13 @@ func (c *conn) snapshot() Health {
 	return c.health
 }
 
-// close marks the conn closed and closes its session.
+// close marks the conn closed and closes its session and idle HTTP
+// connections.
 func (c *conn) close() {
-	c.mu.Lock()
-	s := c.sess
-	c.sess, c.closed = nil, true
-	c.mu.Unlock()
-	if s != nil {
+	if s := c.sessionForClose(); s != nil {
 		s.close(c.reg.cfg.CloseGrace)
 	}
+	c.hc.CloseIdleConnections()
 }
 
 func (c *conn) attrs() []attribute.KeyValue {

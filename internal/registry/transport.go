@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -35,8 +36,10 @@ type session struct {
 }
 
 // newSession builds the transport for spec and starts it; the client is not
-// initialized yet. life bounds the transport's background streams.
-func newSession(life context.Context, spec Spec, opts []client.ClientOption, startTimeout time.Duration) (*session, error) {
+// initialized yet. life bounds the transport's background streams. HTTP
+// transports use hc, the connector's own connection pool, which outlives
+// any one session.
+func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration) (*session, error) {
 	ctx, cancel := context.WithCancel(life)
 	s := &session{cancel: cancel}
 	var tr transport.Interface
@@ -46,14 +49,14 @@ func newSession(life context.Context, spec Spec, opts []client.ClientOption, sta
 		tr = transport.NewStdioWithOptions(spec.Command, envList(spec.Env), spec.Args,
 			transport.WithCommandFunc(s.proc.command))
 	case TransportSSE:
-		sse, err := transport.NewSSE(spec.URL, transport.WithHeaders(spec.Headers))
+		sse, err := transport.NewSSE(spec.URL, transport.WithHeaders(spec.Headers), transport.WithHTTPClient(hc))
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("sse transport: %w", err)
 		}
 		tr = sse
 	case TransportStreamableHTTP:
-		h, err := transport.NewStreamableHTTP(spec.URL, transport.WithHTTPHeaders(spec.Headers))
+		h, err := transport.NewStreamableHTTP(spec.URL, transport.WithHTTPHeaders(spec.Headers), transport.WithHTTPBasicClient(hc))
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("streamable http transport: %w", err)

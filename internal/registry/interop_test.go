@@ -1,0 +1,178 @@
+package registry_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/connector-svc/connector-svc/internal/registry"
+)
+
+// The reference TypeScript server, installed by scripts/install-mcp-everything.sh
+// (run by .ci/run) into .tools/npm.
+const everythingVersion = "2026.8.31"
+
+// everythingJS returns the server's entry point, skipping the test loudly if
+// it is not installed (failing under CI).
+func everythingJS(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("MCP_EVERYTHING_JS")
+	if path == "" {
+		path, _ = filepath.Abs("../../.tools/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+	}
+	_, statErr := os.Stat(path)
+	_, nodeErr := exec.LookPath("node")
+	if statErr == nil && nodeErr == nil {
+		return path
+	}
+	msg := fmt.Sprintf("the reference MCP server @modelcontextprotocol/server-everything@%s is not installed at %s "+
+		"(or node is missing); run scripts/install-mcp-everything.sh", everythingVersion, path)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	fmt.Fprintln(os.Stderr, "\n!!! SKIPPING: "+msg)
+	t.Skip(msg)
+	return ""
+}
+
+// tsServer runs the TypeScript server over an HTTP transport on a port.
+type tsServer struct {
+	t         *testing.T
+	js, mode  string
+	port      int
+	cmd       *exec.Cmd
+	stderrLog *strings.Builder
+}
+
+func startTSServer(t *testing.T, mode string) *tsServer {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	s := &tsServer{t: t, js: everythingJS(t), mode: mode, port: port}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *tsServer) start() {
+	s.t.Helper()
+	s.cmd = exec.Command("node", s.js, s.mode)
+	s.cmd.Env = append(os.Environ(), fmt.Sprint("PORT=", s.port))
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.stderrLog = &strings.Builder{}
+	s.cmd.Stderr = s.stderrLog
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	waitFor(s.t, "the TypeScript server to listen", func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprint("127.0.0.1:", s.port), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+func (s *tsServer) stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+func (s *tsServer) restart() {
+	s.stop()
+	s.start()
+}
+
+func (s *tsServer) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", s.port, path) }
+
+func tsEcho(t *testing.T, reg *registry.Registry, id int64, msg string) error {
+	t.Helper()
+	res, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"message": msg})
+	if err != nil {
+		return err
+	}
+	if got := text(t, res); got != "Echo: "+msg {
+		t.Fatalf("echo = %q", got)
+	}
+	return nil
+}
+
+func TestInteropTypeScriptStdio(t *testing.T) {
+	js := everythingJS(t)
+	spec := registry.Spec{ID: 1, WorkspaceID: "ws", ConnectorID: "everything", Transport: registry.TransportStdio,
+		Command: "node", Args: []string{js, "stdio"}, ConnectTimeout: 30 * time.Second, CallTimeout: 30 * time.Second}
+	src := newSource(spec)
+	reg := run(t, src, testConfig())
+	for i := range 5 {
+		if err := tsEcho(t, reg, 1, fmt.Sprint("stdio ", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tools := src.toolNames(1); len(tools) < 5 || !strings.Contains(strings.Join(tools, ","), "echo") {
+		t.Errorf("synced tools = %v", tools)
+	}
+	if h, _ := reg.Health(1); h.State != registry.StateReady || h.ProtocolVersion == "" {
+		t.Errorf("health = %+v", h)
+	}
+}
+
+func TestInteropTypeScriptStreamableHTTPRestart(t *testing.T) {
+	srv := startTSServer(t, "streamableHttp")
+	src := newSource(httpSpec(1, srv.url("/mcp")))
+	cfg := testConfig()
+	cfg.HealthInterval = time.Hour // only calls touch the session
+	reg := run(t, src, cfg)
+	if err := tsEcho(t, reg, 1, "before"); err != nil {
+		t.Fatal(err)
+	}
+	// A new process knows nothing of our session id: it answers 400 with
+	// -32000 "No valid session ID provided", and the call must still work.
+	// mcp-go keeps the stale id after a 400 (it clears it only on a 404), so
+	// the server refuses a re-initialize on that transport too; the registry
+	// then starts one new client on the same connection pool.
+	srv.restart()
+	if err := tsEcho(t, reg, 1, "after restart"); err != nil {
+		t.Fatalf("call after restart: %v", err)
+	}
+	waitFor(t, "exactly one new session", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.usage[1].Reconnects == 1
+	})
+	for i := range 5 {
+		if err := tsEcho(t, reg, 1, fmt.Sprint("again ", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if u := src.usage[1]; u.Reconnects+u.Reinitializations != 1 {
+		t.Errorf("usage = %+v; want one new session in all", u)
+	}
+}
+
+func TestInteropTypeScriptSSERestart(t *testing.T) {
+	srv := startTSServer(t, "sse")
+	spec := httpSpec(1, srv.url("/sse"))
+	spec.Transport = registry.TransportSSE
+	reg := run(t, newSource(spec), testConfig())
+	if err := tsEcho(t, reg, 1, "before"); err != nil {
+		t.Fatal(err)
+	}
+	srv.restart()
+	waitFor(t, "the SSE connector to work again", func() bool { return tsEcho(t, reg, 1, "after") == nil })
+}
