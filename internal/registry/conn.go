@@ -44,6 +44,7 @@ type conn struct {
 	legacy    bool // the server answered only the initialize handshake
 	tools     []mcp.Tool
 	toolsHash string
+	disabled  map[string]bool // operators' switched-off tools; nil until synced
 
 	flight singleflight.Group
 	// epoch counts re-initializes; a caller reads it before its request so
@@ -101,6 +102,11 @@ func (c *conn) connectShared(ctx context.Context) error {
 // previous session afterwards. On failure the connector goes down and the
 // next try is scheduled with backoff.
 func (c *conn) connect() (err error) {
+	// Runs in singleflight's goroutine: register it so shutdown waits.
+	if !c.reg.enter() {
+		return ErrClosed
+	}
+	defer c.reg.bg.Done()
 	ctx, span := c.reg.tracer.Start(c.reg.life, "mcp.connect", trace.WithAttributes(c.attrs()...))
 	defer func() { endSpan(span, err) }()
 	ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
@@ -438,6 +444,13 @@ func (c *conn) syncTools(ctx context.Context, tools []mcp.Tool, force bool) (Too
 		c.mu.Unlock()
 		return ToolChanges{}, err
 	}
+	disabled := make(map[string]bool, len(changes.Disabled))
+	for _, name := range changes.Disabled {
+		disabled[name] = true
+	}
+	c.mu.Lock()
+	c.disabled = disabled
+	c.mu.Unlock()
 	if !changes.Empty() {
 		c.reg.logger.Info("tool catalog synced", append(c.logAttrs(), slog.Any("added", changes.Added),
 			slog.Any("removed", changes.Removed), slog.Any("changed", changes.Changed))...)

@@ -63,9 +63,11 @@ type Usage struct {
 	LastUsed                                     time.Time // zero if unused
 }
 
-// ToolChanges says what a catalog sync changed.
+// ToolChanges says what a catalog sync changed, and which tools operators
+// have disabled after it.
 type ToolChanges struct {
 	Added, Removed, Changed []string
+	Disabled                []string
 }
 
 // Empty reports whether nothing changed.
@@ -130,9 +132,11 @@ type Registry struct {
 	life   context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	conns  map[int64]*conn
-	loaded bool
+	mu       sync.Mutex
+	conns    map[int64]*conn
+	byRef    map[ref]int64
+	loaded   bool
+	stopping bool // set by shutdown: no new background work
 
 	wake chan struct{}
 	sem  chan struct{}
@@ -150,6 +154,7 @@ func New(source ConnectorSource, cfg Config, logger *slog.Logger) *Registry {
 		source: source, cfg: cfg, logger: logger, tracer: otel.Tracer("connector-svc/registry"),
 		life: life, cancel: cancel,
 		conns: make(map[int64]*conn),
+		byRef: make(map[ref]int64),
 		wake:  make(chan struct{}, 1),
 		sem:   make(chan struct{}, cfg.Concurrency),
 	}
@@ -223,7 +228,9 @@ func (r *Registry) schedule() {
 		if !due {
 			continue
 		}
-		r.bg.Add(1)
+		if !r.enter() {
+			return
+		}
 		go func() {
 			defer r.bg.Done()
 			select {
@@ -250,13 +257,72 @@ func (r *Registry) snapshot() []*conn {
 	return out
 }
 
+// ref is how callers name a connector.
+type ref struct{ workspaceID, connectorID string }
+
+// put holds c as the connection of its connector and returns the one it
+// replaces, if any. r.mu must be held.
+func (r *Registry) put(c *conn) *conn {
+	old := r.conns[c.spec.ID]
+	if old != nil {
+		delete(r.byRef, ref{old.spec.WorkspaceID, old.spec.ConnectorID})
+	}
+	r.conns[c.spec.ID] = c
+	r.byRef[ref{c.spec.WorkspaceID, c.spec.ConnectorID}] = c.spec.ID
+	return old
+}
+
+// Lookup returns the id of a workspace's connector if the registry holds
+// it, that is if it is active.
+func (r *Registry) Lookup(workspaceID, connectorID string) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.byRef[ref{workspaceID, connectorID}]
+	return id, ok
+}
+
+// ToolState says whether connector id's catalog, as last synced, has the
+// tool, and whether operators left it enabled.
+func (r *Registry) ToolState(id int64, name string) (known, enabled bool) {
+	c, err := r.get(id)
+	if err != nil {
+		return false, false
+	}
+	if _, ok := c.tool(name); !ok {
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.disabled == nil {
+		return false, false // not synced with the store yet
+	}
+	return true, !c.disabled[name]
+}
+
+// SetToolEnabled records an operator's change of a tool's enabled flag.
+func (r *Registry) SetToolEnabled(id int64, name string, enabled bool) {
+	c, err := r.get(id)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.disabled == nil {
+		return
+	}
+	if enabled {
+		delete(c.disabled, name)
+	} else {
+		c.disabled[name] = true
+	}
+}
+
 // Add starts keeping a connection for spec; the loop connects it soon. A
 // connector already held is replaced (see Replace).
 func (r *Registry) Add(spec Spec) {
 	c := newConn(r, spec)
 	r.mu.Lock()
-	old := r.conns[spec.ID]
-	r.conns[spec.ID] = c
+	old := r.put(c)
 	r.mu.Unlock()
 	if old != nil {
 		r.closeLater(old.sessionForClose())
@@ -273,8 +339,7 @@ func (r *Registry) Replace(ctx context.Context, spec Spec) {
 	c := newConn(r, spec)
 	_ = c.connectShared(ctx)
 	r.mu.Lock()
-	old := r.conns[spec.ID]
-	r.conns[spec.ID] = c
+	old := r.put(c)
 	r.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -288,6 +353,9 @@ func (r *Registry) Remove(id int64) {
 	r.mu.Lock()
 	c := r.conns[id]
 	delete(r.conns, id)
+	if c != nil {
+		delete(r.byRef, ref{c.spec.WorkspaceID, c.spec.ConnectorID})
+	}
 	r.mu.Unlock()
 	if c != nil {
 		c.close()
@@ -391,9 +459,23 @@ func (r *Registry) poke() {
 	}
 }
 
+// enter registers background work that shutdown must wait for; it
+// returns false once shutdown has begun. Pair a true with r.bg.Done().
+func (r *Registry) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping {
+		return false
+	}
+	r.bg.Add(1)
+	return true
+}
+
 // refreshLater re-syncs c's catalog after a tools/list_changed notification.
 func (r *Registry) refreshLater(c *conn) {
-	r.bg.Add(1)
+	if !r.enter() {
+		return
+	}
 	go func() {
 		defer r.bg.Done()
 		ctx, cancel := context.WithTimeout(r.life, r.cfg.HealthTimeout)
@@ -409,7 +491,10 @@ func (r *Registry) closeLater(s *session) {
 	if s == nil {
 		return
 	}
-	r.bg.Add(1)
+	if !r.enter() {
+		s.close(r.cfg.CloseGrace) // shutting down: close it here
+		return
+	}
 	go func() {
 		defer r.bg.Done()
 		s.close(r.cfg.CloseGrace)
@@ -447,7 +532,8 @@ func (r *Registry) reportUsage(ctx context.Context) {
 func (r *Registry) shutdown() {
 	r.mu.Lock()
 	conns := r.conns
-	r.conns = map[int64]*conn{}
+	r.conns, r.byRef = map[int64]*conn{}, map[ref]int64{}
+	r.stopping = true
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {

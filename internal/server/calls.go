@@ -41,20 +41,12 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
-	}
-	tool, err := s.db.GetTool(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
-	if err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	if !tool.Enabled {
-		return nil, s.toStatus(ctx, newStatus(codes.FailedPrecondition, ReasonToolDisabled,
-			"tool is disabled; enable it with UpdateTool"))
 	}
 	start := time.Now()
-	res, err := s.reg.CallTool(ctx, c.ID, req.GetToolName(), req.GetArguments().AsMap())
+	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -62,6 +54,37 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 	resp.Duration = durationpb.New(time.Since(start))
 	return resp, nil
 }
+
+// callable returns the registry id of an active connector whose tool may
+// be called. On the hot path the registry answers from memory: it holds
+// exactly the active connectors and their synced catalog with the
+// operators' flags. Anything it does not know goes to the store, which
+// gives the precise error.
+func (s *Server) callable(ctx context.Context, workspaceID, connectorID, tool string) (int64, error) {
+	id, ok := s.reg.Lookup(workspaceID, connectorID)
+	if ok {
+		if known, enabled := s.reg.ToolState(id, tool); known {
+			if !enabled {
+				return 0, errToolDisabled
+			}
+			return id, nil
+		}
+	}
+	c, err := s.activeConnector(ctx, workspaceID, connectorID)
+	if err != nil {
+		return 0, err
+	}
+	t, err := s.db.GetTool(ctx, workspaceID, connectorID, tool)
+	if err != nil {
+		return 0, err
+	}
+	if !t.Enabled {
+		return 0, errToolDisabled
+	}
+	return c.ID, nil
+}
+
+var errToolDisabled = newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
 
 // RefreshTools implements connector.v1.ConnectorService.
 func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshToolsRequest) (*connectorv1.RefreshToolsResponse, error) {

@@ -88,7 +88,7 @@ func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (reg
 	if err != nil {
 		return registry.ToolChanges{}, err
 	}
-	return registry.ToolChanges{Added: res.Added, Removed: res.Removed, Changed: res.Changed}, nil
+	return registry.ToolChanges{Added: res.Added, Removed: res.Removed, Changed: res.Changed, Disabled: res.Disabled}, nil
 }
 
 // toolSpec reads a tool's schema and hints from its wire form, which also

@@ -47,6 +47,7 @@ func (s *Server) UpdateTool(ctx context.Context, req *connectorv1.UpdateToolRequ
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	s.reg.SetToolEnabled(t.ConnectorID, t.Name, t.Enabled)
 	s.logger.InfoContext(ctx, "tool updated",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()),
 		slog.String("tool", t.Name), slog.Bool("enabled", t.Enabled), slog.Bool("requires_approval", t.RequiresApproval))

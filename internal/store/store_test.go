@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,7 +253,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.SyncResult{Added: []string{"new"}, Removed: []string{"gone"}, Changed: []string{"add", "echo"}}
+	want := store.SyncResult{Added: []string{"new"}, Removed: []string{"gone"}, Changed: []string{"add", "echo"}, Disabled: []string{"echo"}}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("second sync (-want +got):\n%s", diff)
 	}
@@ -269,8 +270,8 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 	}
 
 	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")})
-	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed) != 0 {
-		t.Errorf("unchanged sync = %+v, %v; want no changes", res, err)
+	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed) != 0 || !slices.Equal(res.Disabled, []string{"echo"}) {
+		t.Errorf("unchanged sync = %+v, %v; want no changes and echo disabled", res, err)
 	}
 }
 

@@ -41,9 +41,11 @@ type ToolSpec struct {
 	Annotations ToolAnnotations
 }
 
-// SyncResult says what a SyncTools changed, each list sorted by name.
+// SyncResult says what a SyncTools changed, each list sorted by name, and
+// which tools are disabled after it.
 type SyncResult struct {
 	Added, Removed, Changed []string
+	Disabled                []string
 }
 
 const toolColumns = `t.connector_id, t.name, t.description, t.input_schema, t.annotations,
@@ -137,7 +139,18 @@ func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec
 				connectorID, s.Name, s.Description, schemaOrEmpty(s.InputSchema), s.Annotations, !cfg.DisableNewTools)
 		}
 		batch.Queue(`DELETE FROM tools WHERE connector_id = $1 AND NOT (name = ANY($2))`, connectorID, names)
-		return tx.SendBatch(ctx, batch).Close()
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT name FROM tools WHERE connector_id = $1 AND NOT enabled ORDER BY name`, connectorID)
+		if err != nil {
+			return err
+		}
+		disabled, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if len(disabled) > 0 {
+			res.Disabled = disabled
+		}
+		return err
 	})
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("sync tools of connector %d: %w", connectorID, err)

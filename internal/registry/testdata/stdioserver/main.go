@@ -4,10 +4,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +25,7 @@ func main() {
 	stubborn := flag.Bool("stubborn", false, "ignore SIGTERM and keep running after stdin closes")
 	child := flag.Bool("child", false, "start a child process (sleep) in the same process group")
 	pidfile := flag.String("pidfile", "", "append this process's pid, and the child's, to this file")
+	httpAddr := flag.String("http", "", "serve streamable HTTP (classic sessions) on this address instead of stdio")
 	flag.Parse()
 
 	if *stubborn {
@@ -63,6 +68,9 @@ func main() {
 		return nil, nil
 	})
 
+	if *httpAddr != "" {
+		log.Fatal(http.ListenAndServe(*httpAddr, legacyOnly(server.NewStreamableHTTPServer(s))))
+	}
 	err := server.NewStdioServer(s).Listen(context.Background(), os.Stdin, os.Stdout)
 	if *stubborn {
 		select {} // a server that does not exit when its client goes
@@ -70,4 +78,25 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// legacyOnly answers the 2026-07 server/discover probe with "method not
+// found", so clients use classic sessions, as most deployed servers do.
+func legacyOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var msg struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if json.Unmarshal(body, &msg) == nil && msg.Method == "server/discover" {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"Method not found"}}`, msg.ID)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -1,0 +1,236 @@
+package registry_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/registry"
+)
+
+// Benchmarks compare, in one run, what a chat backend pays today (a fresh
+// MCP client per call) with the registry's persistent session, and measure
+// the registry under concurrency and at start-up. Run them with `make bench`.
+
+// freshCall is today's pattern: connect, initialize, call, close.
+func freshCall(ctx context.Context, tr transport.Interface) error {
+	c := client.NewClient(tr, client.WithLegacyProtocolOnly())
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	var init mcp.InitializeRequest
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		return err
+	}
+	var req mcp.CallToolRequest
+	req.Params.Name = "echo"
+	req.Params.Arguments = map[string]any{"text": "hi"}
+	_, err := c.CallTool(ctx, req)
+	return err
+}
+
+func benchPersistent(b *testing.B, spec registry.Spec) {
+	reg := registry.New(newSource(spec), registry.Config{HealthInterval: time.Hour}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := reg.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	args := map[string]any{"text": "hi"}
+	if _, err := reg.CallTool(ctx, spec.ID, "echo", args); err != nil { // connect outside the timer
+		b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		if _, err := reg.CallTool(ctx, spec.ID, "echo", args); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(p(0.50), "p50-µs")
+	b.ReportMetric(p(0.99), "p99-µs")
+}
+
+// startHTTPServerProcess runs the test server's streamable-HTTP mode in its
+// own process, so its memory and CPU are not the registry's.
+func startHTTPServerProcess(b testing.TB) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	cmd := exec.Command(stdioServer, "-http", addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return "http://" + addr + "/mcp"
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the HTTP test server did not listen: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func BenchmarkCallStdio(b *testing.B) {
+	b.Run("fresh-client-per-call", func(b *testing.B) {
+		ctx := context.Background()
+		for b.Loop() {
+			if err := freshCall(ctx, transport.NewStdio(stdioServer, nil)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("persistent", func(b *testing.B) { benchPersistent(b, stdioSpec(1)) })
+}
+
+func BenchmarkCallStreamableHTTP(b *testing.B) {
+	url := startHTTPServerProcess(b)
+	b.Run("fresh-client-per-call", func(b *testing.B) {
+		ctx := context.Background()
+		for b.Loop() {
+			// A fresh client has its own connections, as a per-query client does.
+			hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+			tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := freshCall(ctx, tr); err != nil {
+				b.Fatal(err)
+			}
+			hc.CloseIdleConnections()
+		}
+	})
+	b.Run("persistent", func(b *testing.B) { benchPersistent(b, httpSpec(1, url)) })
+}
+
+// BenchmarkConcurrentCallers runs b.N calls from 64 goroutines on one
+// connector and reports throughput, tail latency and errors.
+func BenchmarkConcurrentCallers(b *testing.B) {
+	url := startHTTPServerProcess(b)
+	spec := httpSpec(1, url)
+	reg := registry.New(newSource(spec), registry.Config{HealthInterval: time.Hour}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := reg.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	args := map[string]any{"text": "hi"}
+	if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
+		b.Fatal(err)
+	}
+	const callers = 64
+	var next, errs atomic.Int64
+	lats := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
+					errs.Add(1)
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+	b.ReportMetric(float64(errs.Load()), "errors")
+	reportPercentiles(b, slices.Concat(lats...))
+	if errs.Load() != 0 {
+		b.Errorf("%d calls failed", errs.Load())
+	}
+}
+
+// BenchmarkStartup200 loads 200 streamable-HTTP connectors (each its own
+// session on one server process) and reports the time until all are READY
+// and the registry's heap per idle connector.
+func BenchmarkStartup200(b *testing.B) {
+	const n = 200
+	url := startHTTPServerProcess(b)
+	specs := make([]registry.Spec, n)
+	for i := range specs {
+		specs[i] = httpSpec(int64(i+1), url)
+	}
+	for b.Loop() {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+
+		reg := registry.New(newSource(specs...), registry.Config{HealthInterval: time.Hour}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- reg.Run(ctx) }()
+		for ready := 0; ready < n; {
+			ready = 0
+			for i := range specs {
+				if h, err := reg.Health(specs[i].ID); err == nil && h.State == registry.StateReady {
+					ready++
+				}
+			}
+			if time.Since(start) > time.Minute {
+				b.Fatalf("only %d of %d connectors READY after a minute", ready, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms-to-all-ready")
+
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n/1024, "KiB-heap/connector")
+		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+		cancel()
+		<-done
+	}
+}
+
