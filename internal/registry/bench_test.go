@@ -233,4 +233,3 @@ func BenchmarkStartup200(b *testing.B) {
 		<-done
 	}
 }
-
