@@ -139,7 +139,7 @@ func (c *conn) connect() (err error) {
 		c.usage.reconnects.Add(1)
 	}
 	c.reg.logger.Info("connector connected", append(c.logAttrs(), slog.String("protocol_version", version),
-		slog.Int("tools", len(tools)), slog.Duration("latency", h.Latency))...)
+		slog.Int("tools", len(tools)), slog.String("latency", h.Latency.String()))...)
 	c.setTools(ctx, tools)
 	c.reg.saveHealth(c, h)
 	return nil
@@ -182,6 +182,16 @@ func initializeRequest() mcp.InitializeRequest {
 	var req mcp.InitializeRequest
 	req.Params.ClientInfo = mcp.Implementation{Name: "connector-svc", Version: "1"}
 	return req
+}
+
+// failSession takes the connector down after s failed with err. A stdio
+// session is closed first: its server's last words on stderr are complete
+// only once the process has been waited for.
+func (c *conn) failSession(s *session, err error) {
+	if s.proc != nil {
+		s.close(c.reg.cfg.CloseGrace)
+	}
+	c.fail(c.withStderr(s, err))
 }
 
 // withStderr adds the tail of a stdio server's stderr to err.
@@ -320,24 +330,20 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, retry
 		return res, err
 	}
 	lost := isSessionLost(err)
-	if lost && c.canReinitialize() {
-		rerr := c.reinitialize(s, gen, epoch)
-		if rerr == nil {
-			return callTool(ctx, s, name, args)
+	if lost {
+		// The request was refused for its session and never ran: mend the
+		// session and run it again, whatever the tool.
+		if s, err = c.renewSession(ctx, s, gen, epoch); err != nil {
+			return nil, unavailable(err)
 		}
-		// The server refused a new handshake on this transport: mcp-go
-		// clears a dead session id only on a 404, and servers that answer
-		// 400 (the TypeScript SDK) then reject the stale id. A new client on
-		// the same connection pool starts clean.
-		err = rerr
+		return callTool(ctx, s, name, args)
 	}
-	if !lost && !isConnectionBroken(err) {
+	if !isConnectionBroken(err) {
 		return nil, err
 	}
-	c.fail(c.withStderr(s, err))
-	// A request refused for its session never ran; one that broke
-	// mid-flight may have, so only retry-safe tools run again.
-	if !lost && !retrySafe {
+	c.failSession(s, err)
+	// It broke mid-flight and may have run: only retry-safe tools run again.
+	if !retrySafe {
 		return nil, unavailable(err)
 	}
 	if err := c.connectShared(ctx); err != nil {
@@ -347,6 +353,38 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, retry
 		return nil, err
 	}
 	return callTool(ctx, s, name, args)
+}
+
+// renewSession mends a session the server no longer knows and returns the
+// session to use. Streamable HTTP is re-initialized on the same client.
+// Otherwise, or if the server refuses that (mcp-go clears a dead session id
+// only on a 404, and servers that answer 400, like the TypeScript SDK's,
+// reject the stale id), a new client starts on the connector's own
+// connection pool: once per lost session, however many callers hit it.
+func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) (*session, error) {
+	if c.canReinitialize() && c.reinitialize(s, gen, epoch) == nil {
+		return s, nil
+	}
+	ch := c.flight.DoChan("renew-"+strconv.FormatUint(gen, 10), func() (any, error) {
+		c.mu.Lock()
+		current := c.gen == gen
+		c.mu.Unlock()
+		if !current {
+			return nil, nil // renewed already
+		}
+		c.reg.logger.Info("connector session lost; starting a new client", c.logAttrs()...)
+		return nil, c.connect()
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s, _, err := c.current(ctx)
+	return s, err
 }
 
 func callTool(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
@@ -371,7 +409,7 @@ func (c *conn) check() Health {
 	start := time.Now()
 	list, err := c.listTools(ctx, s, gen)
 	if err != nil {
-		c.fail(c.withStderr(s, fmt.Errorf("health check: %w", err)))
+		c.failSession(s, fmt.Errorf("health check: %w", err))
 		return c.snapshot()
 	}
 	c.mu.Lock()

@@ -145,17 +145,36 @@ func TestStdioShutdownLeavesNoProcess(t *testing.T) {
 }
 
 func TestStdioCrashIsReportedAndRebuilt(t *testing.T) {
-	reg := run(t, newSource(stdioSpec(1)), testConfig())
+	src := newSource(stdioSpec(1))
+	reg := run(t, src, testConfig())
 	first, err := reg.CallTool(ctxT(t), 1, "pid", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.CallTool(ctxT(t), 1, "crash", nil); err == nil {
+	_, cerr := reg.CallTool(ctxT(t), 1, "crash", nil)
+	if cerr == nil {
 		t.Fatal("a call that crashed the server succeeded")
 	}
-	waitFor(t, "the crash in the health error", func() bool {
-		h, _ := reg.Health(1)
-		return strings.Contains(h.LastError, "asked me to crash")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("crash call error: %v", cerr)
+			src.mu.Lock()
+			for _, h := range src.health[1] {
+				t.Logf("health: %s %q", h.State, h.LastError)
+			}
+			src.mu.Unlock()
+		}
+	})
+	// The connector may be back before we look, so search what was persisted.
+	waitFor(t, "the server's stderr in a persisted health error", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		for _, h := range src.health[1] {
+			if strings.Contains(h.LastError, "asked me to crash") {
+				return true
+			}
+		}
+		return false
 	})
 	waitFor(t, "a new server process", func() bool {
 		res, err := reg.CallTool(ctxT(t), 1, "pid", nil)
