@@ -1,7 +1,7 @@
 # Developer entry points; the README names `make run` and `make test`.
 GO ?= go
 
-.PHONY: run test lint gen
+.PHONY: run test bench lint gen
 
 ## run: start Postgres if needed, then the service on 127.0.0.1:50051.
 ## A development SECRET_KEY is generated once into .dev/secret_key.
@@ -21,6 +21,11 @@ test:
 	@scripts/ensure-postgres.sh
 	@scripts/install-mcp-everything.sh || echo "!!! could not install the reference MCP server; interop tests will skip" >&2
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## bench: the benchmarks in the README, side by side in one run.
+bench:
+	@scripts/ensure-postgres.sh
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/registry ./internal/server
 
 ## lint: gofmt, go vet and buf lint.
 lint:
