@@ -44,14 +44,8 @@ func freshCall(ctx context.Context, tr transport.Interface) error {
 }
 
 func benchPersistent(b *testing.B, spec registry.Spec) {
-	reg := registry.New(newSource(spec), registry.Config{HealthInterval: time.Hour}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := reg.Load(ctx); err != nil {
-		b.Fatal(err)
-	}
+	reg := run(b, newSource(spec), registry.Config{HealthInterval: time.Hour})
+	ctx := context.Background()
 	args := map[string]any{"text": "hi"}
 	if _, err := reg.CallTool(ctx, spec.ID, "echo", args); err != nil { // connect outside the timer
 		b.Fatal(err)
@@ -147,15 +141,8 @@ func BenchmarkCallStreamableHTTP(b *testing.B) {
 // connector and reports throughput, tail latency and errors.
 func BenchmarkConcurrentCallers(b *testing.B) {
 	url := startHTTPServerProcess(b)
-	spec := httpSpec(1, url)
-	reg := registry.New(newSource(spec), registry.Config{HealthInterval: time.Hour}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := reg.Load(ctx); err != nil {
-		b.Fatal(err)
-	}
+	reg := run(b, newSource(httpSpec(1, url)), registry.Config{HealthInterval: time.Hour})
+	ctx := context.Background()
 	args := map[string]any{"text": "hi"}
 	if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
 		b.Fatal(err)

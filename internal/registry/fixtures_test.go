@@ -317,7 +317,7 @@ func httpSpec(id int64, url string) registry.Spec {
 }
 
 // run starts the registry's Run and stops it when the test ends.
-func run(t *testing.T, src registry.ConnectorSource, cfg registry.Config) *registry.Registry {
+func run(t testing.TB, src registry.ConnectorSource, cfg registry.Config) *registry.Registry {
 	t.Helper()
 	reg := registry.New(src, cfg, nil)
 	if err := reg.Load(context.Background()); err != nil {
