@@ -106,7 +106,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 
 // Answer replies with a final answer.
 func Answer(text string) Step {
-	return func(openai.ChatCompletionRequest) Reply { return Reply{Body: response(openai.ChatCompletionMessage{Role: "assistant", Content: text})} }
+	return func(openai.ChatCompletionRequest) Reply {
+		return Reply{Body: response(openai.ChatCompletionMessage{Role: "assistant", Content: text})}
+	}
 }
 
 // Call is a tool call the fake model asks for.

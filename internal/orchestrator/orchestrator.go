@@ -1,0 +1,339 @@
+// Package orchestrator is the connector agent: for one query it lets an LLM
+// pick a connector's tools, runs the calls it asks for (those of one turn
+// concurrently) within a budget, feeds the results back, and returns the
+// model's answer with a full trace. It knows nothing of gRPC, SQL or MCP
+// transports: it uses the ChatModel and ToolCaller it is given.
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ChatModel answers chat completion requests. It is an interface here so
+// the agent can be driven by any OpenAI-compatible client.
+type ChatModel interface {
+	Chat(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error)
+}
+
+// ToolCaller runs a tool of a connector over its persistent session. It is
+// an interface here so the agent needs no MCP connection code.
+type ToolCaller interface {
+	CallTool(ctx context.Context, connectorID int64, name string, args map[string]any) (*mcp.CallToolResult, error)
+}
+
+// ErrPanic means a run panicked; the service keeps serving.
+var ErrPanic = errors.New("the query run panicked")
+
+// ErrBadPlan means the model did not return a plan in the asked format.
+var ErrBadPlan = errors.New("the model did not return a plan as JSON")
+
+// Budget limits.
+const (
+	DefaultMaxTools = 10
+	MaxMaxTools     = 50
+)
+
+// Config tunes the agent; zero fields take defaults.
+type Config struct {
+	MaxTurns    int // model turns with tools before a forced answer; 8
+	ResultLimit int // characters of one tool result sent to the model; 8000
+	ExcerptSize int // characters of a result kept in the trace; 500
+}
+
+// Tool is an enabled tool of the connector, as the model sees it.
+type Tool struct {
+	Name        string
+	Description string
+	InputSchema json.RawMessage
+}
+
+// Request is one query.
+type Request struct {
+	ConnectorID   int64
+	ConnectorName string
+	Description   string
+	Model         string // empty: the ChatModel's default
+	Tools         []Tool // enabled tools only
+	Query         string
+	Context       string
+	MaxTools      int // 1..MaxMaxTools
+	PlanOnly      bool
+}
+
+// Status is how a run ended.
+type Status int
+
+// Statuses.
+const (
+	StatusCompleted       Status = iota + 1 // the model answered on its own
+	StatusBudgetExhausted                   // the answer was forced after the budget or turn limit
+	StatusPlanned                           // plan_only
+)
+
+// Call is one tool call of a run.
+type Call struct {
+	ID             string
+	Tool           string
+	Arguments      map[string]any
+	ResultExcerpt  string
+	IsError        bool
+	RejectedReason string // set when the call never ran
+	Duration       time.Duration
+}
+
+// Step is one model turn with tool calls.
+type Step struct {
+	Index int
+	Calls []Call
+}
+
+// PlannedTool is one entry of a plan.
+type PlannedTool struct {
+	Tool, Purpose string
+}
+
+// Context is structured material from a tool result.
+type Context struct {
+	Tool              string
+	StructuredContent map[string]any
+	ResourceLinks     []mcp.ResourceLink
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int64
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Status    Status
+	Answer    string
+	ToolsUsed []string
+	Steps     []Step
+	Plan      []PlannedTool
+	Contexts  []Context
+	Usage     Usage
+	Duration  time.Duration
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// Event kinds, in the order a run emits them.
+const (
+	EventStepPlanned EventKind = iota + 1
+	EventToolCallStarted
+	EventToolCallFinished
+	EventAnswer
+)
+
+// Event is progress of a run, for streaming.
+type Event struct {
+	Kind   EventKind
+	Step   Step // EventStepPlanned
+	Index  int  // the step of a tool call event
+	Call   Call // tool call events
+	Answer string
+}
+
+// Agent runs queries. Safe for concurrent use.
+type Agent struct {
+	model  ChatModel
+	tools  ToolCaller
+	cfg    Config
+	logger *slog.Logger
+	tracer trace.Tracer
+}
+
+// New returns an Agent.
+func New(model ChatModel, tools ToolCaller, cfg Config, logger *slog.Logger) *Agent {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = 8
+	}
+	if cfg.ResultLimit <= 0 {
+		cfg.ResultLimit = 8000
+	}
+	if cfg.ExcerptSize <= 0 {
+		cfg.ExcerptSize = 500
+	}
+	return &Agent{model: model, tools: tools, cfg: cfg, logger: logger, tracer: otel.Tracer("connector-svc/orchestrator")}
+}
+
+// Run answers one query. emit, if not nil, receives progress events one at
+// a time. The context bounds everything: cancelling it cancels the tool
+// calls in flight. A tool that fails is not an error of the run: the model
+// sees the failure and may recover. Errors are the ChatModel's, the
+// context's, ErrBadPlan or ErrPanic.
+func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Result, err error) {
+	ctx, span := a.tracer.Start(ctx, "connector.query", trace.WithAttributes(
+		attribute.Int64("connector.row_id", req.ConnectorID), attribute.Int("query.max_tools", req.MaxTools),
+		attribute.Bool("query.plan_only", req.PlanOnly)))
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			a.logger.ErrorContext(ctx, "query run panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			res, err = nil, ErrPanic
+		}
+		if res != nil {
+			res.Duration = time.Since(start)
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	r := &run{agent: a, req: req, emit: serialize(emit), res: &Result{}, catalog: newCatalog(req.Tools)}
+	if req.PlanOnly {
+		return r.plan(ctx)
+	}
+	return r.loop(ctx)
+}
+
+// serialize makes emit safe to call from the concurrent tool calls.
+func serialize(emit func(Event)) func(Event) {
+	if emit == nil {
+		return func(Event) {}
+	}
+	var mu sync.Mutex
+	return func(e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		emit(e)
+	}
+}
+
+// run is the state of one query.
+type run struct {
+	agent   *Agent
+	req     Request
+	emit    func(Event)
+	res     *Result
+	catalog *catalog
+	used    int        // tool calls run so far
+	ctxMu   sync.Mutex // guards res.Contexts during a step
+}
+
+// chat sends one request to the model in its own span and counts tokens.
+func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, withTools bool, choice any) (openai.ChatCompletionMessage, error) {
+	ctx, span := r.agent.tracer.Start(ctx, "llm.chat", trace.WithAttributes(attribute.Int("llm.messages", len(msgs))))
+	defer span.End()
+	creq := openai.ChatCompletionRequest{Model: r.req.Model, Messages: msgs}
+	if withTools {
+		creq.Tools = r.catalog.openAITools()
+		creq.ToolChoice = choice
+	}
+	resp, err := r.agent.model.Chat(ctx, creq)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return openai.ChatCompletionMessage{}, err
+	}
+	r.res.Usage.PromptTokens += int64(resp.Usage.PromptTokens)
+	r.res.Usage.CompletionTokens += int64(resp.Usage.CompletionTokens)
+	r.res.Usage.TotalTokens += int64(resp.Usage.TotalTokens)
+	span.SetAttributes(attribute.Int("llm.prompt_tokens", resp.Usage.PromptTokens), attribute.Int("llm.completion_tokens", resp.Usage.CompletionTokens))
+	return resp.Choices[0].Message, nil
+}
+
+// loop runs model turns until the model answers, or the budget or turn
+// limit forces an answer.
+func (r *run) loop(ctx context.Context) (*Result, error) {
+	msgs := []openai.ChatCompletionMessage{
+		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.req, r.catalog)},
+		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
+	}
+	for turn := 0; ; turn++ {
+		if turn >= r.agent.cfg.MaxTurns || r.used >= r.req.MaxTools {
+			return r.synthesize(ctx, msgs)
+		}
+		msg, err := r.chat(ctx, msgs, true, "auto")
+		if err != nil {
+			return nil, err
+		}
+		if len(msg.ToolCalls) == 0 {
+			return r.finish(msg.Content, StatusCompleted), nil
+		}
+		msgs = append(msgs, msg)
+		results, err := r.step(ctx, turn, msg.ToolCalls)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, results...)
+	}
+}
+
+// synthesize makes one last call with tool use off.
+func (r *run) synthesize(ctx context.Context, msgs []openai.ChatCompletionMessage) (*Result, error) {
+	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
+		Content: "The tool budget for this query is used up. Answer the original question now from the tool results above, without calling tools."})
+	msg, err := r.chat(ctx, msgs, true, "none")
+	if err != nil {
+		return nil, err
+	}
+	return r.finish(msg.Content, StatusBudgetExhausted), nil
+}
+
+func (r *run) finish(answer string, status Status) *Result {
+	r.res.Answer, r.res.Status = answer, status
+	r.emit(Event{Kind: EventAnswer, Answer: answer})
+	return r.res
+}
+
+// plan asks which tools the query needs, in order, and runs nothing.
+func (r *run) plan(ctx context.Context) (*Result, error) {
+	msgs := []openai.ChatCompletionMessage{
+		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.req, r.catalog) + "\n\n" + planInstructions},
+		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
+	}
+	msg, err := r.chat(ctx, msgs, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := parsePlan(msg.Content)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range plan {
+		if _, ok := r.catalog.tools[p.Tool]; !ok {
+			r.agent.logger.WarnContext(ctx, "plan names an unknown tool; dropped", slog.String("tool", p.Tool))
+			continue
+		}
+		r.res.Plan = append(r.res.Plan, p)
+	}
+	return r.finish("", StatusPlanned), nil
+}
+
+func parsePlan(content string) ([]PlannedTool, error) {
+	var out struct {
+		Plan []struct {
+			Tool    string `json:"tool"`
+			Purpose string `json:"purpose"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(extractJSON(content)), &out); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadPlan, err)
+	}
+	plan := make([]PlannedTool, 0, len(out.Plan))
+	for _, p := range out.Plan {
+		plan = append(plan, PlannedTool{Tool: p.Tool, Purpose: p.Purpose})
+	}
+	return plan, nil
+}

@@ -1,0 +1,56 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+)
+
+// systemPrompt tells the model what connector it serves, its enabled tools
+// and the rules of a run.
+func systemPrompt(req Request, c *catalog) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are the agent of the %q connector.", req.ConnectorName)
+	if d := strings.TrimSpace(req.Description); d != "" {
+		fmt.Fprintf(&b, " %s", d)
+	}
+	b.WriteString("\nYou answer one query with this connector's tools:\n")
+	for _, name := range c.order {
+		t := c.tools[name]
+		desc := strings.TrimSpace(t.Description)
+		if desc == "" {
+			desc = "(no description)"
+		}
+		fmt.Fprintf(&b, "- %s: %s\n", t.Name, desc)
+	}
+	fmt.Fprintf(&b, `
+Rules:
+- Use only the tools listed above.
+- Call tools that do not depend on each other together, in the same turn.
+- When a call needs another call's result, make it in a later turn.
+- You may make at most %d tool calls for this query.
+- Stop calling tools as soon as you can answer the query.
+- Answer from the tool results, and say which tool each fact came from.`, req.MaxTools)
+	return b.String()
+}
+
+// userMessage is the caller's context, then the query.
+func userMessage(req Request) string {
+	if c := strings.TrimSpace(req.Context); c != "" {
+		return "Context:\n" + c + "\n\nQuery:\n" + req.Query
+	}
+	return req.Query
+}
+
+const planInstructions = `Do not call any tool now. Reply with only a JSON object of the form
+{"plan": [{"tool": "<tool name>", "purpose": "<one line on why>"}]}
+listing the tools needed to answer the query, in the order they should run. Use an empty list if no tool is needed.`
+
+// extractJSON takes the JSON object out of a reply that may wrap it in a
+// code fence or prose.
+func extractJSON(s string) string {
+	start, end := strings.Index(s, "{"), strings.LastIndex(s, "}")
+	if start < 0 || end < start {
+		return s
+	}
+	return s[start : end+1]
+}

@@ -1,0 +1,280 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// catalog is the enabled tools of a run, with their schemas compiled once.
+type catalog struct {
+	tools map[string]Tool
+	order []string
+
+	mu      sync.Mutex
+	schemas map[string]*jsonschema.Schema // nil entry: no usable schema
+}
+
+func newCatalog(tools []Tool) *catalog {
+	c := &catalog{tools: make(map[string]Tool, len(tools)), schemas: map[string]*jsonschema.Schema{}}
+	for _, t := range tools {
+		if _, dup := c.tools[t.Name]; !dup {
+			c.order = append(c.order, t.Name)
+		}
+		c.tools[t.Name] = t
+	}
+	return c
+}
+
+func (c *catalog) openAITools() []openai.Tool {
+	out := make([]openai.Tool, 0, len(c.order))
+	for _, name := range c.order {
+		t := c.tools[name]
+		schema := t.InputSchema
+		if len(bytes.TrimSpace(schema)) == 0 {
+			schema = json.RawMessage(`{"type":"object"}`)
+		}
+		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: t.Name, Description: t.Description, Parameters: schema}})
+	}
+	return out
+}
+
+// validate checks args against the tool's JSON schema. A schema that does
+// not compile is not enforced (the server will judge the arguments).
+func (c *catalog) validate(name string, args map[string]any) error {
+	c.mu.Lock()
+	sch, done := c.schemas[name]
+	if !done {
+		sch = compileSchema(name, c.tools[name].InputSchema)
+		c.schemas[name] = sch
+	}
+	c.mu.Unlock()
+	if sch == nil {
+		return nil
+	}
+	// Validate the JSON form, as the server will see it.
+	b, _ := json.Marshal(args)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	return sch.Validate(v)
+}
+
+func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil
+	}
+	url := "mem://tools/" + name + ".json"
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource(url, doc); err != nil {
+		return nil
+	}
+	sch, err := comp.Compile(url)
+	if err != nil {
+		return nil
+	}
+	return sch
+}
+
+// step checks and runs the tool calls of one model turn and returns the
+// tool messages for the model, in the order of the calls. Valid calls run
+// concurrently; the others get an error message instead of running.
+func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]openai.ChatCompletionMessage, error) {
+	step := Step{Index: index, Calls: make([]Call, len(calls))}
+	var runnable []int
+	for i, tc := range calls {
+		call := Call{ID: tc.ID, Tool: tc.Function.Name}
+		call.Arguments, call.RejectedReason = r.check(tc)
+		if call.RejectedReason != "" {
+			call.IsError = true
+		} else {
+			r.used++
+			runnable = append(runnable, i)
+		}
+		step.Calls[i] = call
+	}
+	r.emit(Event{Kind: EventStepPlanned, Step: cloneStep(step)})
+
+	outputs := make([]string, len(calls))
+	for i, c := range step.Calls {
+		if c.RejectedReason != "" {
+			outputs[i] = "Error: " + c.RejectedReason
+		}
+	}
+	var wg sync.WaitGroup
+	var panicked atomic.Bool
+	for _, i := range runnable {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					r.agent.logger.ErrorContext(ctx, "tool call panicked", slog.String("tool", step.Calls[i].Tool), slog.Any("panic", p))
+					panicked.Store(true)
+				}
+			}()
+			r.emit(Event{Kind: EventToolCallStarted, Index: index, Call: step.Calls[i]})
+			outputs[i], step.Calls[i] = r.runCall(ctx, step.Calls[i])
+			r.emit(Event{Kind: EventToolCallFinished, Index: index, Call: step.Calls[i]})
+		}()
+	}
+	wg.Wait()
+	if panicked.Load() {
+		return nil, ErrPanic
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, i := range runnable {
+		r.res.ToolsUsed = append(r.res.ToolsUsed, step.Calls[i].Tool)
+	}
+	r.res.Steps = append(r.res.Steps, step)
+
+	msgs := make([]openai.ChatCompletionMessage, len(calls))
+	for i, tc := range calls {
+		msgs[i] = openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: outputs[i]}
+	}
+	return msgs, nil
+}
+
+// check returns a call's arguments, or why it must not run: an unknown or
+// disabled tool, arguments that are not a JSON object or break the tool's
+// schema, or a spent budget.
+func (r *run) check(tc openai.ToolCall) (map[string]any, string) {
+	name := tc.Function.Name
+	var args map[string]any
+	raw := strings.TrimSpace(tc.Function.Arguments)
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			return nil, fmt.Sprintf("the arguments of %q are not a JSON object: %v", name, err)
+		}
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	if _, ok := r.catalog.tools[name]; !ok {
+		return args, fmt.Sprintf("there is no tool %q; the available tools are: %s", name, strings.Join(r.catalog.order, ", "))
+	}
+	if err := r.catalog.validate(name, args); err != nil {
+		return args, fmt.Sprintf("invalid arguments for %q: %v. Fix the arguments and call it again.", name, err)
+	}
+	if r.used >= r.req.MaxTools {
+		return args, fmt.Sprintf("the tool budget of %d calls for this query is used up; answer with the results you have", r.req.MaxTools)
+	}
+	return args, ""
+}
+
+// runCall runs one tool and returns what the model sees and the traced call.
+func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
+	start := time.Now()
+	res, err := r.agent.tools.CallTool(ctx, r.req.ConnectorID, call.Tool, call.Arguments)
+	call.Duration = time.Since(start)
+	var text string
+	switch {
+	case err != nil:
+		call.IsError = true
+		text = "Error: the tool call failed: " + err.Error()
+	default:
+		call.IsError = res.IsError
+		text = resultText(res)
+		if res.IsError {
+			text = "Error: " + text
+		}
+		r.addContext(call.Tool, res)
+	}
+	call.ResultExcerpt = truncate(text, r.agent.cfg.ExcerptSize)
+	return truncate(text, r.agent.cfg.ResultLimit), call
+}
+
+// addContext keeps a result's structured content and resource links.
+func (r *run) addContext(tool string, res *mcp.CallToolResult) {
+	c := Context{Tool: tool}
+	if m, ok := structured(res).(map[string]any); ok {
+		c.StructuredContent = m
+	}
+	for _, content := range res.Content {
+		if link, ok := content.(mcp.ResourceLink); ok {
+			c.ResourceLinks = append(c.ResourceLinks, link)
+		}
+	}
+	if c.StructuredContent != nil || len(c.ResourceLinks) > 0 {
+		// Tool calls of one step run concurrently.
+		r.ctxMu.Lock()
+		r.res.Contexts = append(r.res.Contexts, c)
+		r.ctxMu.Unlock()
+	}
+}
+
+func structured(res *mcp.CallToolResult) any {
+	if len(res.RawStructuredContent) > 0 {
+		var v any
+		if json.Unmarshal(res.RawStructuredContent, &v) == nil {
+			return v
+		}
+	}
+	return res.StructuredContent
+}
+
+// resultText renders a tool result for the model.
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case mcp.TextContent:
+			parts = append(parts, c.Text)
+		case mcp.ImageContent:
+			parts = append(parts, fmt.Sprintf("[image, %s]", c.MIMEType))
+		case mcp.AudioContent:
+			parts = append(parts, fmt.Sprintf("[audio, %s]", c.MIMEType))
+		case mcp.ResourceLink:
+			parts = append(parts, fmt.Sprintf("[resource %q at %s]", c.Name, c.URI))
+		case mcp.EmbeddedResource:
+			if t, ok := c.Resource.(mcp.TextResourceContents); ok {
+				parts = append(parts, t.Text)
+			} else {
+				parts = append(parts, "[embedded binary resource]")
+			}
+		}
+	}
+	if len(parts) == 0 {
+		if s := structured(res); s != nil {
+			b, _ := json.Marshal(s)
+			return string(b)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// truncate cuts s to about limit characters with a visible marker.
+func truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("\n…[truncated: showing %d of %d characters]", cut, len(s))
+}
+
+func cloneStep(s Step) Step {
+	s.Calls = append([]Call(nil), s.Calls...)
+	return s
+}
