@@ -21,6 +21,10 @@ type config struct {
 	ShutdownGrace        time.Duration
 	HealthInterval       time.Duration
 	HealthConcurrency    int
+	LLMBaseURL           string
+	LLMAPIKey            string // environment only
+	LLMModel             string
+	QueryTimeout         time.Duration
 	LogLevel             slog.Level
 }
 
@@ -44,7 +48,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		fs.PrintDefaults()
 	}
 	var cfg config
-	var allowed, rpcTimeout, grace, level, health string
+	var allowed, rpcTimeout, grace, level, health, queryTimeout string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", defaultDatabaseURL), "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", env("GRPC_ADDR", "127.0.0.1:50051"), "address to serve gRPC on (GRPC_ADDR)")
 	fs.StringVar(&allowed, "stdio-allowed-commands", env("STDIO_ALLOWED_COMMANDS", ""), "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
@@ -52,11 +56,15 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&grace, "shutdown-grace", env("SHUTDOWN_GRACE", "10s"), "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
 	fs.StringVar(&health, "health-interval", env("HEALTH_INTERVAL", "30s"), "between tools/list health checks of each connector (HEALTH_INTERVAL)")
 	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", envInt(getenv, "HEALTH_CONCURRENCY", 16), "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
+	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", env("LLM_BASE_URL", ""), "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
+	fs.StringVar(&cfg.LLMModel, "llm-model", env("LLM_MODEL", ""), "default model of the connector agents (LLM_MODEL)")
+	fs.StringVar(&queryTimeout, "query-timeout", env("QUERY_TIMEOUT", "2m"), "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
 	fs.StringVar(&level, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, nil, err
 	}
 	cfg.SecretKey = getenv("SECRET_KEY")
+	cfg.LLMAPIKey = getenv("LLM_API_KEY")
 	cfg.StdioAllowedCommands = splitList(allowed)
 
 	var err error
@@ -65,6 +73,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if cfg.ShutdownGrace, err = positiveDuration("SHUTDOWN_GRACE", grace); err != nil {
 		return config{}, nil, err
+	}
+	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", queryTimeout); err != nil {
+		return config{}, nil, err
+	}
+	if (cfg.LLMBaseURL == "") != (cfg.LLMModel == "") {
+		return config{}, nil, fmt.Errorf("set both LLM_BASE_URL and LLM_MODEL, or neither (queries are then disabled)")
 	}
 	if cfg.HealthInterval, err = positiveDuration("HEALTH_INTERVAL", health); err != nil {
 		return config{}, nil, err

@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
@@ -118,9 +120,14 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logge
 	if err := reg.Load(ctx); err != nil {
 		return err
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Logger: logger}, server.Config{
+	agent, err := newAgent(cfg, reg, logger)
+	if err != nil {
+		return err
+	}
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Logger: logger}, server.Config{
 		StdioAllowedCommands: cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:    cfg.RPCTimeout,
+		QueryTimeout:         cfg.QueryTimeout,
 	})
 	g, hs := server.NewGRPCServer(srv)
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
@@ -154,6 +161,22 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logge
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// newAgent returns the connector agent, or nil when no LLM is configured:
+// then the query RPCs refuse and everything else works.
+func newAgent(cfg config, reg *registry.Registry, logger *slog.Logger) (*orchestrator.Agent, error) {
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey, Model: cfg.LLMModel})
+	if errors.Is(err, llm.ErrNotConfigured) {
+		logger.Info("no LLM configured: QueryConnector and StreamQueryConnector are disabled; set LLM_BASE_URL and LLM_MODEL")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("LLM configured", slog.String("base_url", cfg.LLMBaseURL), slog.String("model", cfg.LLMModel),
+		slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
+	return orchestrator.New(model, reg, orchestrator.Config{}, logger), nil
 }
 
 // stopGracefully lets in-flight RPCs finish within grace, then cuts the rest.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
 )
 
@@ -297,5 +301,79 @@ func TestSIGTERM(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("still running 20s after SIGTERM with a 1s grace")
+	}
+}
+
+// TestEndToEndQuery runs the real run() with an MCP server and a fake LLM,
+// creates a connector over gRPC, and queries it unary and streaming.
+func TestEndToEndQuery(t *testing.T) {
+	m := mcpserver.NewMCPServer("e2e", "1.0")
+	m.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echoes text"), mcp.WithString("text", mcp.Required())),
+		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("echo: " + r.GetString("text", "")), nil
+		})
+	mcpSrv := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
+	t.Cleanup(mcpSrv.Close)
+	model := llmtest.New(t,
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"one"}`}), llmtest.Answer("It echoed one."),
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"two"}`}), llmtest.Answer("It echoed two."))
+	svc := start(t, storetest.NewURL(t), map[string]string{
+		"SECRET_KEY": testKey, "LLM_BASE_URL": model.URL(), "LLM_MODEL": "fake-model", "LLM_API_KEY": distinctive,
+		"HEALTH_INTERVAL": "1s"})
+	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
+
+	_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
+		Connector: &connectorv1.Connector{ConnectorId: "echo", Name: "Echo", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := client.GetConnector(testCtx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "echo"})
+		if err == nil && got.GetConnector().GetToolCount() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the connector never synced its tools: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	resp, err := client.QueryConnector(testCtx(t), &connectorv1.QueryConnectorRequest{WorkspaceId: "acme", ConnectorId: "echo", Query: "echo one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.GetResult(); r.GetAnswer() != "It echoed one." || r.GetSteps()[0].GetCalls()[0].GetResultExcerpt() != "echo: one" {
+		t.Errorf("QueryConnector = %v", r)
+	}
+
+	stream, err := client.StreamQueryConnector(testCtx(t), &connectorv1.StreamQueryConnectorRequest{WorkspaceId: "acme", ConnectorId: "echo", Query: "echo two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events int
+	var final *connectorv1.QueryResult
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		events++
+		if r := msg.GetResult(); r != nil {
+			final = r
+		}
+	}
+	if events != 5 || final.GetAnswer() != "It echoed two." || final.GetToolsUsed()[0] != "echo" {
+		t.Errorf("stream: %d events, final %v", events, final)
+	}
+	if err := svc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(svc.out.String(), distinctive) {
+		t.Error("the service's output contains the LLM API key")
 	}
 }

@@ -414,6 +414,18 @@ func (r *Registry) Check(ctx context.Context, id int64) (Health, error) {
 	}
 }
 
+// Ready returns nil when connector id can take calls now: it waits for a
+// first connect under way and fails fast (ErrUnavailable with the last
+// error) when the connector is down.
+func (r *Registry) Ready(ctx context.Context, id int64) error {
+	c, err := r.get(id)
+	if err != nil {
+		return err
+	}
+	_, _, err = c.current(ctx)
+	return err
+}
+
 // Has reports whether the registry holds a connection for connector id.
 func (r *Registry) Has(id int64) bool {
 	_, err := r.get(id)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ type testMCP struct {
 	mcp        *mcpserver.MCPServer
 	http       *httptest.Server
 	handshakes atomic.Int64
+	cancelled  chan struct{} // closed when a "block" call sees its context end
 }
 
 func newTestMCP(t *testing.T) *testMCP {
@@ -47,7 +49,14 @@ func newTestMCP(t *testing.T) *testMCP {
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultError("it failed"), nil
 		})
-	s := &testMCP{mcp: m}
+	s := &testMCP{mcp: m, cancelled: make(chan struct{})}
+	var once sync.Once
+	m.AddTool(mcp.NewTool("block", mcp.WithDescription("Blocks until cancelled")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			<-ctx.Done()
+			once.Do(func() { close(s.cancelled) })
+			return nil, ctx.Err()
+		})
 	h := mcpserver.NewStreamableHTTPServer(m)
 	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
@@ -104,7 +113,7 @@ func TestCallToolOverPersistentSession(t *testing.T) {
 	srv := newTestMCP(t)
 	f.create(t, "ws", mcpConnector("m", srv.url()))
 	c := f.waitReady(t, "ws", "m")
-	if c.GetToolCount() != 3 || c.GetHealth().GetProtocolVersion() == "" {
+	if c.GetToolCount() != 4 || c.GetHealth().GetProtocolVersion() == "" {
 		t.Errorf("ready connector: tool_count=%d protocol=%q", c.GetToolCount(), c.GetHealth().GetProtocolVersion())
 	}
 
@@ -232,7 +241,7 @@ func TestRefreshAndCheck(t *testing.T) {
 	for _, tool := range refresh.GetTools() {
 		names = append(names, tool.GetName())
 	}
-	if !slices.Equal(names, []string{"echo", "fail", "late", "weather"}) {
+	if !slices.Equal(names, []string{"block", "echo", "fail", "late", "weather"}) {
 		t.Errorf("catalog after refresh = %v", names)
 	}
 

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -31,6 +33,10 @@ const (
 	ReasonConnectorUnavailable   = "CONNECTOR_UNAVAILABLE"
 	ReasonToolDisabled           = "TOOL_DISABLED"
 	ReasonToolExecutionFailed    = "TOOL_EXECUTION_FAILED"
+	ReasonRateLimited            = "RATE_LIMITED"
+	ReasonLLMNotConfigured       = "LLM_NOT_CONFIGURED"
+	ReasonLLMUnavailable         = "LLM_UNAVAILABLE"
+	ReasonOrchestrationFailed    = "MCP_ORCHESTRATION_FAILED"
 	ReasonInternal               = "INTERNAL"
 )
 
@@ -55,6 +61,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return st.Err()
 	}
 	var invalid *invalidError
+	var llmErr *llm.Error
 	switch {
 	case errors.As(err, &invalid):
 		return invalidStatus(invalid)
@@ -76,6 +83,16 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.InvalidArgument, ReasonToolExecutionFailed, "the MCP server rejected the arguments: "+err.Error())
 	case isJSONRPCError(err):
 		return newStatus(codes.FailedPrecondition, ReasonToolExecutionFailed, "the MCP server answered with an error: "+err.Error())
+	case errors.Is(err, llm.ErrNotConfigured):
+		return newStatus(codes.FailedPrecondition, ReasonLLMNotConfigured, err.Error())
+	case errors.As(err, &llmErr) && llmErr.Temporary():
+		return newStatus(codes.Unavailable, ReasonLLMUnavailable, err.Error())
+	case errors.As(err, &llmErr):
+		return newStatus(codes.FailedPrecondition, ReasonLLMUnavailable, err.Error())
+	case errors.Is(err, orchestrator.ErrBadPlan):
+		return newStatus(codes.FailedPrecondition, ReasonOrchestrationFailed, err.Error())
+	case errors.Is(err, orchestrator.ErrPanic):
+		return newStatus(codes.Internal, ReasonInternal, "internal error")
 	case errors.Is(err, secret.ErrNoKey):
 		return newStatus(codes.FailedPrecondition, ReasonSecretKeyMissing,
 			"connector headers and env values are encrypted at rest, and the service has no SECRET_KEY; set SECRET_KEY (base64 of 32 bytes) and restart")

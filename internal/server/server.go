@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -33,6 +34,8 @@ type Config struct {
 	StdioAllowedCommands []string
 	// DefaultRPCTimeout is the deadline of an RPC whose caller set none.
 	DefaultRPCTimeout time.Duration
+	// QueryTimeout is the deadline of a query whose caller set none.
+	QueryTimeout time.Duration
 }
 
 // Server implements connector.v1.ConnectorService. RPCs that are not built
@@ -44,7 +47,9 @@ type Server struct {
 	db     *store.DB
 	box    *secret.Box
 	reg    *registry.Registry
+	agent  *orchestrator.Agent
 	source *Source
+	limits limiter
 	cfg    Config
 	logger *slog.Logger
 }
@@ -57,7 +62,10 @@ type Deps struct {
 	Box *secret.Box
 	// Registry holds the live MCP connections; the caller runs it.
 	Registry *registry.Registry
-	Logger   *slog.Logger
+	// Agent answers queries; nil means no LLM is configured, and only the
+	// query RPCs refuse (FAILED_PRECONDITION).
+	Agent  *orchestrator.Agent
+	Logger *slog.Logger
 }
 
 // New returns a Server.
@@ -68,7 +76,11 @@ func New(d Deps, cfg Config) *Server {
 	if cfg.DefaultRPCTimeout <= 0 {
 		cfg.DefaultRPCTimeout = 30 * time.Second
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, source: NewSource(d.DB, d.Box, d.Logger), cfg: cfg, logger: d.Logger}
+	if cfg.QueryTimeout <= 0 {
+		cfg.QueryTimeout = 2 * time.Minute
+	}
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, source: NewSource(d.DB, d.Box, d.Logger),
+		cfg: cfg, logger: d.Logger}
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service
@@ -98,10 +110,14 @@ func SetServing(hs *health.Server, serving bool) {
 	hs.SetServingStatus(connectorv1.ConnectorService_ServiceDesc.ServiceName, st)
 }
 
-func (s *Server) deadlineUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+func (s *Server) deadlineUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	if _, ok := ctx.Deadline(); !ok {
+		timeout := s.cfg.DefaultRPCTimeout
+		if info.FullMethod == connectorv1.ConnectorService_QueryConnector_FullMethodName {
+			timeout = s.cfg.QueryTimeout
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.DefaultRPCTimeout)
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	return next(ctx, req)

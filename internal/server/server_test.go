@@ -28,6 +28,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
@@ -66,7 +68,8 @@ type fixture struct {
 }
 
 type options struct {
-	noKey bool
+	noKey  bool
+	llmURL string // a fake LLM endpoint: the server gets an agent
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -103,7 +106,16 @@ func setup(t *testing.T, opts ...options) *fixture {
 			t.Errorf("registry Run: %v", err)
 		}
 	})
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Logger: logger},
+	var agent *orchestrator.Agent
+	if o.llmURL != "" {
+		model, err := llm.New(llm.Config{BaseURL: o.llmURL, APIKey: distinctive + "-llm", Model: "fake-model",
+			MaxRetries: 1, BackoffBase: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent = orchestrator.New(model, reg, orchestrator.Config{}, logger)
+	}
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Logger: logger},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}})
 	g, _ := server.NewGRPCServer(srv)
 	lis := bufconn.Listen(1 << 20)
@@ -596,16 +608,7 @@ func TestLaterRPCsAreUnimplemented(t *testing.T) {
 	f := setup(t)
 	c := f.client
 	calls := map[string]func() error{
-		"QueryConnector": func() error { _, err := c.QueryConnector(ctx(t), &connectorv1.QueryConnectorRequest{}); return err },
-		"CloseSession":   func() error { _, err := c.CloseSession(ctx(t), &connectorv1.CloseSessionRequest{}); return err },
-		"StreamQueryConnector": func() error {
-			s, err := c.StreamQueryConnector(ctx(t), &connectorv1.StreamQueryConnectorRequest{})
-			if err != nil {
-				return err
-			}
-			_, err = s.Recv()
-			return err
-		},
+		"CloseSession": func() error { _, err := c.CloseSession(ctx(t), &connectorv1.CloseSessionRequest{}); return err },
 	}
 	for name, call := range calls {
 		if code := status.Code(call()); code != codes.Unimplemented {

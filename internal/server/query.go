@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+const (
+	maxQueryLen   = 32 << 10
+	maxContextLen = 64 << 10
+)
+
+// queryRequest is what QueryConnector and StreamQueryConnector requests
+// share.
+type queryRequest interface {
+	GetWorkspaceId() string
+	GetConnectorId() string
+	GetQuery() string
+	GetContext() string
+	GetMaxTools() int32
+	GetPlanOnly() bool
+}
+
+// QueryConnector implements connector.v1.ConnectorService.
+func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConnectorRequest) (*connectorv1.QueryConnectorResponse, error) {
+	res, err := s.query(ctx, req, nil)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &connectorv1.QueryConnectorResponse{Result: res}, nil
+}
+
+// StreamQueryConnector implements connector.v1.ConnectorService: the same
+// run as QueryConnector, streamed. The caller cancelling the stream
+// cancels the run and its tool calls.
+func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
+	ctx := stream.Context()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.QueryTimeout)
+		defer cancel()
+	}
+	var sendErr error
+	emit := func(e orchestrator.Event) {
+		if sendErr == nil {
+			sendErr = stream.Send(eventToProto(e))
+		}
+	}
+	res, err := s.query(ctx, req, emit)
+	if err == nil {
+		err = sendErr
+	}
+	if err != nil {
+		return s.toStatus(ctx, err)
+	}
+	return s.toStatus(ctx, stream.Send(&connectorv1.StreamQueryConnectorResponse{
+		Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}))
+}
+
+// query validates, checks the connector can be used now, runs the agent and
+// records the run's counters.
+func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
+	maxTools, err := validateQuery(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.agent == nil {
+		return nil, llm.ErrNotConfigured
+	}
+	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, err
+	}
+	if !s.limits.allow(c.ID, c.Config.RateLimit) {
+		return nil, newStatus(codes.ResourceExhausted, ReasonRateLimited, "the connector's query rate limit is exceeded; try again shortly")
+	}
+	if err := s.reg.Ready(ctx, c.ID); err != nil {
+		return nil, err
+	}
+	tools, err := s.enabledTools(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.agent.Run(ctx, orchestrator.Request{
+		ConnectorID: c.ID, ConnectorName: c.Name, Description: c.Description, Model: c.Config.Model,
+		Tools: tools, Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
+	}, emit)
+	s.countQuery(c, res, err)
+	if err != nil {
+		return nil, err
+	}
+	return resultToProto(c, res), nil
+}
+
+func validateQuery(req queryRequest) (int, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	c.id("connector_id", req.GetConnectorId())
+	switch q := req.GetQuery(); {
+	case q == "":
+		c.add("query", "required")
+	case len(q) > maxQueryLen:
+		c.add("query", "longer than %d bytes", maxQueryLen)
+	}
+	if len(req.GetContext()) > maxContextLen {
+		c.add("context", "longer than %d bytes", maxContextLen)
+	}
+	n := int(req.GetMaxTools())
+	switch {
+	case n == 0:
+		n = orchestrator.DefaultMaxTools
+	case n < 1 || n > orchestrator.MaxMaxTools:
+		c.add("max_tools", "must be between 1 and %d (0 means %d)", orchestrator.MaxMaxTools, orchestrator.DefaultMaxTools)
+	}
+	return n, c.err()
+}
+
+// enabledTools is the connector's catalog as the agent may use it.
+func (s *Server) enabledTools(ctx context.Context, c *store.Connector) ([]orchestrator.Tool, error) {
+	stored, err := s.db.ListTools(ctx, c.WorkspaceID, c.ExternalID, "", maxPageSize)
+	if err != nil {
+		return nil, err
+	}
+	var tools []orchestrator.Tool
+	for _, t := range stored {
+		if t.Enabled {
+			tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		}
+	}
+	return tools, nil
+}
+
+// countQuery records a run in the connector's counters.
+func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error) {
+	now := time.Now()
+	d := store.Counters{Queries: 1, LastUsedAt: &now}
+	if runErr != nil {
+		d.QueryErrors = 1
+	}
+	if res != nil {
+		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens, res.Usage.CompletionTokens
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.db.AddCounters(ctx, c.ID, d); err != nil {
+		s.logger.Error("count query", append(connectorAttrs(c), slog.String("error", err.Error()))...)
+	}
+}
+
+// limiter keeps a token bucket per connector, rebuilt when its rate limit
+// changes.
+type limiter struct {
+	mu      sync.Mutex
+	buckets map[int64]*bucket
+}
+
+type bucket struct {
+	cfg store.RateLimit
+	lim *rate.Limiter
+}
+
+// allow takes a token from connector id's bucket; no limit always allows.
+func (l *limiter) allow(id int64, cfg *store.RateLimit) bool {
+	if cfg == nil || cfg.RequestsPerSecond <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	b := l.buckets[id]
+	if b == nil || b.cfg != *cfg {
+		b = &bucket{cfg: *cfg, lim: rate.NewLimiter(rate.Limit(cfg.RequestsPerSecond), max(cfg.Burst, 1))}
+		if l.buckets == nil {
+			l.buckets = map[int64]*bucket{}
+		}
+		l.buckets[id] = b
+	}
+	l.mu.Unlock()
+	return b.lim.Allow()
+}
+
+var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
+	orchestrator.StatusCompleted:       connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
+	orchestrator.StatusBudgetExhausted: connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
+	orchestrator.StatusPlanned:         connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+}
+
+func resultToProto(c *store.Connector, r *orchestrator.Result) *connectorv1.QueryResult {
+	p := &connectorv1.QueryResult{
+		Status:        queryStatuses[r.Status],
+		Answer:        r.Answer,
+		ConnectorId:   c.ExternalID,
+		ConnectorName: c.Name,
+		ToolsUsed:     r.ToolsUsed,
+		Usage: &connectorv1.TokenUsage{PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
+			TotalTokens: r.Usage.TotalTokens},
+		Duration: durationpb.New(r.Duration),
+	}
+	for _, st := range r.Steps {
+		p.Steps = append(p.Steps, stepToProto(st))
+	}
+	for _, pt := range r.Plan {
+		p.Plan = append(p.Plan, &connectorv1.PlannedTool{Tool: pt.Tool, Purpose: pt.Purpose})
+	}
+	for _, qc := range r.Contexts {
+		pc := &connectorv1.QueryContext{Tool: qc.Tool, StructuredContent: toStruct(qc.StructuredContent)}
+		for _, l := range qc.ResourceLinks {
+			pc.ResourceLinks = append(pc.ResourceLinks, &connectorv1.ResourceLink{Uri: l.URI, Name: l.Name, Description: l.Description, MimeType: l.MIMEType})
+		}
+		p.Contexts = append(p.Contexts, pc)
+	}
+	return p
+}
+
+func stepToProto(st orchestrator.Step) *connectorv1.Step {
+	p := &connectorv1.Step{Index: int32(st.Index)}
+	for _, c := range st.Calls {
+		p.Calls = append(p.Calls, callToProto(c))
+	}
+	return p
+}
+
+func callToProto(c orchestrator.Call) *connectorv1.ToolCall {
+	return &connectorv1.ToolCall{
+		Id: c.ID, Tool: c.Tool, Arguments: toStruct(c.Arguments), ResultExcerpt: c.ResultExcerpt,
+		IsError: c.IsError, RejectedReason: c.RejectedReason, Duration: durationpb.New(c.Duration),
+	}
+}
+
+// toStruct converts a JSON object; values structpb cannot hold go through
+// JSON first.
+func toStruct(m map[string]any) *structpb.Struct {
+	if m == nil {
+		return nil
+	}
+	st, err := structpb.NewStruct(m)
+	if err == nil {
+		return st
+	}
+	b, _ := json.Marshal(m)
+	st = &structpb.Struct{}
+	if st.UnmarshalJSON(b) != nil {
+		return nil
+	}
+	return st
+}
+
+func eventToProto(e orchestrator.Event) *connectorv1.StreamQueryConnectorResponse {
+	switch e.Kind {
+	case orchestrator.EventStepPlanned:
+		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_StepPlanned{
+			StepPlanned: &connectorv1.StepPlanned{Step: stepToProto(e.Step)}}}
+	case orchestrator.EventToolCallStarted:
+		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallStarted{
+			ToolCallStarted: &connectorv1.ToolCallStarted{StepIndex: int32(e.Index), Call: callToProto(e.Call)}}}
+	case orchestrator.EventToolCallFinished:
+		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallFinished{
+			ToolCallFinished: &connectorv1.ToolCallFinished{StepIndex: int32(e.Index), Call: callToProto(e.Call)}}}
+	default:
+		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Answer{
+			Answer: &connectorv1.AnswerReady{Answer: e.Answer}}}
+	}
+}
