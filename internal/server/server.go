@@ -38,9 +38,10 @@ type Config struct {
 	QueryTimeout time.Duration
 }
 
-// Server implements connector.v1.ConnectorService. RPCs that are not built
-// yet fall through to the embedded Unimplemented server and return
-// UNIMPLEMENTED. Safe for concurrent use.
+// Server implements connector.v1.ConnectorService. CloseSession, which
+// needs per-session connections that are not built, falls through to the
+// embedded Unimplemented server and returns UNIMPLEMENTED. Safe for
+// concurrent use.
 type Server struct {
 	connectorv1.UnimplementedConnectorServiceServer
 
