@@ -153,7 +153,8 @@ const (
 	SessionMode_SESSION_MODE_UNSPECIFIED SessionMode = 0
 	// One connection for all callers.
 	SessionMode_SESSION_MODE_SHARED SessionMode = 1
-	// One connection per caller session_id.
+	// One connection per caller session_id. Stored but not honoured yet: every
+	// connector uses one shared connection for now.
 	SessionMode_SESSION_MODE_PER_SESSION SessionMode = 2
 )
 

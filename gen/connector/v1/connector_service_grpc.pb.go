@@ -73,7 +73,8 @@ type ConnectorServiceClient interface {
 	QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
 	StreamQueryConnector(ctx context.Context, in *StreamQueryConnectorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamQueryConnectorResponse], error)
-	// Closes the per-session connections of a session id.
+	// Closes the per-session connections of a session id. Not built yet:
+	// returns UNIMPLEMENTED.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 }
 
@@ -281,7 +282,8 @@ type ConnectorServiceServer interface {
 	QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
 	StreamQueryConnector(*StreamQueryConnectorRequest, grpc.ServerStreamingServer[StreamQueryConnectorResponse]) error
-	// Closes the per-session connections of a session id.
+	// Closes the per-session connections of a session id. Not built yet:
+	// returns UNIMPLEMENTED.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	mustEmbedUnimplementedConnectorServiceServer()
 }
