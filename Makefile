@@ -14,12 +14,13 @@ run: .dev/secret_key
 .dev/secret_key:
 	@mkdir -p .dev && umask 077 && head -c 32 /dev/urandom | base64 > $@
 
-## test: start Postgres if needed, install the reference MCP server for the
-## interop tests (they skip loudly without it, except under CI=true), then
-## every test under the race detector.
+## test: start Postgres if needed, install the reference MCP server and
+## grpcurl for the interop and README tests (they skip loudly without them,
+## except under CI=true), then every test under the race detector.
 test:
 	@scripts/ensure-postgres.sh
 	@scripts/install-mcp-everything.sh || echo "!!! could not install the reference MCP server; interop tests will skip" >&2
+	@scripts/tools.sh grpcurl || echo "!!! could not install grpcurl; the README test will skip" >&2
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 ## bench: the benchmarks in the README, side by side in one run.

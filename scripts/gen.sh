@@ -1,32 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates gen/ from proto/ with pinned tool versions.
-# Usage: scripts/gen.sh          (generate)
+# Regenerates gen/ from proto/ with the pinned tools of scripts/tools.sh.
+# Usage: scripts/gen.sh          (buf lint, then generate)
 #        scripts/gen.sh --lint   (buf lint only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-BUF_VERSION=v1.75.0
-PROTOC_GEN_GO_VERSION=v1.36.12
-PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
-
-bin="$PWD/.tools/bin"
-mkdir -p "$bin"
-export PATH="$bin:$PATH"
-
-# install NAME PACKAGE VERSION: go install unless .tools/bin already has that version.
-install() {
-  local name=$1 pkg=$2 version=$3 stamp="$bin/.$1.version"
-  if [[ -x "$bin/$name" && "$(cat "$stamp" 2>/dev/null)" == "$version" ]]; then
-    return
-  fi
-  echo "installing $name $version" >&2
-  GOBIN="$bin" go install "$pkg@$version"
-  echo "$version" >"$stamp"
-}
-
-install buf github.com/bufbuild/buf/cmd/buf "$BUF_VERSION"
-install protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
-install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
+source scripts/tools.sh
+for t in buf protoc-gen-go protoc-gen-go-grpc; do install_tool "$t"; done
+export PATH="$TOOLS_BIN:$PATH"
 
 buf lint
 if [[ "${1:-}" == "--lint" ]]; then

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+// TestREADMECommands runs every grpcurl line of the README, as written,
+// against run(): only the service's and the reference MCP server's
+// addresses are replaced. The stdio example's npx is a stub that runs the
+// test stdio server, so nothing is downloaded; the query examples get a
+// scripted fake LLM.
+func TestREADMECommands(t *testing.T) {
+	grpcurl := needFile(t, "../../.tools/bin/grpcurl", "scripts/tools.sh grpcurl")
+	everything := needFile(t, "../../.tools/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+		"scripts/install-mcp-everything.sh")
+	t.Setenv("PATH", fakeNPX(t)+string(os.PathListSeparator)+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	mcpAddr := startEverything(t, everything)
+	model := llmtest.New(t,
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
+		llmtest.Answer(`{"plan":[{"tool":"echo","purpose":"say hello"}]}`))
+	svc := start(t, storetest.NewURL(t), map[string]string{
+		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model.URL(), "LLM_MODEL": "llama3.1"})
+	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
+
+	lines := readmeCommands(t)
+	if len(lines) < 20 {
+		t.Fatalf("found only %d grpcurl lines in the README", len(lines))
+	}
+	for i, line := range lines {
+		run := strings.NewReplacer("localhost:50051", svc.addr, "127.0.0.1:3001", mcpAddr).Replace(line)
+		out, err := exec.Command("bash", "-c", run).CombinedOutput()
+		wantFail := strings.Contains(line, `"connector_id":"bad"`) // the README's bad-input example
+		switch {
+		case wantFail && (err == nil || !strings.Contains(string(out), "InvalidArgument")):
+			t.Errorf("README line %d should fail with InvalidArgument:\n%s\n%s", i+1, line, out)
+		case !wantFail && err != nil:
+			t.Errorf("README line %d failed: %v\n%s\n%s", i+1, err, line, out)
+		case err == nil && strings.Contains(line, "/CreateConnector"):
+			waitConnected(t, client, line) // as a reader would wait a moment
+		}
+	}
+}
+
+// needFile returns the absolute path of a tool the test needs, skipping
+// loudly without it (failing under CI).
+func needFile(t *testing.T, rel, install string) string {
+	t.Helper()
+	path, _ := filepath.Abs(rel)
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s is missing; run %s", path, install)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	fmt.Fprintln(os.Stderr, "\n!!! SKIPPING: "+msg)
+	t.Skip(msg)
+	return ""
+}
+
+// readmeCommands returns the grpcurl lines of the README's bash blocks, in order.
+func readmeCommands(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []string
+	inBash := false
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "```bash"):
+			inBash = true
+		case strings.HasPrefix(l, "```"):
+			inBash = false
+		case inBash && strings.HasPrefix(l, "grpcurl "):
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// fakeNPX puts an npx on PATH that runs the registry's test stdio server.
+func fakeNPX(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "stdioserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../internal/registry/testdata/stdioserver").CombinedOutput(); err != nil {
+		t.Fatalf("build the stdio test server: %v\n%s", err, out)
+	}
+	script := "#!/bin/sh\nexec " + bin + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "npx"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// startEverything runs the reference server over streamable HTTP and
+// returns its host:port.
+func startEverything(t *testing.T, js string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	cmd := exec.Command("node", js, "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+strings.Split(addr, ":")[1])
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reference MCP server did not listen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var dataArg = regexp.MustCompile(`-d '(\{.*\})'`)
+
+// waitConnected waits until the connector a CreateConnector line made is
+// READY with its tools synced.
+func waitConnected(t *testing.T, client connectorv1.ConnectorServiceClient, line string) {
+	t.Helper()
+	m := dataArg.FindStringSubmatch(line)
+	var req struct {
+		WorkspaceID string `json:"workspace_id"`
+		Connector   struct {
+			ConnectorID string `json:"connector_id"`
+		} `json:"connector"`
+	}
+	if m == nil || json.Unmarshal([]byte(m[1]), &req) != nil {
+		t.Fatalf("cannot read the request of %s", line)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := client.GetConnector(testCtx(t), &connectorv1.GetConnectorRequest{WorkspaceId: req.WorkspaceID, ConnectorId: req.Connector.ConnectorID})
+		if err == nil && got.GetConnector().GetHealth().GetState() == connectorv1.ConnectorState_CONNECTOR_STATE_READY &&
+			got.GetConnector().GetToolCount() > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connector %s/%s never became READY: %v %v", req.WorkspaceID, req.Connector.ConnectorID, got.GetConnector().GetHealth(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
