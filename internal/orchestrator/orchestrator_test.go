@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -422,8 +421,7 @@ func TestPlanOnlyRunsNothing(t *testing.T) {
 func TestPanicInAToolCallIsContained(t *testing.T) {
 	f := setup(t, llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"a"}`}))
 	f.tools.panic = true
-	var calls atomic.Int64
-	_, err := f.agent.Run(context.Background(), f.req, func(orchestrator.Event) { calls.Add(1) })
+	_, err := f.agent.Run(context.Background(), f.req, nil)
 	if !errors.Is(err, orchestrator.ErrPanic) {
 		t.Errorf("err = %v, want ErrPanic", err)
 	}

@@ -35,6 +35,7 @@ type mcpServer struct {
 	lists    atomic.Int64
 	sessions *sessionIDs
 	release  chan struct{} // closes to release "block" calls
+	blocking chan struct{} // receives once per "block" call under way
 
 	mu   sync.Mutex
 	mcp  *server.MCPServer
@@ -49,7 +50,7 @@ func sseServer(s *mcpServer)    { s.sse = true }
 
 func newMCPServer(t *testing.T, opts ...serverOption) *mcpServer {
 	t.Helper()
-	s := &mcpServer{t: t, release: make(chan struct{})}
+	s := &mcpServer{t: t, release: make(chan struct{}), blocking: make(chan struct{}, 16)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -142,6 +143,7 @@ func (s *mcpServer) addTools(m *server.MCPServer) {
 		})
 	m.AddTool(mcp.NewTool("block", mcp.WithDescription("Blocks until released")),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			s.blocking <- struct{}{}
 			select {
 			case <-s.release:
 				return mcp.NewToolResultText("released"), nil

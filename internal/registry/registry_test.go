@@ -176,7 +176,11 @@ func TestHungServerDoesNotDelayOthers(t *testing.T) {
 		_, err := reg.CallTool(ctxT(t), 1, "block", nil)
 		blocked <- err
 	}()
-	waitFor(t, "the blocking call to start", func() bool { return len(blocked) == 0 })
+	select { // the hung call must be in flight on the server before the others run
+	case <-hung.blocking:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the blocking call never reached the server")
+	}
 	for i := range 20 {
 		echo(t, reg, 2, fmt.Sprint(i))
 	}
