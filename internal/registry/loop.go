@@ -96,19 +96,28 @@ func (r *Registry) backoff(n int) time.Duration {
 // reportUsage hands each connector's counter increments to the source.
 func (r *Registry) reportUsage(ctx context.Context) {
 	for _, c := range r.snapshot() {
-		u := Usage{
-			Calls: c.usage.calls.Swap(0), Errors: c.usage.errors.Swap(0),
-			Reconnects: c.usage.reconnects.Swap(0), Reinitializations: c.usage.reinits.Swap(0),
-		}
-		if ns := c.usage.lastUsed.Swap(0); ns != 0 {
-			u.LastUsed = time.Unix(0, ns)
-		}
-		if u == (Usage{}) {
-			continue
-		}
-		if err := r.source.AddUsage(ctx, c.spec.ID, u); err != nil {
-			r.logger.Error("report usage", append(c.logAttrs(), slog.String("error", err.Error()))...)
-		}
+		r.reportConn(ctx, c)
+	}
+}
+
+// reportConn hands c's counter increments since the last report to the
+// source. It is also called for every connection the registry lets go,
+// so no count is lost.
+func (r *Registry) reportConn(ctx context.Context, c *conn) {
+	u := Usage{
+		Calls: c.usage.calls.Swap(0), Errors: c.usage.errors.Swap(0),
+		Reconnects: c.usage.reconnects.Swap(0), Reinitializations: c.usage.reinits.Swap(0),
+	}
+	if ns := c.usage.lastUsed.Swap(0); ns != 0 {
+		u.LastUsed = time.Unix(0, ns)
+	}
+	if u == (Usage{}) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.source.AddUsage(ctx, c.spec.ID, u); err != nil {
+		r.logger.Error("report usage", append(c.logAttrs(), slog.String("error", err.Error()))...)
 	}
 }
 
@@ -125,11 +134,11 @@ func (r *Registry) shutdown() {
 		go func() {
 			defer wg.Done()
 			c.close()
+			r.reportConn(context.Background(), c)
 		}()
 	}
 	wg.Wait()
 	r.cancel()
 	r.bg.Wait()
-	r.reportUsage(context.Background())
 	r.logger.Info("registry closed", slog.Int("connections", len(conns)))
 }

@@ -250,6 +250,7 @@ func (r *Registry) Add(spec Spec) {
 	r.mu.Unlock()
 	if old != nil {
 		r.closeLater(old.sessionForClose())
+		r.reportConn(context.Background(), old)
 	}
 	r.poke()
 }
@@ -267,6 +268,7 @@ func (r *Registry) Replace(ctx context.Context, spec Spec) {
 	r.mu.Unlock()
 	if old != nil {
 		old.close()
+		r.reportConn(context.Background(), old)
 	}
 	r.poke()
 }
@@ -283,6 +285,7 @@ func (r *Registry) Remove(id int64) {
 	r.mu.Unlock()
 	if c != nil {
 		c.close()
+		r.reportConn(context.Background(), c)
 	}
 }
 

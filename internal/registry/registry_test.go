@@ -288,3 +288,35 @@ func TestRemoveAndReplace(t *testing.T) {
 		t.Errorf("after Remove: err = %v, want ErrNotLoaded", err)
 	}
 }
+
+// TestUsageIsReportedWhenConnectionsGo checks that counts not yet reported
+// are not lost when a connector is removed or the registry shuts down.
+func TestUsageIsReportedWhenConnectionsGo(t *testing.T) {
+	srv := newMCPServer(t, legacyServer)
+	src := newSource(httpSpec(1, srv.url()), httpSpec(2, srv.url()))
+	cfg := testConfig()
+	cfg.UsageInterval = time.Hour // only the goodbyes report
+	reg := registry.New(src, cfg, nil)
+	if err := reg.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	for range 3 {
+		echo(t, reg, 1, "x")
+		echo(t, reg, 2, "y")
+	}
+	reg.Remove(1)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	for id := range int64(2) {
+		if u := src.usage[id+1]; u.Calls != 3 {
+			t.Errorf("connector %d: reported %d calls, want 3", id+1, u.Calls)
+		}
+	}
+}
