@@ -55,9 +55,13 @@ func (c *conn) syncTools(ctx context.Context, tools []mcp.Tool, force bool) (Too
 	b, _ := json.Marshal(tools)
 	sum := sha256.Sum256(b)
 	hash := string(sum[:])
+	byName := make(map[string]int, len(tools))
+	for i, t := range tools {
+		byName[t.Name] = i
+	}
 	c.mu.Lock()
 	changed := hash != c.toolsHash
-	c.tools, c.toolsHash = tools, hash
+	c.tools, c.toolByName, c.toolsHash = tools, byName, hash
 	c.mu.Unlock()
 	if !changed && !force {
 		return ToolChanges{}, nil
@@ -87,8 +91,8 @@ func (c *conn) syncTools(ctx context.Context, tools []mcp.Tool, force bool) (Too
 func (c *conn) tool(name string) (mcp.Tool, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.tools, func(t mcp.Tool) bool { return t.Name == name })
-	if i < 0 {
+	i, ok := c.toolByName[name]
+	if !ok {
 		return mcp.Tool{}, false
 	}
 	return c.tools[i], true

@@ -29,19 +29,20 @@ type conn struct {
 	// hc is the connector's HTTP connection pool, kept across sessions.
 	hc *http.Client
 
-	mu        sync.Mutex
-	sess      *session // nil while down
-	gen       uint64   // bumped whenever sess changes
-	health    Health
-	failures  int       // consecutive failures; 0 when healthy
-	nextTry   time.Time // earliest reconnect while down
-	nextCheck time.Time // next health check while up
-	busy      bool      // a scheduler job runs for this conn
-	closed    bool
-	legacy    bool // the server answered only the initialize handshake
-	tools     []mcp.Tool
-	toolsHash string
-	disabled  map[string]bool // operators' switched-off tools; nil until synced
+	mu         sync.Mutex
+	sess       *session // nil while down
+	gen        uint64   // bumped whenever sess changes
+	health     Health
+	failures   int       // consecutive failures; 0 when healthy
+	nextTry    time.Time // earliest reconnect while down
+	nextCheck  time.Time // next health check while up
+	busy       bool      // a scheduler job runs for this conn
+	closed     bool
+	legacy     bool           // the server answered only the initialize handshake
+	tools      []mcp.Tool     // sorted by name
+	toolByName map[string]int // index into tools
+	toolsHash  string
+	disabled   map[string]bool // operators' switched-off tools; nil until synced
 
 	flight singleflight.Group
 	// epoch counts re-initializes; a caller reads it before its request so

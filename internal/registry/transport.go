@@ -93,22 +93,17 @@ func (s *session) close(grace time.Duration) {
 		_ = s.client.Close()
 		close(done)
 	}()
-	if s.proc == nil {
-		select {
-		case <-done:
-		case <-time.After(grace):
-		}
-		s.cancel()
-		return
-	}
 	select {
 	case <-done:
 	case <-time.After(grace):
 	}
+	s.cancel()
+	if s.proc == nil {
+		return
+	}
 	// The leader may be gone while its children live on: kill the group
 	// either way, then wait for the client to reap the leader.
 	s.proc.killGroup()
-	s.cancel()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -33,11 +33,7 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
 	var ch checker
-	ch.id("workspace_id", req.GetWorkspaceId())
-	ch.id("connector_id", req.GetConnectorId())
-	if req.GetToolName() == "" {
-		ch.add("tool_name", "required")
-	}
+	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -99,7 +95,7 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	tools, err := s.db.ListTools(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", maxPageSize)
+	tools, err := s.db.ConnectorTools(ctx, c.ID)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

@@ -107,8 +107,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 
 func validateQuery(req queryRequest) (int, error) {
 	var c checker
-	c.id("workspace_id", req.GetWorkspaceId())
-	c.id("connector_id", req.GetConnectorId())
+	c.ref(req.GetWorkspaceId(), req.GetConnectorId())
 	switch q := req.GetQuery(); {
 	case q == "":
 		c.add("query", "required")
@@ -130,7 +129,7 @@ func validateQuery(req queryRequest) (int, error) {
 
 // enabledTools is the connector's catalog as the agent may use it.
 func (s *Server) enabledTools(ctx context.Context, c *store.Connector) ([]orchestrator.Tool, error) {
-	stored, err := s.db.ListTools(ctx, c.WorkspaceID, c.ExternalID, "", maxPageSize)
+	stored, err := s.db.ConnectorTools(ctx, c.ID)
 	if err != nil {
 		return nil, err
 	}

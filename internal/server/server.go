@@ -94,8 +94,7 @@ func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
 	)
 	connectorv1.RegisterConnectorServiceServer(g, s)
 	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	hs.SetServingStatus(connectorv1.ConnectorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	SetServing(hs, false)
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	return g, hs

@@ -11,8 +11,7 @@ import (
 // ListTools implements connector.v1.ConnectorService.
 func (s *Server) ListTools(ctx context.Context, req *connectorv1.ListToolsRequest) (*connectorv1.ListToolsResponse, error) {
 	var c checker
-	c.id("workspace_id", req.GetWorkspaceId())
-	c.id("connector_id", req.GetConnectorId())
+	c.ref(req.GetWorkspaceId(), req.GetConnectorId())
 	size, after := c.page(req.GetPageSize(), req.GetPageToken(), defaultToolPageSize)
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -32,11 +31,7 @@ func (s *Server) ListTools(ctx context.Context, req *connectorv1.ListToolsReques
 // UpdateTool implements connector.v1.ConnectorService.
 func (s *Server) UpdateTool(ctx context.Context, req *connectorv1.UpdateToolRequest) (*connectorv1.UpdateToolResponse, error) {
 	var c checker
-	c.id("workspace_id", req.GetWorkspaceId())
-	c.id("connector_id", req.GetConnectorId())
-	if req.GetToolName() == "" {
-		c.add("tool_name", "required")
-	}
+	c.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	if req.Enabled == nil && req.RequiresApproval == nil {
 		c.add("enabled", "set enabled, requires_approval or both")
 	}

@@ -70,11 +70,24 @@ func (c *checker) id(field, v string) {
 	}
 }
 
-// connectorRef checks the workspace_id and connector_id of a request.
-func connectorRef(workspaceID, connectorID string) error {
-	var c checker
+// ref checks the workspace_id and connector_id of a request.
+func (c *checker) ref(workspaceID, connectorID string) {
 	c.id("workspace_id", workspaceID)
 	c.id("connector_id", connectorID)
+}
+
+// toolRef checks the workspace_id, connector_id and tool_name of a request.
+func (c *checker) toolRef(workspaceID, connectorID, tool string) {
+	c.ref(workspaceID, connectorID)
+	if tool == "" {
+		c.add("tool_name", "required")
+	}
+}
+
+// connectorRef checks a request that names only a connector.
+func connectorRef(workspaceID, connectorID string) error {
+	var c checker
+	c.ref(workspaceID, connectorID)
 	return c.err()
 }
 

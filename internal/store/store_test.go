@@ -381,4 +381,11 @@ func TestGetTool(t *testing.T) {
 	if _, err := db.GetTool(ctx, "ws1", "a", "nope"); !errors.Is(err, store.ErrToolNotFound) {
 		t.Errorf("unknown tool: err = %v, want ErrToolNotFound", err)
 	}
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "desc", ""), spec("a", "", "")}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := db.ConnectorTools(ctx, c.ID)
+	if err != nil || len(all) != 2 || all[0].Name != "a" || all[1].Name != "t" {
+		t.Errorf("ConnectorTools = %v, %v; want a, t", all, err)
+	}
 }

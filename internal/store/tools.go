@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Tool is one row of the tools table.
@@ -69,7 +70,7 @@ func (db *DB) ListTools(ctx context.Context, workspaceID, externalID, after stri
 	if err != nil {
 		return nil, fmt.Errorf("list tools of %q: %w", externalID, err)
 	}
-	rows, err := db.pool.Query(ctx, `
+	tools, err := queryTools(ctx, db.pool, `
 		SELECT `+toolColumns+` FROM tools t
 		WHERE t.connector_id = $1 AND t.name > $2
 		ORDER BY t.name
@@ -77,11 +78,25 @@ func (db *DB) ListTools(ctx context.Context, workspaceID, externalID, after stri
 	if err != nil {
 		return nil, fmt.Errorf("list tools of %q: %w", externalID, err)
 	}
-	tools, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Tool, error) { return scanTool(row) })
+	return tools, nil
+}
+
+// ConnectorTools returns the whole catalog of the connector with row id id,
+// in name order.
+func (db *DB) ConnectorTools(ctx context.Context, id int64) ([]*Tool, error) {
+	tools, err := queryTools(ctx, db.pool, `SELECT `+toolColumns+` FROM tools t WHERE t.connector_id = $1 ORDER BY t.name`, id)
 	if err != nil {
-		return nil, fmt.Errorf("list tools of %q: %w", externalID, err)
+		return nil, fmt.Errorf("tools of connector %d: %w", id, err)
 	}
 	return tools, nil
+}
+
+func queryTools(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) ([]*Tool, error) {
+	rows, err := pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Tool, error) { return scanTool(row) })
 }
 
 // UpdateToolFlags sets the operator flags of one tool; a nil flag is left as
