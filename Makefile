@@ -1,15 +1,19 @@
 # Developer entry points; the README names `make run` and `make test`.
 GO ?= go
 
-.PHONY: run test bench lint gen
+.PHONY: run test bench lint gen fuzz
 
 ## run: start Postgres if needed, then the service on 127.0.0.1:50051.
 ## A development SECRET_KEY is generated once into .dev/secret_key.
+## The binary is built into .dev/bin and exec'd by the recipe's shell (not
+## go run), so a signal to make or Ctrl-C reaches the service itself, and
+## nothing is left holding the port.
 run: .dev/secret_key
 	@scripts/ensure-postgres.sh
+	$(GO) build -o .dev/bin/connector-svc ./cmd/connector-svc
 	SECRET_KEY="$${SECRET_KEY:-$$(cat .dev/secret_key)}" \
 	STDIO_ALLOWED_COMMANDS="$${STDIO_ALLOWED_COMMANDS-npx}" \
-	$(GO) run ./cmd/connector-svc
+	exec .dev/bin/connector-svc
 
 .dev/secret_key:
 	@mkdir -p .dev && umask 077 && head -c 32 /dev/urandom | base64 > $@
@@ -26,7 +30,25 @@ test:
 ## bench: the benchmarks in the README, side by side in one run.
 bench:
 	@scripts/ensure-postgres.sh
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/registry ./internal/server
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/registry ./internal/server ./internal/auth
+
+## fuzz: each fuzz target for FUZZTIME (default 10s). `go test -fuzz`
+## takes one target of one package per run, so this loops over them; the
+## targets need no Postgres. A failing input lands in the package's
+## testdata/fuzz/<target>/: commit it with the fix, and plain `go test`
+## replays it from then on.
+FUZZTIME ?= 10s
+FUZZ_PKGS = ./internal/egress ./internal/server ./internal/orchestrator
+fuzz:
+	@set -e; for pkg in $(FUZZ_PKGS); do \
+	  list=$$($(GO) test -list '^Fuzz' $$pkg); \
+	  targets=$$(echo "$$list" | grep '^Fuzz' || true); \
+	  if [ -z "$$targets" ]; then echo "no fuzz targets in $$pkg" >&2; exit 1; fi; \
+	  for target in $$targets; do \
+	    echo "--- $$pkg $$target ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
 
 ## lint: gofmt, go vet and buf lint.
 lint:

@@ -1,4 +1,4 @@
--- Connectors and their tool catalogs. See DESIGN.md §3.
+-- Connectors and their tool catalogs: one row per configured MCP server, its tools beside it.
 
 CREATE TABLE connectors (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
+	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/server"
 )
 
 // config is everything an operator can set. Each field has an environment
@@ -21,46 +25,71 @@ type config struct {
 	ShutdownGrace        time.Duration
 	HealthInterval       time.Duration
 	HealthConcurrency    int
+	SessionIdleTTL       time.Duration
+	MaxSessions          int // per per_session connector
 	LLMBaseURL           string
 	LLMAPIKey            string // environment only
 	LLMModel             string
 	QueryTimeout         time.Duration
 	LogLevel             slog.Level
+	// Egress CIDRs: Deny always wins; Allow opens default-refused ranges.
+	EgressAllow, EgressDeny []netip.Prefix
+	// Auth is when callers need API keys (AUTH).
+	Auth auth.Mode
+
+	// TLS: the server's certificate and key, and the CAs client
+	// certificates must chain to (mutual TLS); all files, re-read on change.
+	TLSCertFile, TLSKeyFile, TLSClientCAFile string
+
+	// Message sizes, in bytes.
+	MaxToolResultBytes    int
+	MaxToolArgumentsBytes int
+	GRPCMaxRecvBytes      int
+	GRPCMaxSendBytes      int
+
+	// The admin HTTP listener and metrics (admin.go); "" is off.
+	AdminAddr                   string
+	AdminPprof, AdminAnyAddress bool
+	MetricsExporters            []string // from OTEL_METRICS_EXPORTER
+	OTLPProtocol                string
 }
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/connector_svc?sslmode=disable"
 
-// parseConfig reads the environment through getenv, then flags from args.
-// It returns the remaining arguments (the subcommand).
+// parseConfig reads flags from args, then, for each flag not given, its
+// environment variable through getenv. It returns the remaining arguments
+// (the subcommand). Help shows the built-in defaults, never the
+// environment's values: those may hold secrets (a DATABASE_URL password).
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (config, []string, error) {
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
 	fs := flag.NewFlagSet("connector-svc", flag.ContinueOnError)
 	fs.SetOutput(usage)
-	fs.Usage = func() {
-		fmt.Fprintf(usage, "Usage: connector-svc [flags] [serve|migrate]\n\n"+
-			"  serve    apply migrations, then serve gRPC (default)\n"+
-			"  migrate  apply migrations and exit\n\nFlags (each overrides the environment variable named):\n")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { printUsage(fs, usage) }
 	var cfg config
-	var allowed, rpcTimeout, grace, level, health, queryTimeout string
-	fs.StringVar(&cfg.DatabaseURL, "database-url", env("DATABASE_URL", defaultDatabaseURL), "Postgres URL; the database is created if missing (DATABASE_URL)")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", env("GRPC_ADDR", "127.0.0.1:50051"), "address to serve gRPC on (GRPC_ADDR)")
-	fs.StringVar(&allowed, "stdio-allowed-commands", env("STDIO_ALLOWED_COMMANDS", ""), "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
-	fs.StringVar(&rpcTimeout, "rpc-timeout", env("RPC_TIMEOUT", "30s"), "deadline of an RPC whose caller sets none (RPC_TIMEOUT)")
-	fs.StringVar(&grace, "shutdown-grace", env("SHUTDOWN_GRACE", "10s"), "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
-	fs.StringVar(&health, "health-interval", env("HEALTH_INTERVAL", "30s"), "between tools/list health checks of each connector (HEALTH_INTERVAL)")
-	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", envInt(getenv, "HEALTH_CONCURRENCY", 16), "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
-	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", env("LLM_BASE_URL", ""), "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
-	fs.StringVar(&cfg.LLMModel, "llm-model", env("LLM_MODEL", ""), "default model of the connector agents (LLM_MODEL)")
-	fs.StringVar(&queryTimeout, "query-timeout", env("QUERY_TIMEOUT", "2m"), "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
-	fs.StringVar(&level, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
+	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
+	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
+	fs.StringVar(&allowed, "stdio-allowed-commands", "", "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
+	fs.StringVar(&rpcTimeout, "rpc-timeout", "30s", "deadline of an RPC whose caller sets none (RPC_TIMEOUT)")
+	fs.StringVar(&grace, "shutdown-grace", "10s", "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
+	fs.StringVar(&health, "health-interval", "30s", "between tools/list health checks of each connector (HEALTH_INTERVAL)")
+	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", 16, "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
+	fs.StringVar(&idleTTL, "session-idle-ttl", "15m", "a per-session connection unused this long closes (SESSION_IDLE_TTL)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
+	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
+	fs.StringVar(&cfg.LLMModel, "llm-model", "", "default model of the connector agents (LLM_MODEL)")
+	fs.StringVar(&queryTimeout, "query-timeout", "2m", "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error (LOG_LEVEL)")
+	fs.StringVar(&egressAllow, "egress-allow-cidrs", "", "comma-separated CIDRs HTTP connectors may reach though refused by default (EGRESS_ALLOW_CIDRS)")
+	fs.StringVar(&egressDeny, "egress-deny-cidrs", "", "comma-separated CIDRs HTTP connectors may never reach; wins over the allow list (EGRESS_DENY_CIDRS)")
+	fs.StringVar(&authMode, "auth", string(auth.ModeAuto),
+		"when callers need API keys: auto (once a key exists), keys, none (loopback only) or none-any-address (AUTH)")
+	sizeFlags(fs, &cfg)
+	tlsFlags(fs, &cfg)
+	adminFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
+		return config{}, nil, err
+	}
+	if err := setFromEnv(fs, getenv); err != nil {
 		return config{}, nil, err
 	}
 	cfg.SecretKey = getenv("SECRET_KEY")
@@ -86,24 +115,123 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if cfg.HealthConcurrency <= 0 {
 		return config{}, nil, fmt.Errorf("HEALTH_CONCURRENCY %d: want a positive number", cfg.HealthConcurrency)
 	}
+	if cfg.SessionIdleTTL, err = positiveDuration("SESSION_IDLE_TTL", idleTTL); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.MaxSessions <= 0 {
+		return config{}, nil, fmt.Errorf("MAX_SESSIONS_PER_CONNECTOR %d: want a positive number", cfg.MaxSessions)
+	}
+	if cfg.Auth, err = auth.ParseMode(authMode); err != nil {
+		return config{}, nil, err
+	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		return config{}, nil, fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", level)
+	}
+	if err := cfg.checkSizes(); err != nil {
+		return config{}, nil, err
+	}
+	if err := cfg.checkTLS(); err != nil {
+		return config{}, nil, err
+	}
+	if err := cfg.readAdmin(getenv); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.EgressAllow, err = egress.ParsePrefixes(egressAllow); err != nil {
+		return config{}, nil, fmt.Errorf("EGRESS_ALLOW_CIDRS: %w", err)
+	}
+	if cfg.EgressDeny, err = egress.ParsePrefixes(egressDeny); err != nil {
+		return config{}, nil, fmt.Errorf("EGRESS_DENY_CIDRS: %w", err)
 	}
 	return cfg, fs.Args(), nil
 }
 
-// envInt reads an integer variable; a value that is not one becomes -1,
-// which the caller's check reports.
-func envInt(getenv func(string) string, name string, def int) int {
-	v := getenv(name)
-	if v == "" {
-		return def
+// printUsage is the -h text: the commands, the flags with their built-in
+// defaults, and the settings that are environment only.
+func printUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage: connector-svc [flags] [serve|migrate|reseal|healthcheck|keys ...]\n\n"+
+		"  serve        apply migrations, then serve gRPC (default)\n"+
+		"  migrate      apply migrations and exit\n"+
+		"  keys         create, list or revoke API keys (connector-svc keys -h)\n"+
+		"  reseal       seal every stored secret again under the first SECRET_KEY, and exit\n"+
+		"  healthcheck  ask the service at GRPC_ADDR for its gRPC health; exit 0 if SERVING, else 1\n\n"+
+		"Flags (each overrides the environment variable named; defaults are the built-in ones):\n")
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "\nEnvironment only (a flag would show in ps):\n"+
+		"  SECRET_KEY   base64 of 32 random bytes (openssl rand -base64 32) sealing connector secrets;\n"+
+		"               several, comma-separated, to rotate: the first seals, all open\n"+
+		"  LLM_API_KEY  bearer key for LLM_BASE_URL\n"+
+		"\nOpenTelemetry, environment only (the standard variables):\n"+
+		"  OTEL_METRICS_EXPORTER  prometheus (default: /metrics on ADMIN_ADDR), otlp, both comma-separated, or none\n"+
+		"  OTEL_TRACES_EXPORTER   otlp or none (default); OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES name the spans\n"+
+		"  OTEL_EXPORTER_OTLP_*   where otlp pushes: endpoint, protocol (http/protobuf or grpc), headers\n")
+}
+
+func sizeFlags(fs *flag.FlagSet, cfg *config) {
+	fs.IntVar(&cfg.MaxToolResultBytes, "max-tool-result-bytes", server.DefaultMaxToolResultBytes,
+		"largest tool result CallTool returns, and the most contexts a query response carries (MAX_TOOL_RESULT_BYTES)")
+	fs.IntVar(&cfg.MaxToolArgumentsBytes, "max-tool-arguments-bytes", server.DefaultMaxToolArgumentsBytes,
+		"largest CallTool arguments (MAX_TOOL_ARGUMENTS_BYTES)")
+	fs.IntVar(&cfg.GRPCMaxRecvBytes, "grpc-max-recv-bytes", server.DefaultMaxRecvBytes,
+		"largest gRPC message the service receives (GRPC_MAX_RECV_BYTES)")
+	fs.IntVar(&cfg.GRPCMaxSendBytes, "grpc-max-send-bytes", server.DefaultMaxSendBytes,
+		"largest gRPC message the service sends (GRPC_MAX_SEND_BYTES)")
+}
+
+func tlsFlags(fs *flag.FlagSet, cfg *config) {
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate (then intermediates) to serve TLS with; empty serves plaintext (TLS_CERT_FILE)")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of TLS_CERT_FILE (TLS_KEY_FILE)")
+	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca-file", "", "PEM CAs that client certificates must chain to; set, clients without one are refused (TLS_CLIENT_CA_FILE)")
+}
+
+func (cfg config) checkTLS() error {
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return fmt.Errorf("set both TLS_CERT_FILE and TLS_KEY_FILE, or neither")
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return -1
+	if cfg.TLSClientCAFile != "" && cfg.TLSCertFile == "" {
+		return fmt.Errorf("TLS_CLIENT_CA_FILE needs TLS_CERT_FILE and TLS_KEY_FILE")
 	}
-	return n
+	return nil
+}
+
+// setFromEnv sets each flag not given in args from its environment
+// variable, if set: the flag's name in upper case with '_' for '-'
+// (database-url: DATABASE_URL).
+func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(name)
+		if err != nil || given[f.Name] || v == "" {
+			return
+		}
+		if setErr := f.Value.Set(v); setErr != nil {
+			err = fmt.Errorf("%s: invalid value: %w", name, setErr)
+		}
+	})
+	return err
+}
+
+// checkSizes wants each cap below the gRPC limit it lives in: otherwise
+// gRPC refuses first, with no reason.
+func (cfg config) checkSizes() error {
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"MAX_TOOL_RESULT_BYTES", cfg.MaxToolResultBytes}, {"MAX_TOOL_ARGUMENTS_BYTES", cfg.MaxToolArgumentsBytes},
+		{"GRPC_MAX_RECV_BYTES", cfg.GRPCMaxRecvBytes}, {"GRPC_MAX_SEND_BYTES", cfg.GRPCMaxSendBytes}} {
+		if v.n <= 0 {
+			return fmt.Errorf("%s: want a positive number of bytes", v.name)
+		}
+	}
+	if cfg.MaxToolResultBytes >= cfg.GRPCMaxSendBytes {
+		return fmt.Errorf("MAX_TOOL_RESULT_BYTES %d must be below GRPC_MAX_SEND_BYTES %d", cfg.MaxToolResultBytes, cfg.GRPCMaxSendBytes)
+	}
+	if cfg.MaxToolArgumentsBytes >= cfg.GRPCMaxRecvBytes {
+		return fmt.Errorf("MAX_TOOL_ARGUMENTS_BYTES %d must be below GRPC_MAX_RECV_BYTES %d", cfg.MaxToolArgumentsBytes, cfg.GRPCMaxRecvBytes)
+	}
+	return nil
 }
 
 func positiveDuration(name, v string) (time.Duration, error) {

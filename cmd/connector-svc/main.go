@@ -12,18 +12,24 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
 func main() {
@@ -50,28 +56,59 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(rest) > 0 {
 		command = rest[0]
 	}
-	if len(rest) > 1 || (command != "serve" && command != "migrate") {
-		return fmt.Errorf("unknown command %q: want serve or migrate", rest)
+	if command == "keys" {
+		return runKeys(ctx, cfg, rest[1:], stdout)
 	}
-	logger := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if len(rest) > 1 || !slices.Contains([]string{"serve", "migrate", "reseal", "healthcheck"}, command) {
+		return fmt.Errorf("unknown command %q: want serve, migrate, reseal, healthcheck or keys", rest)
+	}
+	if command == "healthcheck" {
+		return healthcheck(ctx, cfg, stdout)
+	}
+	// Errors of MCP connections carry their URLs: the handler redacts query values.
+	logger := slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})))
+	// Libraries that take no logger log through slog's default (mcp-go's
+	// stdio transport does): make it the service's.
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(logger)
 
+	// A bad SECRET_KEY fails before any database work.
+	box, err := secret.ParseKey(cfg.SecretKey)
+	if err != nil {
+		return err
+	}
+	var creds []grpc.ServerOption
+	if command == "serve" {
+		if creds, err = serverCreds(cfg, logger); err != nil {
+			return err
+		}
+	}
 	db, err := openDB(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if command == "migrate" {
+	switch command {
+	case "migrate":
 		logger.InfoContext(ctx, "migrations applied")
 		return nil
-	}
-	box, err := secret.ParseKey(cfg.SecretKey)
-	if err != nil {
-		return err
+	case "reseal":
+		return reseal(ctx, db, box, logger)
 	}
 	if err := checkSecretKey(ctx, db, box); err != nil {
 		return err
 	}
-	if err := serve(ctx, cfg, db, box, logger); err != nil {
+	keys := auth.NewKeys(db, auth.Config{}, logger)
+	if err := keys.Load(ctx); err != nil {
+		return err
+	}
+	if err := checkAuth(ctx, cfg, keys.Exist(), logger); err != nil {
+		return err
+	}
+	err = withAdmin(ctx, cfg, db, logger, func(ctx context.Context, obs observability) error {
+		return serve(ctx, cfg, db, box, keys, creds, obs, logger)
+	})
+	if err != nil {
 		return err
 	}
 	logger.Info("stopped")
@@ -84,7 +121,7 @@ func openDB(ctx context.Context, url string, logger *slog.Logger) (*store.DB, er
 	if err != nil {
 		return nil, fmt.Errorf("%w\n\nIs Postgres running, and is DATABASE_URL right? On a Debian machine start it with\n"+
 			"  pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n"+
-			"or run `docker compose up -d postgres`, or point DATABASE_URL (or -database-url) at your server", err)
+			"or point DATABASE_URL (or -database-url) at your server", err)
 	}
 	if err := db.Migrate(ctx); err != nil {
 		db.Close()
@@ -110,26 +147,70 @@ func checkSecretKey(ctx context.Context, db *store.DB, box *secret.Box) error {
 	return nil
 }
 
-// serve runs the registry and the gRPC server until ctx is done, then
-// drains gRPC and only then closes the MCP connections.
-func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logger *slog.Logger) error {
+// reseal seals every stored secret again under the first SECRET_KEY, so
+// that the keys after it can be retired.
+func reseal(ctx context.Context, db *store.DB, box *secret.Box, logger *slog.Logger) error {
+	if box == nil {
+		return errors.New("reseal needs SECRET_KEY: the new key first, then the old ones (SECRET_KEY=new,old)")
+	}
+	n, err := db.ResealSecrets(ctx, func(ws, id string, sealed []byte) ([]byte, error) {
+		resealed, err := box.Reseal(sealed, server.SealContext(ws, id))
+		if err != nil {
+			return nil, fmt.Errorf("connector %q of workspace %q: %w", id, ws, err)
+		}
+		return resealed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("reseal: %w; nothing was changed", err)
+	}
+	logger.InfoContext(ctx, "secrets resealed under the first SECRET_KEY", slog.Int("connectors", n))
+	return nil
+}
+
+// serve runs the registry and the gRPC server (with creds, its transport
+// credentials, if any) until ctx is done, then drains gRPC, closes the MCP
+// connections and only then flushes the traces. Its parts record metrics on
+// obs.meters and spans on the tracer provider OTEL_TRACES_EXPORTER asks
+// for; gRPC health and obs.ready follow Postgres.
+func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys *auth.Keys, creds []grpc.ServerOption,
+	obs observability, logger *slog.Logger) error {
+	// The SDK reads the traces' OTEL_* settings from the process
+	// environment itself, not through getenv.
+	tracing, err := telemetry.SetupTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(ctx, tracing, cfg.ShutdownGrace, logger)
+	tp := tracing.Provider
+	policy := egress.New(egress.Config{Allow: cfg.EgressAllow, Deny: cfg.EgressDeny})
 	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
 		HealthInterval: cfg.HealthInterval,
 		Concurrency:    cfg.HealthConcurrency,
+		SessionIdleTTL: cfg.SessionIdleTTL,
+		MaxSessions:    cfg.MaxSessions,
+		Egress:         policy,
+		MeterProvider:  obs.meters,
+		TracerProvider: tp,
 	}, logger)
 	if err := reg.Load(ctx); err != nil {
 		return err
 	}
-	agent, err := newAgent(cfg, reg, logger)
+	agent, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Logger: logger}, server.Config{
-		StdioAllowedCommands: cfg.StdioAllowedCommands,
-		DefaultRPCTimeout:    cfg.RPCTimeout,
-		QueryTimeout:         cfg.QueryTimeout,
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp}, server.Config{
+		StdioAllowedCommands:  cfg.StdioAllowedCommands,
+		DefaultRPCTimeout:     cfg.RPCTimeout,
+		QueryTimeout:          cfg.QueryTimeout,
+		MaxToolResultBytes:    cfg.MaxToolResultBytes,
+		MaxToolArgumentsBytes: cfg.MaxToolArgumentsBytes,
+		MaxRecvBytes:          cfg.GRPCMaxRecvBytes,
+		MaxSendBytes:          cfg.GRPCMaxSendBytes,
+		Egress:                policy,
+		Auth:                  cfg.Auth,
 	})
-	g, hs := server.NewGRPCServer(srv)
+	g, hs := server.NewGRPCServer(srv, creds...)
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err)
@@ -145,14 +226,23 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logge
 		}
 	}()
 	server.SetServing(hs, true)
+	obs.ready.SetStarted(true)
 	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()),
-		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands))
+		slog.Bool("tls", cfg.TLSCertFile != ""), slog.Bool("client_certificates_required", cfg.TLSClientCAFile != ""),
+		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands),
+		slog.Any("egress_allow_cidrs", cfg.EgressAllow), slog.Any("egress_deny_cidrs", cfg.EgressDeny),
+		slog.String("auth", string(cfg.Auth)), slog.String("traces_exporter", tracing.Exporter))
 
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Serve(lis) })
+	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
+		eg.Go(func() error { return keys.Run(ctx) })
+	}
+	eg.Go(func() error { return obs.ready.Watch(ctx, func(up bool) { server.SetServing(hs, up) }) })
 	eg.Go(func() error {
 		<-ctx.Done()
-		server.SetServing(hs, false)
+		obs.ready.SetStarted(false)
+		hs.Shutdown() // NOT_SERVING from now on, whatever the watcher says
 		logger.Info("shutting down", slog.String("grace", cfg.ShutdownGrace.String()))
 		stopGracefully(g, cfg.ShutdownGrace)
 		return nil
@@ -165,8 +255,9 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, logge
 
 // newAgent returns the connector agent, or nil when no LLM is configured:
 // then the query RPCs refuse and everything else works.
-func newAgent(cfg config, reg *registry.Registry, logger *slog.Logger) (*orchestrator.Agent, error) {
-	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey, Model: cfg.LLMModel})
+func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, tp trace.TracerProvider,
+	logger *slog.Logger) (*orchestrator.Agent, error) {
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey, Model: cfg.LLMModel, MeterProvider: meters})
 	if errors.Is(err, llm.ErrNotConfigured) {
 		logger.Info("no LLM configured: QueryConnector and StreamQueryConnector are disabled; set LLM_BASE_URL and LLM_MODEL")
 		return nil, nil
@@ -174,9 +265,18 @@ func newAgent(cfg config, reg *registry.Registry, logger *slog.Logger) (*orchest
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("LLM configured", slog.String("base_url", cfg.LLMBaseURL), slog.String("model", cfg.LLMModel),
+	logger.Info("LLM configured", slog.String("base_url", secret.RedactText(cfg.LLMBaseURL)), slog.String("model", cfg.LLMModel),
 		slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
-	return orchestrator.New(model, reg, orchestrator.Config{}, logger), nil
+	return orchestrator.New(model, reg, orchestrator.Config{MeterProvider: meters, TracerProvider: tp}, logger), nil
+}
+
+// flushTraces exports the spans still buffered, within grace.
+func flushTraces(ctx context.Context, tracing *telemetry.Tracing, grace time.Duration, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	if err := tracing.Shutdown(ctx); err != nil {
+		logger.Warn("traces not flushed", slog.String("error", err.Error()))
+	}
 }
 
 // stopGracefully lets in-flight RPCs finish within grace, then cuts the rest.

@@ -20,9 +20,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
@@ -37,9 +41,10 @@ var testKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32))
 
 // service is one run() of the service in this process.
 type service struct {
-	addr string
-	out  *lockedBuffer
-	stop func() error // cancels run's context and returns run's error
+	addr  string
+	admin string // the admin listener's address
+	out   *lockedBuffer
+	stop  func() error // cancels run's context and returns run's error
 }
 
 type lockedBuffer struct {
@@ -63,25 +68,31 @@ func getenv(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
 }
 
-// start runs run() on databaseURL with a free port and waits until it logs
-// that it serves.
-func start(t *testing.T, databaseURL string, env map[string]string) *service {
+// start runs run() on databaseURL with free ports (gRPC and admin) and
+// waits until it logs that it serves. args come after the defaults, so
+// they may override them.
+func start(t *testing.T, databaseURL string, env map[string]string, args ...string) *service {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	out := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-database-url", databaseURL}, getenv(env), pw)
+		err := run(ctx, append([]string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-database-url", databaseURL}, args...),
+			getenv(env), pw)
 		pw.CloseWithError(errors.New("run returned"))
 		done <- err
 	}()
 	addr := make(chan string, 1)
+	var admin string
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			out.Write(append(sc.Bytes(), '\n'))
 			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "admin serving" {
+				admin = line.Addr // logged before serving
+			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
 				addr <- line.Addr
 			}
@@ -99,7 +110,7 @@ func start(t *testing.T, databaseURL string, env map[string]string) *service {
 	t.Cleanup(func() { _ = stop() })
 	select {
 	case a := <-addr:
-		return &service{addr: a, out: out, stop: stop}
+		return &service{addr: a, admin: admin, out: out, stop: stop}
 	case err := <-done:
 		t.Fatalf("run returned before serving: %v\n%s", err, out.String())
 	case <-time.After(30 * time.Second):
@@ -230,6 +241,15 @@ func TestRunBadConfig(t *testing.T) {
 		"bad listen address": {[]string{"-grpc-addr", "256.0.0.1:1"}, nil, "GRPC_ADDR"},
 		"unknown flag":       {[]string{"-nope"}, nil, "nope"},
 		"bad database url":   {[]string{"-database-url", "postgres://u:hunter2@[::1"}, nil, "database URL"},
+		"bad size":           {nil, map[string]string{"MAX_TOOL_ARGUMENTS_BYTES": "4M"}, "MAX_TOOL_ARGUMENTS_BYTES"},
+		"bad auth mode":      {nil, map[string]string{"AUTH": "maybe"}, "AUTH"},
+		"bad keys command":   {[]string{"keys", "rotate"}, nil, "keys rotate"},
+		"result cap too big": {nil, map[string]string{"MAX_TOOL_RESULT_BYTES": "5000000"}, "GRPC_MAX_SEND_BYTES"},
+		"args cap too big":   {[]string{"-grpc-max-recv-bytes", "1000000"}, nil, "GRPC_MAX_RECV_BYTES"},
+		"bad egress allow":   {nil, map[string]string{"EGRESS_ALLOW_CIDRS": "10.0.0.0/8,metadata"}, "EGRESS_ALLOW_CIDRS"},
+		"bad egress deny":    {[]string{"-egress-deny-cidrs", "127.0.0.0/33"}, nil, "EGRESS_DENY_CIDRS"},
+		"bad session ttl":    {nil, map[string]string{"SESSION_IDLE_TTL": "0s"}, "SESSION_IDLE_TTL"},
+		"bad session cap":    {[]string{"-max-sessions-per-connector", "0"}, nil, "MAX_SESSIONS_PER_CONNECTOR"},
 	}
 	url := storetest.NewURL(t)
 	for name, tt := range tests {
@@ -254,7 +274,7 @@ func TestSIGTERM(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-grpc-addr", "127.0.0.1:0", "-database-url", storetest.NewURL(t), "-shutdown-grace", "1s")
+	cmd := exec.Command(bin, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-database-url", storetest.NewURL(t), "-shutdown-grace", "1s")
 	cmd.Env = append(os.Environ(), "SECRET_KEY="+testKey)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -328,17 +348,7 @@ func TestEndToEndQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got, err := client.GetConnector(testCtx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "echo"})
-		if err == nil && got.GetConnector().GetToolCount() == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the connector never synced its tools: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitTools(t, client, "acme", "echo", 1)
 
 	resp, err := client.QueryConnector(testCtx(t), &connectorv1.QueryConnectorRequest{WorkspaceId: "acme", ConnectorId: "echo", Query: "echo one"})
 	if err != nil {
@@ -376,4 +386,129 @@ func TestEndToEndQuery(t *testing.T) {
 	if strings.Contains(svc.out.String(), distinctive) {
 		t.Error("the service's output contains the LLM API key")
 	}
+}
+
+// waitTools waits until a connector has synced n tools.
+func waitTools(t *testing.T, client connectorv1.ConnectorServiceClient, ws, id string, n int32) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := client.GetConnector(testCtx(t), &connectorv1.GetConnectorRequest{WorkspaceId: ws, ConnectorId: id})
+		if err == nil && got.GetConnector().GetToolCount() == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connector %s never synced its tools: %v", id, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEndToEndSessionSettings checks the session settings reach the
+// registry: a second session is over MAX_SESSIONS_PER_CONNECTOR, and an
+// idle one closes after SESSION_IDLE_TTL.
+func TestEndToEndSessionSettings(t *testing.T) {
+	m := mcpserver.NewMCPServer("e2e", "1.0")
+	m.AddTool(mcp.NewTool("ping", mcp.WithDescription("Pong")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("pong"), nil
+		})
+	mcpSrv := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
+	t.Cleanup(mcpSrv.Close)
+	svc := start(t, storetest.NewURL(t), map[string]string{"MAX_SESSIONS_PER_CONNECTOR": "1", "SESSION_IDLE_TTL": "1s"})
+	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
+	_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
+		Connector: &connectorv1.Connector{ConnectorId: "p", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+			SessionMode: connectorv1.SessionMode_SESSION_MODE_PER_SESSION,
+			Connection:  &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTools(t, client, "acme", "p", 1)
+	call := func(session string) error {
+		_, err := client.CallTool(testCtx(t), &connectorv1.CallToolRequest{WorkspaceId: "acme", ConnectorId: "p", ToolName: "ping", SessionId: session})
+		return err
+	}
+	if err := call("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := call("b"); status.Code(err) != codes.ResourceExhausted || reasonOf(err) != "SESSION_LIMIT" {
+		t.Errorf("a second session with MAX_SESSIONS_PER_CONNECTOR=1: %v (reason %q), want RESOURCE_EXHAUSTED SESSION_LIMIT", err, reasonOf(err))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := client.ListSessions(testCtx(t), &connectorv1.ListSessionsRequest{WorkspaceId: "acme", ConnectorId: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetSessions()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session a still open 20s into a SESSION_IDLE_TTL of 1s: %v", resp.GetSessions())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := call("b"); err != nil {
+		t.Errorf("a session after the idle one closed: %v", err)
+	}
+}
+
+// TestEndToEndSizeSettings checks the size settings reach the server:
+// arguments and results over their caps are refused with their reasons,
+// and a request over GRPC_MAX_RECV_BYTES by gRPC itself.
+func TestEndToEndSizeSettings(t *testing.T) {
+	m := mcpserver.NewMCPServer("e2e", "1.0")
+	m.AddTool(mcp.NewTool("text", mcp.WithDescription("Text of n bytes"), mcp.WithNumber("n", mcp.Required())),
+		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(strings.Repeat("x", r.GetInt("n", 0))), nil
+		})
+	mcpSrv := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
+	t.Cleanup(mcpSrv.Close)
+	svc := start(t, storetest.NewURL(t), map[string]string{"MAX_TOOL_RESULT_BYTES": "4000", "GRPC_MAX_SEND_BYTES": "64000",
+		"MAX_TOOL_ARGUMENTS_BYTES": "1000", "GRPC_MAX_RECV_BYTES": "2000"})
+	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
+	_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
+		Connector: &connectorv1.Connector{ConnectorId: "t", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTools(t, client, "acme", "t", 1)
+
+	call := func(args map[string]any) error {
+		st, err := structpb.NewStruct(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.CallTool(testCtx(t), &connectorv1.CallToolRequest{WorkspaceId: "acme", ConnectorId: "t", ToolName: "text", Arguments: st})
+		return err
+	}
+	for _, tt := range []struct {
+		name   string
+		args   map[string]any
+		code   codes.Code
+		reason string
+	}{
+		{"result under MAX_TOOL_RESULT_BYTES", map[string]any{"n": 3000}, codes.OK, ""},
+		{"result over MAX_TOOL_RESULT_BYTES", map[string]any{"n": 5000}, codes.ResourceExhausted, "TOOL_RESULT_TOO_LARGE"},
+		{"arguments over MAX_TOOL_ARGUMENTS_BYTES", map[string]any{"n": 1, "pad": strings.Repeat("p", 1500)},
+			codes.ResourceExhausted, "ARGUMENTS_TOO_LARGE"},
+		{"request over GRPC_MAX_RECV_BYTES: gRPC's own error, no reason", map[string]any{"n": 1, "pad": strings.Repeat("p", 3000)},
+			codes.ResourceExhausted, ""},
+	} {
+		err := call(tt.args)
+		if status.Code(err) != tt.code || reasonOf(err) != tt.reason {
+			t.Errorf("%s: CallTool = %v (reason %q), want %v %q", tt.name, err, reasonOf(err), tt.code, tt.reason)
+		}
+	}
+}
+
+func reasonOf(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }

@@ -23,7 +23,12 @@ import (
 // against run(): only the service's and the reference MCP server's
 // addresses are replaced. The stdio example's npx is a stub that runs the
 // test stdio server, so nothing is downloaded; the query examples get a
-// scripted fake LLM.
+// scripted fake LLM. The TLS examples run against services serving TLS and
+// mutual TLS, with the certificate files they name. The lines that create
+// API keys (NAME=$(… keys create …)) run too, with the binary built here in
+// place of make run's, and each later line gets their variables; from the
+// first key on, auth is on, so every call of the README must carry a key of
+// its workspace.
 func TestREADMECommands(t *testing.T) {
 	grpcurl := needFile(t, "../../.tools/bin/grpcurl", "scripts/tools.sh grpcurl")
 	everything := needFile(t, "../../.tools/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
@@ -34,17 +39,49 @@ func TestREADMECommands(t *testing.T) {
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
 		llmtest.Answer(`{"plan":[{"tool":"echo","purpose":"say hello"}]}`))
-	svc := start(t, storetest.NewURL(t), map[string]string{
+	url := storetest.NewURL(t)
+	svc := start(t, url, map[string]string{
 		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model.URL(), "LLM_MODEL": "llama3.1"})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
+	bin := buildBinary(t)
 
 	lines := readmeCommands(t)
 	if len(lines) < 20 {
 		t.Fatalf("found only %d grpcurl lines in the README", len(lines))
 	}
+	env := append(os.Environ(), "DATABASE_URL="+url)
+	keys := map[string]string{} // workspace → token
+	tlsDir, tlsAddr, mutualAddr := readmeTLS(t)
 	for i, line := range lines {
-		run := strings.NewReplacer("localhost:50051", svc.addr, "127.0.0.1:3001", mcpAddr).Replace(line)
-		out, err := exec.Command("bash", "-c", run).CombinedOutput()
+		addr, dir := svc.addr, ""
+		if strings.Contains(line, " -cacert ") { // the TLS examples, run beside their certificate files
+			addr, dir = tlsAddr, tlsDir
+			if strings.Contains(line, " -cert ") {
+				addr = mutualAddr
+			}
+		}
+		run := strings.NewReplacer("localhost:50051", addr, "127.0.0.1:3001", mcpAddr, ".dev/bin/connector-svc", bin).Replace(line)
+		if m := keyLine.FindStringSubmatch(line); m != nil {
+			name, workspace := m[1], m[2]
+			cmd := exec.Command("bash", "-c", run+"\nprintf %s \"$"+name+"\"")
+			cmd.Env, cmd.Stderr = env, os.Stderr
+			token, err := cmd.Output()
+			if err != nil || !tokenPattern.Match(token) {
+				t.Fatalf("README line %d: %v; printed %q\n%s", i+1, err, token, line)
+			}
+			env, keys[workspace] = append(env, name+"="+string(token)), string(token)
+			waitUnauthenticated(t, "a call without a key, after the README created one", func() error {
+				_, err := client.ListConnectors(testCtx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: workspace})
+				return err
+			})
+			continue
+		}
+		if strings.Contains(line, "connector.v1.ConnectorService/") && !strings.Contains(line, `-H "authorization: Bearer $`) {
+			t.Errorf("README line %d calls the service without a key:\n%s", i+1, line)
+		}
+		cmd := exec.Command("bash", "-c", run)
+		cmd.Env, cmd.Dir = env, dir
+		out, err := cmd.CombinedOutput()
 		wantFail := strings.Contains(line, `"connector_id":"bad"`) // the README's bad-input example
 		switch {
 		case wantFail && (err == nil || !strings.Contains(string(out), "InvalidArgument")):
@@ -52,9 +89,25 @@ func TestREADMECommands(t *testing.T) {
 		case !wantFail && err != nil:
 			t.Errorf("README line %d failed: %v\n%s\n%s", i+1, err, line, out)
 		case err == nil && strings.Contains(line, "/CreateConnector"):
-			waitConnected(t, client, line) // as a reader would wait a moment
+			waitConnected(t, client, keys, line) // as a reader would wait a moment
 		}
 	}
+	if len(keys) == 0 {
+		t.Error("the README creates no API key")
+	}
+}
+
+// keyLine is a README line that creates an API key into a variable.
+var keyLine = regexp.MustCompile(`^([A-Z_]+)=\$\(\S*connector-svc keys create --workspace (\S+) .*\)$`)
+
+// buildBinary builds connector-svc, as make run does, and returns its path.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "connector-svc")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // needFile returns the absolute path of a tool the test needs, skipping
@@ -74,7 +127,8 @@ func needFile(t *testing.T, rel, install string) string {
 	return ""
 }
 
-// readmeCommands returns the grpcurl lines of the README's bash blocks, in order.
+// readmeCommands returns the grpcurl and key lines of the README's bash
+// blocks, in order.
 func readmeCommands(t *testing.T) []string {
 	t.Helper()
 	f, err := os.Open("../../README.md")
@@ -93,7 +147,7 @@ func readmeCommands(t *testing.T) []string {
 			inBash = true
 		case strings.HasPrefix(l, "```"):
 			inBash = false
-		case inBash && strings.HasPrefix(l, "grpcurl "):
+		case inBash && (strings.HasPrefix(l, "grpcurl ") || keyLine.MatchString(l)):
 			lines = append(lines, l)
 		}
 	}
@@ -151,8 +205,9 @@ func startEverything(t *testing.T, js string) string {
 var dataArg = regexp.MustCompile(`-d '(\{.*\})'`)
 
 // waitConnected waits until the connector a CreateConnector line made is
-// READY with its tools synced.
-func waitConnected(t *testing.T, client connectorv1.ConnectorServiceClient, line string) {
+// READY with its tools synced, asking with the README's key of its
+// workspace.
+func waitConnected(t *testing.T, client connectorv1.ConnectorServiceClient, keys map[string]string, line string) {
 	t.Helper()
 	m := dataArg.FindStringSubmatch(line)
 	var req struct {
@@ -166,7 +221,8 @@ func waitConnected(t *testing.T, client connectorv1.ConnectorServiceClient, line
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got, err := client.GetConnector(testCtx(t), &connectorv1.GetConnectorRequest{WorkspaceId: req.WorkspaceID, ConnectorId: req.Connector.ConnectorID})
+		got, err := client.GetConnector(withKey(testCtx(t), keys[req.WorkspaceID]),
+			&connectorv1.GetConnectorRequest{WorkspaceId: req.WorkspaceID, ConnectorId: req.Connector.ConnectorID})
 		if err == nil && got.GetConnector().GetHealth().GetState() == connectorv1.ConnectorState_CONNECTOR_STATE_READY &&
 			got.GetConnector().GetToolCount() > 0 {
 			return

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
 // ErrNotConfigured means no endpoint or model is set.
@@ -48,14 +52,19 @@ type Config struct {
 	MaxRetries int
 	// BackoffBase is the first retry delay without Retry-After; default 500ms.
 	BackoffBase time.Duration
-	// HTTPClient sends the requests; default http.DefaultClient.
+	// HTTPClient sends the requests, each with the trace context of its
+	// context (traceparent); default http.DefaultClient.
 	HTTPClient *http.Client
+	// MeterProvider records the client's metrics (see metrics.go); nil
+	// records none.
+	MeterProvider metric.MeterProvider
 }
 
 // Client is a chat model. Safe for concurrent use.
 type Client struct {
-	api   *openai.Client
-	model string
+	api     *openai.Client
+	model   string
+	metrics *metrics
 }
 
 // New returns a Client, or ErrNotConfigured if BaseURL or Model is empty.
@@ -69,13 +78,15 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 500 * time.Millisecond
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = http.DefaultClient
+	hc := http.Client{}
+	if cfg.HTTPClient != nil {
+		hc = *cfg.HTTPClient
 	}
+	hc.Transport = telemetry.Traceparent(hc.Transport)
 	oc := openai.DefaultConfig(cfg.APIKey)
 	oc.BaseURL = cfg.BaseURL
-	oc.HTTPClient = &retrying{next: cfg.HTTPClient, retries: cfg.MaxRetries, base: cfg.BackoffBase}
-	return &Client{api: openai.NewClientWithConfig(oc), model: cfg.Model}, nil
+	oc.HTTPClient = &retrying{next: &hc, retries: cfg.MaxRetries, base: cfg.BackoffBase}
+	return &Client{api: openai.NewClientWithConfig(oc), model: cfg.Model, metrics: newMetrics(cfg.MeterProvider)}, nil
 }
 
 // Model is the default model.
@@ -83,11 +94,12 @@ func (c *Client) Model() string { return c.model }
 
 // Chat sends one chat completion request; an empty req.Model uses the
 // default. Errors are *Error or the context's error.
-func (c *Client) Chat(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
+func (c *Client) Chat(ctx context.Context, req openai.ChatCompletionRequest) (resp openai.ChatCompletionResponse, err error) {
 	if req.Model == "" {
 		req.Model = c.model
 	}
-	resp, err := c.api.CreateChatCompletion(ctx, req)
+	defer func(start time.Time) { c.metrics.record(ctx, req.Model, start, resp, err) }(time.Now())
+	resp, err = c.api.CreateChatCompletion(ctx, req)
 	if err == nil {
 		if len(resp.Choices) == 0 {
 			return resp, &Error{Status: http.StatusBadGateway, Msg: "the response has no choices"}
@@ -105,7 +117,9 @@ func (c *Client) Chat(ctx context.Context, req openai.ChatCompletionRequest) (op
 	case errors.As(err, &reqErr):
 		return resp, &Error{Status: reqErr.HTTPStatusCode, Msg: http.StatusText(reqErr.HTTPStatusCode)}
 	default:
-		return resp, &Error{Msg: err.Error()}
+		// The HTTP client's errors name the URL: its query values stay
+		// out of logs and spans.
+		return resp, &Error{Msg: secret.RedactText(err.Error())}
 	}
 }
 

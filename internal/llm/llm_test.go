@@ -94,9 +94,12 @@ func TestRetriesStopAtTheDeadline(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	_, err := chat(t, newClient(t, "http://127.0.0.1:9/v1"))
+	_, err := chat(t, newClient(t, "http://127.0.0.1:9/v1?key=q-LLM-LEAKCHECK-5d20"))
 	var lerr *llm.Error
 	if !errors.As(err, &lerr) || lerr.Status != 0 || !lerr.Temporary() {
 		t.Fatalf("err = %v, want an unreachable *llm.Error", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "127.0.0.1:9") || strings.Contains(msg, "q-LLM-LEAKCHECK-5d20") {
+		t.Errorf("err = %v; want the address, without the URL's query values", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +21,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
 // ChatModel answers chat completion requests. It is an interface here so
@@ -30,7 +34,8 @@ type ChatModel interface {
 }
 
 // ToolCaller runs a tool of a connector over its persistent session. It is
-// an interface here so the agent needs no MCP connection code.
+// an interface here so the agent needs no MCP connection code. A call's
+// progress comes back through its context (registry.WithProgress).
 type ToolCaller interface {
 	CallTool(ctx context.Context, connectorID int64, name string, args map[string]any) (*mcp.CallToolResult, error)
 }
@@ -52,6 +57,11 @@ type Config struct {
 	MaxTurns    int // model turns with tools before a forced answer; 8
 	ResultLimit int // characters of one tool result sent to the model; 8000
 	ExcerptSize int // characters of a result kept in the trace; 500
+	// MeterProvider records the runs (see metrics.go); nil records none.
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the spans of queries and model calls; nil means
+	// otel's global one.
+	TracerProvider trace.TracerProvider
 }
 
 // Tool is an enabled tool of the connector, as the model sees it.
@@ -64,6 +74,8 @@ type Tool struct {
 // Request is one query.
 type Request struct {
 	ConnectorID   int64
+	WorkspaceID   string // with ExternalID, the connector as callers name it: the labels of its metrics, its spans' attributes
+	ExternalID    string
 	ConnectorName string
 	Description   string
 	Model         string // empty: the ChatModel's default
@@ -137,6 +149,7 @@ type EventKind int
 const (
 	EventStepPlanned EventKind = iota + 1
 	EventToolCallStarted
+	EventToolCallProgress // per progress notification of a running call, in order
 	EventToolCallFinished
 	EventAnswer
 )
@@ -148,6 +161,9 @@ type Event struct {
 	Index  int  // the step of a tool call event
 	Call   Call // tool call events
 	Answer string
+
+	// Progress is the update of an EventToolCallProgress.
+	Progress registry.Progress
 }
 
 // Agent runs queries. Safe for concurrent use.
@@ -157,6 +173,8 @@ type Agent struct {
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.Tracer
+	// queries counts runs, on Config.MeterProvider.
+	queries metric.Int64Counter
 }
 
 // New returns an Agent.
@@ -173,16 +191,23 @@ func New(model ChatModel, tools ToolCaller, cfg Config, logger *slog.Logger) *Ag
 	if cfg.ExcerptSize <= 0 {
 		cfg.ExcerptSize = 500
 	}
-	return &Agent{model: model, tools: tools, cfg: cfg, logger: logger, tracer: otel.Tracer("connector-svc/orchestrator")}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	return &Agent{model: model, tools: tools, cfg: cfg, logger: logger, tracer: cfg.TracerProvider.Tracer("connector-svc/orchestrator"),
+		queries: newQueries(cfg.MeterProvider)}
 }
 
 // Run answers one query. emit, if not nil, receives progress events one at
-// a time. The context bounds everything: cancelling it cancels the tool
-// calls in flight. A tool that fails is not an error of the run: the model
-// sees the failure and may recover. Errors are the ChatModel's, the
-// context's, ErrBadPlan or ErrPanic.
+// a time, and then the tool calls ask their servers for progress
+// (registry.WithProgress): each update is an EventToolCallProgress between
+// the call's started and finished events. The context bounds everything:
+// cancelling it cancels the tool calls in flight. A tool that fails is not
+// an error of the run: the model sees the failure and may recover. Errors
+// are the ChatModel's, the context's, ErrBadPlan or ErrPanic.
 func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Result, err error) {
 	ctx, span := a.tracer.Start(ctx, "connector.query", trace.WithAttributes(
+		attribute.String("connector.workspace_id", req.WorkspaceID), attribute.String("connector.id", req.ExternalID),
 		attribute.Int64("connector.row_id", req.ConnectorID), attribute.Int("query.max_tools", req.MaxTools),
 		attribute.Bool("query.plan_only", req.PlanOnly)))
 	start := time.Now()
@@ -199,8 +224,9 @@ func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Re
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
+		a.countQuery(ctx, req, res, err)
 	}()
-	r := &run{agent: a, req: req, emit: serialize(emit), res: &Result{}, catalog: newCatalog(req.Tools)}
+	r := &run{agent: a, req: req, emit: serialize(emit), res: &Result{}, catalog: newCatalog(req.Tools), progress: emit != nil}
 	if req.PlanOnly {
 		return r.plan(ctx)
 	}
@@ -229,6 +255,9 @@ type run struct {
 	catalog *catalog
 	used    int        // tool calls run so far
 	ctxMu   sync.Mutex // guards res.Contexts during a step
+
+	// progress asks tool calls for progress: someone listens to events.
+	progress bool
 }
 
 // chat sends one request to the model in its own span and counts tokens.
@@ -321,19 +350,39 @@ func (r *run) plan(ctx context.Context) (*Result, error) {
 	return r.finish("", StatusPlanned), nil
 }
 
+// maxPlanCandidates bounds how many '{' of a reply parsePlan tries.
+const maxPlanCandidates = 16
+
+// parsePlan reads the plan out of a plan_only reply: the first JSON object
+// with a "plan" list, wherever it starts (prose or a code fence around it
+// may hold braces of their own) and whatever follows it.
 func parsePlan(content string) ([]PlannedTool, error) {
-	var out struct {
-		Plan []struct {
-			Tool    string `json:"tool"`
-			Purpose string `json:"purpose"`
-		} `json:"plan"`
+	lastErr := errors.New("no JSON object in the reply")
+	rest, tries := content, 0
+	for tries < maxPlanCandidates {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			break
+		}
+		rest, tries = rest[i:], tries+1
+		var out struct {
+			Plan *[]struct {
+				Tool    string `json:"tool"`
+				Purpose string `json:"purpose"`
+			} `json:"plan"`
+		}
+		err := json.NewDecoder(strings.NewReader(rest)).Decode(&out)
+		if err == nil && out.Plan != nil {
+			plan := make([]PlannedTool, 0, len(*out.Plan))
+			for _, p := range *out.Plan {
+				plan = append(plan, PlannedTool{Tool: p.Tool, Purpose: p.Purpose})
+			}
+			return plan, nil
+		}
+		if err == nil {
+			err = errors.New(`a JSON object without a "plan" list`)
+		}
+		lastErr, rest = err, rest[1:]
 	}
-	if err := json.Unmarshal([]byte(extractJSON(content)), &out); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadPlan, err)
-	}
-	plan := make([]PlannedTool, 0, len(out.Plan))
-	for _, p := range out.Plan {
-		plan = append(plan, PlannedTool{Tool: p.Tool, Purpose: p.Purpose})
-	}
-	return plan, nil
+	return nil, fmt.Errorf("%w: %v", ErrBadPlan, lastErr)
 }

@@ -44,13 +44,3 @@ func userMessage(req Request) string {
 const planInstructions = `Do not call any tool now. Reply with only a JSON object of the form
 {"plan": [{"tool": "<tool name>", "purpose": "<one line on why>"}]}
 listing the tools needed to answer the query, in the order they should run. Use an empty list if no tool is needed.`
-
-// extractJSON takes the JSON object out of a reply that may wrap it in a
-// code fence or prose.
-func extractJSON(s string) string {
-	start, end := strings.Index(s, "{"), strings.LastIndex(s, "}")
-	if start < 0 || end < start {
-		return s
-	}
-	return s[start : end+1]
-}

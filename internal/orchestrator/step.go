@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
 // catalog is the enabled tools of a run, with their schemas compiled once.
@@ -83,6 +87,7 @@ func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
 	}
 	url := "mem://tools/" + name + ".json"
 	comp := jsonschema.NewCompiler()
+	comp.UseLoader(loadNothing{})
 	if err := comp.AddResource(url, doc); err != nil {
 		return nil
 	}
@@ -91,6 +96,16 @@ func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
 		return nil
 	}
 	return sch
+}
+
+// loadNothing refuses every document a schema refers to. Schemas come from
+// MCP servers: a "$ref" to file:///… or http://… must not make the service
+// read its own files (whose content would show in validation errors) or
+// fetch URLs. The JSON Schema meta-schemas are built in and still load.
+type loadNothing struct{}
+
+func (loadNothing) Load(url string) (any, error) {
+	return nil, fmt.Errorf("a tool schema may not load %s", url)
 }
 
 // step checks and runs the tool calls of one model turn and returns the
@@ -131,7 +146,7 @@ func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]o
 				}
 			}()
 			r.emit(Event{Kind: EventToolCallStarted, Index: index, Call: step.Calls[i]})
-			outputs[i], step.Calls[i] = r.runCall(ctx, step.Calls[i])
+			outputs[i], step.Calls[i] = r.runCall(r.withProgress(ctx, index, step.Calls[i]), step.Calls[i])
 			r.emit(Event{Kind: EventToolCallFinished, Index: index, Call: step.Calls[i]})
 		}()
 	}
@@ -159,15 +174,9 @@ func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]o
 // schema, or a spent budget.
 func (r *run) check(tc openai.ToolCall) (map[string]any, string) {
 	name := tc.Function.Name
-	var args map[string]any
-	raw := strings.TrimSpace(tc.Function.Arguments)
-	if raw != "" {
-		if err := json.Unmarshal([]byte(raw), &args); err != nil {
-			return nil, fmt.Sprintf("the arguments of %q are not a JSON object: %v", name, err)
-		}
-	}
-	if args == nil {
-		args = map[string]any{}
+	args, err := decodeArguments(tc.Function.Arguments)
+	if err != nil {
+		return nil, fmt.Sprintf("the arguments of %q are not a JSON object: %v", name, err)
 	}
 	if _, ok := r.catalog.tools[name]; !ok {
 		return args, fmt.Sprintf("there is no tool %q; the available tools are: %s", name, strings.Join(r.catalog.order, ", "))
@@ -181,6 +190,37 @@ func (r *run) check(tc openai.ToolCall) (map[string]any, string) {
 	return args, ""
 }
 
+// decodeArguments reads the model's arguments: a JSON object, or nothing
+// (empty or null: no arguments). Numbers stay as written (json.Number), so
+// an id past 2^53 reaches the tool with all its digits.
+func decodeArguments(raw string) (map[string]any, error) {
+	d := json.NewDecoder(strings.NewReader(raw))
+	d.UseNumber()
+	var args map[string]any
+	if err := d.Decode(&args); err != nil && (err != io.EOF || strings.TrimSpace(raw) != "") {
+		return nil, err
+	}
+	if d.Decode(&struct{}{}) != io.EOF {
+		return nil, errors.New("text after the JSON object")
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	return args, nil
+}
+
+// withProgress asks the call's server for progress, when the run is
+// streamed, and emits each update. The registry calls back before the call
+// returns, so every update comes before the call's finished event.
+func (r *run) withProgress(ctx context.Context, index int, call Call) context.Context {
+	if !r.progress {
+		return ctx
+	}
+	return registry.WithProgress(ctx, func(p registry.Progress) {
+		r.emit(Event{Kind: EventToolCallProgress, Index: index, Call: call, Progress: p})
+	})
+}
+
 // runCall runs one tool and returns what the model sees and the traced call.
 func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
 	start := time.Now()
@@ -190,6 +230,7 @@ func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
 	switch {
 	case err != nil:
 		call.IsError = true
+		// The registry's errors carry no secret value (it redacts them).
 		text = "Error: the tool call failed: " + err.Error()
 	default:
 		call.IsError = res.IsError
@@ -199,8 +240,8 @@ func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
 		}
 		r.addContext(call.Tool, res)
 	}
-	call.ResultExcerpt = truncate(text, r.agent.cfg.ExcerptSize)
-	return truncate(text, r.agent.cfg.ResultLimit), call
+	call.ResultExcerpt = Truncate(text, r.agent.cfg.ExcerptSize)
+	return Truncate(text, r.agent.cfg.ResultLimit), call
 }
 
 // addContext keeps a result's structured content and resource links.
@@ -262,8 +303,9 @@ func resultText(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// truncate cuts s to about limit characters with a visible marker.
-func truncate(s string, limit int) string {
+// Truncate cuts s to about limit bytes, at a character boundary, with a
+// visible marker saying how much was kept.
+func Truncate(s string, limit int) string {
 	if len(s) <= limit {
 		return s
 	}

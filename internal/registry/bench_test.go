@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
@@ -218,5 +219,54 @@ func BenchmarkStartup200(b *testing.B) {
 		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
 		cancel()
 		<-done
+	}
+}
+
+// BenchmarkSessionOpen opens per-session connections, one new session per
+// iteration, and closes them: the time to open one and the heap each
+// holds while open (stdio: plus one server process per session).
+func BenchmarkSessionOpen(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		spec func() registry.Spec
+	}{
+		{"stdio", func() registry.Spec { return sessionSpec(1, b.TempDir()) }},
+		{"streamable_http", func() registry.Spec {
+			s := httpSpec(1, startHTTPServerProcess(b))
+			s.SessionMode = registry.SessionPerSession
+			return s
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := testConfig()
+			cfg.MaxSessions = 1 << 20
+			cfg.HealthInterval = time.Hour
+			reg := run(b, newSource(tc.spec()), cfg)
+			if err := reg.Ready(context.Background(), 1); err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			var lat []time.Duration
+			n := 0
+			for b.Loop() {
+				start := time.Now()
+				ctx := registry.WithSession(context.Background(), fmt.Sprint("s", n))
+				if _, err := reg.CallTool(ctx, 1, "echo", map[string]any{"text": "x"}); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+				n++
+			}
+			b.StopTimer()
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			reportPercentiles(b, lat)
+			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n)/1024, "KiB-heap/session")
+			b.ReportMetric(float64(reg.SessionCount(1)), "sessions-held")
+			reg.CloseSession("ws", "", 0)
+		})
 	}
 }

@@ -6,18 +6,83 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// catalog is a connector's tool list as the server last listed it, with
+// the operators' flags. It is never changed once published: every change
+// publishes a new one with a higher version, so a reader holds a
+// consistent view without locks, and what is derived from it can be keyed
+// by its version.
+type catalog struct {
+	version  uint64
+	tools    []mcp.Tool     // sorted by name
+	byName   map[string]int // index into tools
+	hash     string         // of the listed tools; "" forces the next sync
+	disabled map[string]bool
+}
+
+// newCatalog indexes tools, as listed by the server; flags come later.
+func newCatalog(tools []mcp.Tool) *catalog {
+	tools = slices.Clone(tools)
+	slices.SortFunc(tools, func(a, b mcp.Tool) int { return strings.Compare(a.Name, b.Name) })
+	b, _ := json.Marshal(tools)
+	sum := sha256.Sum256(b)
+	byName := make(map[string]int, len(tools))
+	for i, t := range tools {
+		byName[t.Name] = i
+	}
+	return &catalog{tools: tools, byName: byName, hash: string(sum[:])}
+}
+
+// lookup returns a listed tool.
+func (k *catalog) lookup(name string) (mcp.Tool, bool) {
+	i, ok := k.byName[name]
+	if !ok {
+		return mcp.Tool{}, false
+	}
+	return k.tools[i], true
+}
+
+// callable returns a tool that may be called: listed now and enabled.
+// Returns ErrToolNotFound or ErrToolDisabled.
+func (k *catalog) callable(name string) (mcp.Tool, error) {
+	t, ok := k.lookup(name)
+	if !ok {
+		return mcp.Tool{}, fmt.Errorf("%w: %q is not in the tool list the server gave", ErrToolNotFound, name)
+	}
+	if k.disabled[name] {
+		return mcp.Tool{}, ErrToolDisabled
+	}
+	return t, nil
+}
+
+// withEnabled returns a copy of k with one tool's flag changed.
+func (k *catalog) withEnabled(name string, enabled bool) *catalog {
+	next := *k
+	next.disabled = make(map[string]bool, len(k.disabled)+1)
+	for n := range k.disabled {
+		next.disabled[n] = true
+	}
+	if enabled {
+		delete(next.disabled, name)
+	} else {
+		next.disabled[name] = true
+	}
+	return &next
+}
 
 // listTools lists the tools, re-initializing a lost session once.
 func (c *conn) listTools(ctx context.Context, s *session, gen uint64) (*mcp.ListToolsResult, error) {
 	epoch := c.epoch.Load()
 	list, err := s.client.ListTools(ctx, mcp.ListToolsRequest{})
 	if isSessionLost(err) && c.canReinitialize() {
-		if err = c.reinitialize(s, gen, epoch); err == nil {
+		if err = c.reinitialize(s, gen, epoch, trace.LinkFromContext(ctx)); err == nil {
 			list, err = s.client.ListTools(ctx, mcp.ListToolsRequest{})
 		}
 	}
@@ -26,74 +91,116 @@ func (c *conn) listTools(ctx context.Context, s *session, gen uint64) (*mcp.List
 
 // refresh lists the tools now and syncs the catalog.
 func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
-	s, gen, err := c.current(ctx)
+	s, gen, _, err := c.ready(ctx)
 	if err != nil {
 		return ToolChanges{}, err
+	}
+	seq := c.syncSeq.Add(1)
+	if s == nil {
+		// A per_session connector keeps no connection of its own: list
+		// over a short-lived one.
+		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
+			return ToolChanges{}, unavailable(c.redact.err(err))
+		}
+		defer s.close(c.reg.cfg.CloseGrace)
 	}
 	list, err := c.listTools(ctx, s, gen)
 	if err != nil {
-		if isConnectionBroken(err) || isSessionLost(err) {
-			c.fail(err)
-			return ToolChanges{}, unavailable(err)
+		if ctx.Err() == nil && (isConnectionBroken(err) || isSessionLost(err)) {
+			c.drop(s, err)
+			return ToolChanges{}, unavailable(c.redact.err(err))
 		}
-		return ToolChanges{}, fmt.Errorf("tools/list: %w", err)
+		return ToolChanges{}, fmt.Errorf("tools/list: %w", c.redact.err(err))
 	}
-	return c.syncTools(ctx, list.Tools, true)
-}
-
-// setTools records the server's tool list and syncs the catalog if it
-// changed since the last sync.
-func (c *conn) setTools(ctx context.Context, tools []mcp.Tool) {
-	if _, err := c.syncTools(ctx, tools, false); err != nil {
-		c.reg.logger.Error("sync tools", append(c.logAttrs(), slog.String("error", err.Error()))...)
-	}
-}
-
-func (c *conn) syncTools(ctx context.Context, tools []mcp.Tool, force bool) (ToolChanges, error) {
-	tools = slices.Clone(tools)
-	slices.SortFunc(tools, func(a, b mcp.Tool) int { return strings.Compare(a.Name, b.Name) })
-	b, _ := json.Marshal(tools)
-	sum := sha256.Sum256(b)
-	hash := string(sum[:])
-	byName := make(map[string]int, len(tools))
-	for i, t := range tools {
-		byName[t.Name] = i
-	}
+	cat, changes, err := c.syncCatalog(ctx, list.Tools, true)
 	c.mu.Lock()
-	changed := hash != c.toolsHash
-	c.tools, c.toolByName, c.toolsHash = tools, byName, hash
+	c.publishCatalog(cat, seq)
 	c.mu.Unlock()
-	if !changed && !force {
-		return ToolChanges{}, nil
+	return changes, err
+}
+
+// syncCatalog builds the catalog of the listed tools and, if they changed
+// since the last sync (or force), syncs the source and takes the operators'
+// flags from it. If the source fails, the last known flags are kept and
+// the next check tries again; with no flags known yet, the catalog is nil
+// and the error says why.
+func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*catalog, ToolChanges, error) {
+	next := newCatalog(tools)
+	c.mu.Lock()
+	prev := c.cat
+	c.mu.Unlock()
+	if prev != nil && prev.hash == next.hash && !force {
+		next.disabled = prev.disabled
+		c.reg.logger.Debug("tool list unchanged", append(c.logAttrs(), slog.Int("tools", len(next.tools)))...)
+		return next, ToolChanges{}, nil
 	}
-	changes, err := c.reg.source.SyncTools(ctx, c.spec.ID, tools)
+	changes, err := c.reg.source.SyncTools(ctx, c.spec.ID, next.tools)
 	if err != nil {
-		c.mu.Lock()
-		c.toolsHash = "" // try again next time
-		c.mu.Unlock()
-		return ToolChanges{}, err
+		err = fmt.Errorf("sync tool catalog: %w", err)
+		if prev == nil {
+			return nil, ToolChanges{}, err
+		}
+		c.reg.logger.Error("sync tools; keeping the last known flags", append(c.logAttrs(), slog.String("error", err.Error()))...)
+		next.disabled, next.hash = prev.disabled, ""
+		return next, ToolChanges{}, err
 	}
-	disabled := make(map[string]bool, len(changes.Disabled))
+	next.disabled = make(map[string]bool, len(changes.Disabled))
 	for _, name := range changes.Disabled {
-		disabled[name] = true
+		next.disabled[name] = true
 	}
+	c.logChanges(changes)
+	return next, changes, nil
+}
+
+// publishCatalog makes next the current catalog, unless a sync that
+// started later has published already. c.mu must be held.
+func (c *conn) publishCatalog(next *catalog, seq uint64) {
+	if next == nil || seq < c.catSeq {
+		return
+	}
+	c.catSeq = seq
+	if c.cat != nil && next.hash == c.cat.hash && maps.Equal(next.disabled, c.cat.disabled) {
+		return // nothing new: keep the version
+	}
+	next.version = 1
+	if c.cat != nil {
+		next.version = c.cat.version + 1
+	}
+	c.cat = next
+}
+
+// setEnabled publishes an operator's change of a tool's enabled flag.
+func (c *conn) setEnabled(name string, enabled bool) {
 	c.mu.Lock()
-	c.disabled = disabled
-	c.mu.Unlock()
-	if !changes.Empty() {
+	defer c.mu.Unlock()
+	if c.cat == nil {
+		return // the first sync reads the flags from the source
+	}
+	next := c.cat.withEnabled(name, enabled)
+	next.version = c.cat.version + 1
+	c.cat = next
+	// A sync that started before this change read the old flag: it must
+	// not publish over it.
+	c.catSeq = c.syncSeq.Add(1)
+}
+
+// tools returns the current catalog's tools, sorted by name.
+func (c *conn) tools() []mcp.Tool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cat == nil {
+		return nil
+	}
+	return c.cat.tools
+}
+
+// logChanges logs what a sync changed.
+func (c *conn) logChanges(changes ToolChanges) {
+	if changes.Empty() {
+		c.reg.logger.Debug("tool catalog synced; no tool added, removed or changed", append(c.logAttrs(),
+			slog.Any("disabled", changes.Disabled))...)
+	} else {
 		c.reg.logger.Info("tool catalog synced", append(c.logAttrs(), slog.Any("added", changes.Added),
 			slog.Any("removed", changes.Removed), slog.Any("changed", changes.Changed))...)
 	}
-	return changes, nil
-}
-
-// tool returns the cached definition of a tool.
-func (c *conn) tool(name string) (mcp.Tool, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i, ok := c.toolByName[name]
-	if !ok {
-		return mcp.Tool{}, false
-	}
-	return c.tools[i], true
 }

@@ -6,14 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -21,34 +17,50 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// conn is one connector's persistent MCP session. Callers share the live
-// session; mu guards only pointer and state swaps, never I/O.
+// stableAfter is how long a session must live for its loss to count as a
+// one-off: a session lost sooner is a flap, and the reconnect after it
+// waits for the backoff instead of starting at once.
+const stableAfter = 10 * time.Second
+
+// conn is one connector's persistent MCP session and its tool catalog.
+// Callers share the live session; mu guards only pointer and state swaps,
+// never I/O.
 type conn struct {
 	reg  *Registry
 	spec Spec
-	// hc is the connector's HTTP connection pool, kept across sessions.
-	hc *http.Client
+	// hc is the connector's HTTP client over pool, its connection pool,
+	// kept across sessions.
+	hc     *http.Client
+	pool   *pool
+	redact *redactor
 
 	mu         sync.Mutex
 	sess       *session // nil while down
 	gen        uint64   // bumped whenever sess changes
+	cat        *catalog // nil until first listed and synced
+	catSeq     uint64   // syncSeq of the sync that published cat
 	health     Health
 	failures   int       // consecutive failures; 0 when healthy
-	nextTry    time.Time // earliest reconnect while down
+	flaps      int       // sessions in a row lost before stableAfter
+	lastTry    time.Time // start of the last connect
+	nextTry    time.Time // earliest scheduled reconnect while down
 	nextCheck  time.Time // next health check while up
+	connecting bool      // a connect is under way
 	busy       bool      // a scheduler job runs for this conn
 	closed     bool
-	legacy     bool           // the server answered only the initialize handshake
-	tools      []mcp.Tool     // sorted by name
-	toolByName map[string]int // index into tools
-	toolsHash  string
-	disabled   map[string]bool // operators' switched-off tools; nil until synced
+	replaced   bool       // closed because a new conn took its place
+	legacy     bool       // the server answered only the initialize handshake
+	sessions   sessionsOf // per_session connectors: the open sessions
 
 	flight singleflight.Group
 	// epoch counts re-initializes; a caller reads it before its request so
 	// that a request that failed on a session already mended is just retried.
-	epoch atomic.Uint64
-	usage usage
+	epoch     atomic.Uint64
+	syncSeq   atomic.Uint64 // orders catalog syncs; see publishCatalog
+	lastProbe atomic.Int64  // unix nanos of the last suspect probe
+	usage     usage
+	// callLabels are the metric attributes of each tool called, by name.
+	callLabels sync.Map
 }
 
 // usage are counters not yet written to the source.
@@ -58,36 +70,57 @@ type usage struct {
 }
 
 func newConn(reg *Registry, spec Spec) *conn {
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	return &conn{reg: reg, spec: spec, hc: hc, health: Health{State: StateConnecting}}
+	p, hc := newPool(reg.cfg.Egress)
+	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting}}
+	reg.metrics.startCounters(c)
+	return c
 }
 
-// current returns the live session, joining the first connect if it is
-// still under way. A connector that is down fails fast with ErrUnavailable
-// and its last error: reconnecting is the scheduler's job.
-func (c *conn) current(ctx context.Context) (*session, uint64, error) {
-	c.mu.Lock()
-	s, gen, closed, state, lastErr := c.sess, c.gen, c.closed, c.health.State, c.health.LastError
-	c.mu.Unlock()
-	switch {
-	case closed:
-		return nil, 0, ErrNotLoaded
-	case s != nil:
-		return s, gen, nil
-	case state == StateConnecting:
-		if err := c.connectShared(ctx); err != nil {
-			return nil, 0, unavailable(err)
+// ready returns the live session and its catalog. A call that arrives
+// while the connector connects, or when a reconnect is due, waits for that
+// connect (within ctx). A connector that is down fails fast with
+// ErrUnavailable and its last error, unless its last attempt is older than
+// ProbeAfter: then this call starts one reconnect now, shared with every
+// other caller, and waits for it. A conn that was replaced answers
+// errReplaced.
+func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
+	for range 3 {
+		c.mu.Lock()
+		s, gen, cat := c.sess, c.gen, c.cat
+		closed, replaced, lastErr := c.closed, c.replaced, c.health.LastError
+		now, up := time.Now(), !c.down()
+		join := c.connecting || c.health.State == StateConnecting || !now.Before(c.nextTry) ||
+			now.Sub(c.lastTry) >= c.reg.cfg.ProbeAfter
+		// A probe: a connector that is down is tried now, ahead of its backoff.
+		probe := !c.connecting && c.health.State != StateConnecting && now.Before(c.nextTry)
+		state := c.health.State
+		c.mu.Unlock()
+		switch {
+		case replaced:
+			return nil, 0, nil, errReplaced
+		case closed:
+			return nil, 0, nil, ErrNotLoaded
+		case up:
+			return s, gen, cat, nil
+		case !join:
+			return nil, 0, nil, unavailable(errors.New(lastErr))
 		}
-		return c.current(ctx)
-	default:
-		return nil, 0, unavailable(errors.New(lastErr))
+		c.reg.logger.Debug("call waits for a connect", append(c.logAttrs(), slog.String("state", string(state)),
+			slog.Bool("probe", probe))...)
+		if err := c.connectShared(ctx); err != nil {
+			return nil, 0, nil, unavailable(err)
+		}
 	}
+	return nil, 0, nil, unavailable(errors.New("the connection was lost again right after it was made"))
 }
 
 // connectShared runs one connect for all concurrent callers and waits for
-// it or for ctx. The connect itself is not bound to any caller's context.
+// it or for ctx. The connect itself is not bound to any caller's context:
+// its span starts a trace of its own, linked to the span of the caller
+// that started it.
 func (c *conn) connectShared(ctx context.Context) error {
-	ch := c.flight.DoChan("connect", func() (any, error) { return nil, c.connect() })
+	link := trace.LinkFromContext(ctx)
+	ch := c.flight.DoChan("connect", func() (any, error) { return nil, c.connect(link) })
 	select {
 	case r := <-ch:
 		return r.Err
@@ -96,16 +129,33 @@ func (c *conn) connectShared(ctx context.Context) error {
 	}
 }
 
-// connect opens a new session, lists its tools and swaps it in, closing the
+// connect opens a new session, lists its tools, syncs the catalog and only
+// then publishes session and catalog together as READY, closing the
 // previous session afterwards. On failure the connector goes down and the
-// next try is scheduled with backoff.
-func (c *conn) connect() (err error) {
+// next try is scheduled with backoff. link is the span of the caller who
+// asked for it, if any.
+func (c *conn) connect(link trace.Link) (err error) {
 	// Runs in singleflight's goroutine: register it so shutdown waits.
 	if !c.reg.enter() {
 		return ErrClosed
 	}
 	defer c.reg.bg.Done()
-	ctx, span := c.reg.tracer.Start(c.reg.life, "mcp.connect", trace.WithAttributes(c.attrs()...))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.connecting, c.lastTry = true, time.Now()
+	failures := c.failures
+	c.mu.Unlock()
+	c.reg.logger.Debug("connector connecting", append(c.logAttrs(), slog.Int("failures_before", failures))...)
+	defer func() {
+		c.mu.Lock()
+		c.connecting = false
+		c.mu.Unlock()
+	}()
+
+	ctx, span := c.reg.tracer.Start(c.reg.life, "mcp.connect", trace.WithAttributes(c.attrs()...), trace.WithLinks(link))
 	defer func() { endSpan(span, err) }()
 	ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
 	defer cancel()
@@ -113,8 +163,23 @@ func (c *conn) connect() (err error) {
 
 	s, version, tools, err := c.open(ctx)
 	if err != nil {
+		err = c.redact.err(err)
 		c.fail(err)
 		return err
+	}
+	seq := c.syncSeq.Add(1)
+	cat, _, err := c.syncCatalog(ctx, tools, false)
+	if cat == nil {
+		s.close(c.reg.cfg.CloseGrace)
+		c.fail(err)
+		return err
+	}
+	perSession := c.perSession()
+	if perSession {
+		// Its sessions open connections of their own; this one only
+		// listed the tools, and must not hold what they need (a lock on a
+		// browser profile, say).
+		s.close(c.reg.cfg.CloseGrace)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -124,56 +189,49 @@ func (c *conn) connect() (err error) {
 	}
 	old, reconnect := c.sess, c.gen > 0
 	c.sess, c.gen, c.failures = s, c.gen+1, 0
+	if perSession {
+		c.sess = nil
+	}
+	c.publishCatalog(cat, seq)
 	c.legacy = !mcp.IsModernProtocol(version)
 	c.health = Health{State: StateReady, Latency: time.Since(start), CheckedAt: time.Now(), ProtocolVersion: version}
 	c.nextCheck = time.Now().Add(c.reg.cfg.HealthInterval)
 	h := c.health
 	c.mu.Unlock()
 
+	if !perSession {
+		s.watch(func(err error) { c.drop(s, err) })
+	}
 	if old != nil {
-		old.close(c.reg.cfg.CloseGrace)
+		c.reg.closeLater(old)
 	}
 	if reconnect {
 		c.usage.reconnects.Add(1)
+		c.reg.metrics.count(c.reg.metrics.reconnects, c)
 	}
 	c.reg.logger.Info("connector connected", append(c.logAttrs(), slog.String("protocol_version", version),
 		slog.Int("tools", len(tools)), slog.String("latency", h.Latency.String()))...)
-	c.setTools(ctx, tools)
 	c.reg.saveHealth(c, h)
 	return nil
 }
 
 // open starts a session, initializes it and lists its tools.
 func (c *conn) open(ctx context.Context) (*session, string, []mcp.Tool, error) {
-	c.mu.Lock()
-	legacy := c.legacy
-	c.mu.Unlock()
-	opts := []client.ClientOption{client.WithDiscoverTimeout(c.reg.cfg.DiscoverTimeout)}
-	if legacy {
-		opts = append(opts, client.WithLegacyProtocolOnly())
-	}
-	s, err := newSession(c.reg.life, c.spec, c.hc, opts, c.spec.ConnectTimeout)
+	s, version, err := c.openBare(ctx, c.spec, c.hc)
 	if err != nil {
-		return nil, "", nil, err
-	}
-	res, err := s.client.Initialize(ctx, initializeRequest())
-	if err != nil {
-		err = c.withStderr(s, fmt.Errorf("initialize: %w", err))
-		s.close(c.reg.cfg.CloseGrace)
 		return nil, "", nil, err
 	}
 	list, err := s.client.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
-		err = c.withStderr(s, fmt.Errorf("tools/list: %w", err))
 		s.close(c.reg.cfg.CloseGrace)
-		return nil, "", nil, err
+		return nil, "", nil, c.withStderr(s, fmt.Errorf("tools/list: %w", err))
 	}
 	s.client.OnNotification(func(n mcp.JSONRPCNotification) {
 		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
 			c.reg.refreshLater(c)
 		}
 	})
-	return s, res.ProtocolVersion, list.Tools, nil
+	return s, version, list.Tools, nil
 }
 
 func initializeRequest() mcp.InitializeRequest {
@@ -182,214 +240,77 @@ func initializeRequest() mcp.InitializeRequest {
 	return req
 }
 
-// failSession takes the connector down after s failed with err. A stdio
-// session is closed first: its server's last words on stderr are complete
-// only once the process has been waited for.
-func (c *conn) failSession(s *session, err error) {
-	if s.proc != nil {
-		s.close(c.reg.cfg.CloseGrace)
-	}
-	c.fail(c.withStderr(s, err))
-}
-
-// withStderr adds the tail of a stdio server's stderr to err.
+// withStderr adds the tail of a closed stdio server's stderr to err.
 func (c *conn) withStderr(s *session, err error) error {
-	if tail := strings.TrimSpace(s.stderrText()); tail != "" {
+	if tail := s.stderrText(); tail != "" {
 		return fmt.Errorf("%w (stderr: %s)", err, lastLines(tail, 5))
 	}
 	return err
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// fail records a failed connect or check: the connector goes down (its
-// session, if any, is closed) and the next try waits for the backoff.
+// fail records a failed connect: the connector stays down and the next
+// try waits for the backoff.
 func (c *conn) fail(cause error) {
 	c.mu.Lock()
-	old := c.sess
-	if old != nil {
-		c.sess, c.gen = nil, c.gen+1
+	c.failures++
+	c.setDown(cause)
+	delay := c.reg.backoff(c.failures)
+	c.nextTry = time.Now().Add(delay)
+	h, closed, failures := c.health, c.closed, c.failures
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	c.reg.metrics.count(c.reg.metrics.connectErrs, c)
+	c.reg.logger.Debug("connector reconnect scheduled", append(c.logAttrs(), slog.String("delay", delay.String()),
+		slog.Int("failures", failures))...)
+	c.reg.logger.Warn("connector connect failed", append(c.logAttrs(), slog.String("state", string(h.State)),
+		slog.String("error", h.LastError))...)
+	c.reg.saveHealth(c, h)
+}
+
+// drop takes the connector down because its session s died or stopped
+// answering, closes s, and schedules a reconnect: at once, unless sessions
+// keep dying young, in which case the backoff applies. A session that is
+// no longer the current one is left to whoever swapped it out.
+func (c *conn) drop(s *session, cause error) {
+	cause = c.redact.err(s.deathCause(cause, time.Second))
+	c.mu.Lock()
+	if c.sess != s || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.sess, c.gen = nil, c.gen+1
+	if time.Since(s.opened) < stableAfter {
+		c.flaps++
+	} else {
+		c.flaps = 0
 	}
 	c.failures++
+	c.setDown(cause)
+	c.nextTry = time.Now()
+	if c.flaps > 1 {
+		c.nextTry = c.nextTry.Add(c.reg.backoff(c.flaps - 1))
+	}
+	h, delay, flaps := c.health, time.Until(c.nextTry), c.flaps
+	c.mu.Unlock()
+	c.reg.logger.Debug("connector reconnect scheduled", append(c.logAttrs(), slog.String("delay", max(delay, 0).String()),
+		slog.String("session_age", time.Since(s.opened).Round(time.Millisecond).String()), slog.Int("flaps", flaps))...)
+	c.reg.closeLater(s)
+	c.reg.logger.Warn("connector connection lost", append(c.logAttrs(), slog.String("state", string(h.State)),
+		slog.String("error", h.LastError))...)
+	c.reg.saveHealth(c, h)
+	c.reg.poke()
+}
+
+// setDown records the connector as down with cause. c.mu must be held.
+func (c *conn) setDown(cause error) {
 	c.health.State = StateDegraded
 	if c.failures >= c.reg.cfg.ErrorAfter {
 		c.health.State = StateError
 	}
 	c.health.LastError = cause.Error()
 	c.health.CheckedAt = time.Now()
-	c.nextTry = time.Now().Add(c.reg.backoff(c.failures))
-	h, closed := c.health, c.closed
-	c.mu.Unlock()
-	if old != nil {
-		c.reg.closeLater(old)
-	}
-	if closed {
-		return
-	}
-	c.reg.logger.Warn("connector down", append(c.logAttrs(), slog.String("state", string(h.State)),
-		slog.String("error", h.LastError))...)
-	c.reg.saveHealth(c, h)
-}
-
-// reinitialize starts a new MCP session on the same client and HTTP
-// transport after a streamable-HTTP server forgot ours. Concurrent callers
-// that hit the same lost session share one re-initialize. It sends the
-// initialize handshake through the transport rather than calling
-// client.Initialize, which writes client state without synchronization
-// and so cannot run beside calls in flight; the transport keeps the new
-// session id under its own lock, and the protocol version stays the one
-// negotiated at connect.
-func (c *conn) reinitialize(s *session, gen, epoch uint64) error {
-	key := "reinit-" + strconv.FormatUint(gen, 10) + "-" + strconv.FormatUint(epoch, 10)
-	_, err, _ := c.flight.Do(key, func() (_ any, err error) {
-		if c.epoch.Load() != epoch {
-			return nil, nil // mended since this caller's request went out
-		}
-		ctx, span := c.reg.tracer.Start(c.reg.life, "mcp.reinitialize", trace.WithAttributes(c.attrs()...))
-		defer func() { endSpan(span, err) }()
-		ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
-		defer cancel()
-		if err := handshake(ctx, s.client, key); err != nil {
-			return nil, fmt.Errorf("re-initialize: %w", err)
-		}
-		c.epoch.Add(1)
-		c.usage.reinits.Add(1)
-		c.reg.logger.Info("connector session re-initialized", c.logAttrs()...)
-		return nil, nil
-	})
-	return err
-}
-
-// handshake sends initialize and notifications/initialized over cl's
-// transport, as the negotiated protocol version.
-func handshake(ctx context.Context, cl *client.Client, id string) error {
-	tr := cl.GetTransport()
-	req := initializeRequest()
-	resp, err := tr.SendRequest(ctx, transport.JSONRPCRequest{
-		JSONRPC: mcp.JSONRPC_VERSION,
-		ID:      mcp.NewRequestId(id),
-		Method:  string(mcp.MethodInitialize),
-		Params: map[string]any{
-			"protocolVersion": cl.ProtocolVersion(),
-			"clientInfo":      req.Params.ClientInfo,
-			"capabilities":    map[string]any{},
-		},
-	})
-	if err != nil {
-		return err
-	}
-	if resp.Error != nil {
-		return resp.Error.AsError()
-	}
-	return tr.SendNotification(ctx, mcp.JSONRPCNotification{
-		JSONRPC:      mcp.JSONRPC_VERSION,
-		Notification: mcp.Notification{Method: string(mcp.MethodNotificationInitialized)},
-	})
-}
-
-// canReinitialize reports whether a lost session is mended on the same
-// client: only streamable HTTP on the session-based protocol. A lost SSE
-// session is a dead stream, so that client is rebuilt.
-func (c *conn) canReinitialize() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.spec.Transport == TransportStreamableHTTP && c.legacy
-}
-
-// call runs one tool over the persistent session. A lost session is
-// re-initialized and the call retried once (it never ran). A broken
-// connection is rebuilt, and the call retried only if retrySafe.
-func (c *conn) call(ctx context.Context, name string, args map[string]any, retrySafe bool) (res *mcp.CallToolResult, err error) {
-	ctx, span := c.reg.tracer.Start(ctx, "mcp.tools/call", trace.WithAttributes(append(c.attrs(), attribute.String("mcp.tool", name))...))
-	defer func() { endSpan(span, err) }()
-	ctx, cancel := context.WithTimeout(ctx, c.spec.CallTimeout)
-	defer cancel()
-	c.usage.lastUsed.Store(time.Now().UnixNano())
-	defer func() {
-		c.usage.calls.Add(1)
-		if err != nil || (res != nil && res.IsError) {
-			c.usage.errors.Add(1)
-		}
-	}()
-
-	s, gen, err := c.current(ctx)
-	if err != nil {
-		return nil, err
-	}
-	epoch := c.epoch.Load()
-	res, err = callTool(ctx, s, name, args)
-	if err == nil || ctx.Err() != nil {
-		return res, err
-	}
-	lost := isSessionLost(err)
-	if lost {
-		// The request was refused for its session and never ran: mend the
-		// session and run it again, whatever the tool.
-		if s, err = c.renewSession(ctx, s, gen, epoch); err != nil {
-			return nil, unavailable(err)
-		}
-		return callTool(ctx, s, name, args)
-	}
-	if !isConnectionBroken(err) {
-		return nil, err
-	}
-	c.failSession(s, err)
-	// It broke mid-flight and may have run: only retry-safe tools run again.
-	if !retrySafe {
-		return nil, unavailable(err)
-	}
-	if err := c.connectShared(ctx); err != nil {
-		return nil, unavailable(err)
-	}
-	if s, _, err = c.current(ctx); err != nil {
-		return nil, err
-	}
-	return callTool(ctx, s, name, args)
-}
-
-// renewSession mends a session the server no longer knows and returns the
-// session to use. Streamable HTTP is re-initialized on the same client.
-// Otherwise, or if the server refuses that (mcp-go clears a dead session id
-// only on a 404, and servers that answer 400, like the TypeScript SDK's,
-// reject the stale id), a new client starts on the connector's own
-// connection pool: once per lost session, however many callers hit it.
-func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) (*session, error) {
-	if c.canReinitialize() && c.reinitialize(s, gen, epoch) == nil {
-		return s, nil
-	}
-	ch := c.flight.DoChan("renew-"+strconv.FormatUint(gen, 10), func() (any, error) {
-		c.mu.Lock()
-		current := c.gen == gen
-		c.mu.Unlock()
-		if !current {
-			return nil, nil // renewed already
-		}
-		c.reg.logger.Info("connector session lost; starting a new client", c.logAttrs()...)
-		return nil, c.connect()
-	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return nil, r.Err
-		}
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s, _, err := c.current(ctx)
-	return s, err
-}
-
-func callTool(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
-	var req mcp.CallToolRequest
-	req.Params.Name = name
-	req.Params.Arguments = args
-	return s.client.CallTool(ctx, req)
 }
 
 // check probes the connection with tools/list, reconnecting a connector
@@ -405,12 +326,18 @@ func (c *conn) check() Health {
 	ctx, cancel := context.WithTimeout(c.reg.life, c.reg.cfg.HealthTimeout)
 	defer cancel()
 	start := time.Now()
+	seq := c.syncSeq.Add(1)
 	list, err := c.listTools(ctx, s, gen)
 	if err != nil {
-		c.failSession(s, fmt.Errorf("health check: %w", err))
+		c.drop(s, fmt.Errorf("health check: %w", err))
 		return c.snapshot()
 	}
+	cat, _, err := c.syncCatalog(ctx, list.Tools, false)
+	if err != nil {
+		c.reg.logger.Error("sync tools", append(c.logAttrs(), slog.String("error", err.Error()))...)
+	}
 	c.mu.Lock()
+	c.publishCatalog(cat, seq)
 	if c.gen == gen {
 		c.failures = 0
 		c.health = Health{State: StateReady, Latency: time.Since(start), CheckedAt: time.Now(), ProtocolVersion: c.health.ProtocolVersion}
@@ -418,9 +345,17 @@ func (c *conn) check() Health {
 	}
 	h := c.health
 	c.mu.Unlock()
-	c.setTools(ctx, list.Tools)
 	c.reg.saveHealth(c, h)
 	return h
+}
+
+// perSession reports whether the connector opens a connection per caller
+// session; its own connection then only lists the tools.
+func (c *conn) perSession() bool { return c.spec.SessionMode == SessionPerSession }
+
+// down reports whether the connector needs a connect. c.mu must be held.
+func (c *conn) down() bool {
+	return c.sess == nil && !(c.perSession() && c.health.State == StateReady)
 }
 
 func (c *conn) snapshot() Health {
@@ -429,13 +364,46 @@ func (c *conn) snapshot() Health {
 	return c.health
 }
 
-// close marks the conn closed and closes its session and idle HTTP
-// connections.
+// retire marks the conn closed and hands back its session, if any.
+// replaced says whether a new conn took its place, so that callers who
+// still hold this one go to the new one.
+func (c *conn) retire(replaced bool) *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sess
+	c.sess, c.closed, c.replaced = nil, true, replaced
+	return s
+}
+
+// close closes the conn now: its session (calls running on it fail with
+// ErrUnavailable), its per-session connections, in parallel, and its idle
+// HTTP connections.
 func (c *conn) close() {
-	if s := c.sessionForClose(); s != nil {
+	s := c.retire(false)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		closeSessions(c.takeSessions(""), 0)
+	}()
+	if s != nil {
 		s.close(c.reg.cfg.CloseGrace)
 	}
-	c.hc.CloseIdleConnections()
+	wg.Wait()
+	c.pool.close()
+}
+
+// closeDrained closes a conn that a new one replaced: its session, and
+// each per-session connection, takes no new calls, the calls running on it
+// finish (bounded by the call timeout), and then it closes.
+func (c *conn) closeDrained() {
+	s := c.retire(true)
+	closeSessions(c.takeSessions(""), c.spec.CallTimeout)
+	if s != nil {
+		s.drain(c.spec.CallTimeout)
+		s.close(c.reg.cfg.CloseGrace)
+	}
+	c.pool.close()
 }
 
 func (c *conn) attrs() []attribute.KeyValue {
@@ -444,6 +412,12 @@ func (c *conn) attrs() []attribute.KeyValue {
 		attribute.String("connector.id", c.spec.ConnectorID),
 		attribute.String("mcp.transport", c.spec.Transport),
 	}
+}
+
+// callSpan starts the span of a call of tool name: a child of the caller's.
+// It carries the connector and the tool, never the arguments.
+func (c *conn) callSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	return c.reg.tracer.Start(ctx, "mcp.tools/call", trace.WithAttributes(append(c.attrs(), attribute.String("mcp.tool", name))...))
 }
 
 func (c *conn) logAttrs() []any {

@@ -18,6 +18,15 @@ var (
 	ErrUnavailable = errors.New("connector unavailable")
 	// ErrClosed means the registry or connection was closed.
 	ErrClosed = errors.New("registry closed")
+	// ErrToolNotFound means the connector's server does not list the tool
+	// now (it may have listed it once).
+	ErrToolNotFound = errors.New("tool not found")
+	// ErrToolDisabled means an operator switched the tool off.
+	ErrToolDisabled = errors.New("tool is disabled")
+
+	// errReplaced means a conn was replaced by a new one for the same
+	// connector; the caller looks the connector up again.
+	errReplaced = errors.New("connection replaced")
 )
 
 // unavailable wraps cause as ErrUnavailable.
@@ -52,11 +61,13 @@ func isSessionLost(err error) bool {
 
 // isConnectionBroken reports whether err came from the transport (the process
 // died, the stream broke, the server went away) rather than from the server
-// answering, so the client should be rebuilt.
+// answering, so the client should be rebuilt. Callers rule out their own
+// context's end first: a context error that remains is the session's.
 func isConnectionBroken(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil {
 		return false
 	}
 	var te *transport.Error
-	return errors.As(err, &te) || errors.Is(err, ErrClosed)
+	return errors.As(err, &te) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -23,8 +23,10 @@ func TestErrorClassification(t *testing.T) {
 		{"invalid session id", errors.New("invalid session ID"), true, false},
 		{"connection refused", transport.NewError(errors.New("dial tcp 127.0.0.1:9: connect: connection refused")), false, true},
 		{"tool error answer", errors.New("invalid params: missing text"), false, false},
-		{"deadline", transport.NewError(context.DeadlineExceeded), false, false},
-		{"canceled", context.Canceled, false, false},
+		// The caller's own context is ruled out first: one that remains
+		// belongs to the session.
+		{"deadline", transport.NewError(context.DeadlineExceeded), false, true},
+		{"canceled", context.Canceled, false, true},
 		{"closed", ErrClosed, false, true},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
@@ -30,12 +32,19 @@ type mcpServer struct {
 	sse      bool
 	legacy   bool // answer server/discover with method-not-found
 	silent   bool // never answer server/discover
+	anyHost  bool // serve any Host header (mcp-go refuses non-loopback ones on loopback)
 	addr     string
+	requests atomic.Int64 // every HTTP request
 	inits    atomic.Int64
 	lists    atomic.Int64
 	sessions *sessionIDs
 	release  chan struct{} // closes to release "block" calls
+	hang     atomic.Bool   // take requests but never answer them
+	calls    atomic.Int64  // tools/call requests
 	blocking chan struct{} // receives once per "block" call under way
+
+	// progress, if set, serves mcptest's progress tool and sees what it writes.
+	progress *mcptest.Written
 
 	mu   sync.Mutex
 	mcp  *server.MCPServer
@@ -47,6 +56,10 @@ type serverOption func(*mcpServer)
 func legacyServer(s *mcpServer) { s.legacy = true }
 func silentProbe(s *mcpServer)  { s.silent = true }
 func sseServer(s *mcpServer)    { s.sse = true }
+func anyHost(s *mcpServer)      { s.anyHost = true }
+
+// progressServer serves mcptest.ProgressTool too.
+func progressServer(s *mcpServer) { s.progress = mcptest.NewWritten() }
 
 func newMCPServer(t *testing.T, opts ...serverOption) *mcpServer {
 	t.Helper()
@@ -91,10 +104,17 @@ func (s *mcpServer) start(addr string) {
 	s.addTools(m)
 	s.sessions = &sessionIDs{live: map[string]bool{}}
 	var h http.Handler
-	if s.sse {
+	switch {
+	case s.sse:
 		h = server.NewSSEServer(m, server.WithBaseURL("http://"+s.addr))
-	} else {
+	case s.anyHost:
+		h = server.NewStreamableHTTPServer(m, server.WithSessionIdManager(s.sessions), server.WithDisableLocalhostProtection(true))
+	default:
 		h = server.NewStreamableHTTPServer(m, server.WithSessionIdManager(s.sessions))
+	}
+	if s.progress != nil {
+		mcptest.AddProgressTool(m, s.progress)
+		h = s.progress.Handler(h)
 	}
 	hs := httptest.NewUnstartedServer(s.inspect(h))
 	hs.Listener.Close()
@@ -156,6 +176,7 @@ func (s *mcpServer) addTools(m *server.MCPServer) {
 // inspect counts requests by JSON-RPC method and fakes legacy servers.
 func (s *mcpServer) inspect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
@@ -167,7 +188,13 @@ func (s *mcpServer) inspect(next http.Handler) http.Handler {
 			Method string          `json:"method"`
 		}
 		_ = json.Unmarshal(body, &msg)
+		if s.hang.Load() {
+			<-r.Context().Done()
+			return
+		}
 		switch msg.Method {
+		case "tools/call":
+			s.calls.Add(1)
 		case "initialize":
 			s.inits.Add(1)
 		case "tools/list":
@@ -219,6 +246,13 @@ func (m *sessionIDs) Terminate(id string) (bool, error) {
 	return false, nil
 }
 
+// count is how many sessions the server holds.
+func (m *sessionIDs) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live)
+}
+
 func (m *sessionIDs) expire() {
 	m.mu.Lock()
 	clear(m.live)
@@ -228,6 +262,11 @@ func (m *sessionIDs) expire() {
 // fakeSource is an in-memory ConnectorSource that records what the registry
 // reports.
 type fakeSource struct {
+	// syncGate, if set, holds every SyncTools until it is closed;
+	// syncing then receives once per SyncTools waiting at the gate.
+	syncGate chan struct{}
+	syncing  chan struct{}
+
 	mu     sync.Mutex
 	specs  []registry.Spec
 	tools  map[int64][]string
@@ -247,7 +286,18 @@ func (f *fakeSource) ActiveConnectors(context.Context) ([]registry.Spec, error) 
 	return slices.Clone(f.specs), nil
 }
 
-func (f *fakeSource) SyncTools(_ context.Context, id int64, tools []mcp.Tool) (registry.ToolChanges, error) {
+func (f *fakeSource) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (registry.ToolChanges, error) {
+	if f.syncGate != nil {
+		select {
+		case f.syncing <- struct{}{}:
+		default:
+		}
+		select {
+		case <-f.syncGate:
+		case <-ctx.Done():
+			return registry.ToolChanges{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var names []string
@@ -288,6 +338,25 @@ func (f *fakeSource) toolNames(id int64) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.tools[id])
+}
+
+func (f *fakeSource) healthCount(id int64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.health[id])
+}
+
+// healthSaw reports whether any persisted health of id has an error
+// containing s.
+func (f *fakeSource) healthSaw(id int64, s string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.health[id] {
+		if strings.Contains(h.LastError, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeSource) lastHealth(id int64) registry.Health {

@@ -1,12 +1,16 @@
 package registry_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -165,14 +169,128 @@ func TestInteropTypeScriptStreamableHTTPRestart(t *testing.T) {
 	}
 }
 
+// The TypeScript server never answers POSTs for a session it does not
+// know, so after it restarts only the end of the SSE stream tells: it must
+// fail the session at once and reconnect, with no health check to help.
 func TestInteropTypeScriptSSERestart(t *testing.T) {
 	srv := startTSServer(t, "sse")
 	spec := httpSpec(1, srv.url("/sse"))
 	spec.Transport = registry.TransportSSE
-	reg := run(t, newSource(spec), testConfig())
+	cfg := testConfig()
+	cfg.HealthInterval = time.Hour
+	src := newSource(spec)
+	reg := run(t, src, cfg)
 	if err := tsEcho(t, reg, 1, "before"); err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	srv.restart()
+	waitFor(t, "the dead stream to be noticed", func() bool { return src.healthSaw(1, "sse stream ended") })
+	t.Logf("dead SSE stream noticed %s after the restart began", time.Since(start).Round(time.Millisecond))
+	for i := range 5 {
+		// Each call has 5s: one that hung on the old session would fail.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := reg.CallTool(ctx, 1, "echo", map[string]any{"message": fmt.Sprint("after ", i)})
+		cancel()
+		if err != nil && !errors.Is(err, registry.ErrUnavailable) {
+			t.Fatalf("call %d after the restart: %v (want success or a fast UNAVAILABLE)", i, err)
+		}
+	}
 	waitFor(t, "the SSE connector to work again", func() bool { return tsEcho(t, reg, 1, "after") == nil })
+}
+
+// A stdio server killed under us is noticed at once, reaped, and replaced.
+func TestInteropTypeScriptStdioKilled(t *testing.T) {
+	js := everythingJS(t)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	spec := registry.Spec{ID: 1, WorkspaceID: "ws", ConnectorID: "everything", Transport: registry.TransportStdio,
+		Command: "sh", Args: []string{"-c", `echo $$ >> "$0"; exec node "$1" stdio`, pidfile, js},
+		ConnectTimeout: 30 * time.Second, CallTimeout: 30 * time.Second}
+	cfg := testConfig()
+	cfg.HealthInterval = time.Hour // only the exit can tell
+	src := newSource(spec)
+	reg := run(t, src, cfg)
+	if err := tsEcho(t, reg, 1, "before"); err != nil {
+		t.Fatal(err)
+	}
+	pid := readPIDs(t, pidfile)[0]
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the exit to be noticed", func() bool { return src.healthSaw(1, "signal: killed") })
+	t.Logf("killed stdio server noticed after %s", time.Since(start).Round(time.Millisecond))
+	waitFor(t, "the killed server to be reaped", func() bool { return !running(pid) && !zombie(pid) })
+	waitFor(t, "a new server to answer", func() bool { return tsEcho(t, reg, 1, "after") == nil })
+	if pids := readPIDs(t, pidfile); len(pids) < 2 {
+		t.Errorf("server processes started = %d, want a second one", len(pids))
+	}
+}
+
+// Per-session connections to the TypeScript server: one node process per
+// session, gone when the session closes.
+func TestInteropTypeScriptPerSession(t *testing.T) {
+	js := everythingJS(t)
+	spec := registry.Spec{ID: 1, WorkspaceID: "ws", ConnectorID: "everything", Transport: registry.TransportStdio,
+		Command: "node", Args: []string{js, "stdio"}, SessionMode: registry.SessionPerSession,
+		ConnectTimeout: 30 * time.Second, CallTimeout: 30 * time.Second}
+	reg := run(t, newSource(spec), testConfig())
+	for _, s := range []string{"alice", "bob", "alice"} {
+		res, err := reg.CallTool(registry.WithSession(ctxT(t), s), 1, "echo", map[string]any{"message": s})
+		if err != nil {
+			t.Fatalf("session %s: %v", s, err)
+		}
+		if got := text(t, res); got != "Echo: "+s {
+			t.Errorf("session %s: echo = %q", s, got)
+		}
+	}
+	pids := sessionPIDs(t, reg, 1)
+	if len(pids) != 2 || pids["alice"] == pids["bob"] || pids["alice"] == 0 {
+		t.Fatalf("session processes = %v, want two distinct", pids)
+	}
+	reg.CloseSession("ws", "alice", 1)
+	waitFor(t, "alice's node process to be gone", func() bool { return !running(pids["alice"]) && !zombie(pids["alice"]) })
+	if !running(pids["bob"]) {
+		t.Error("closing alice's session ended bob's process")
+	}
+}
+
+// Updates that move a connector between two reference servers while
+// callers keep calling lose no call.
+func TestInteropTypeScriptUpdateUnderLoad(t *testing.T) {
+	a, b := startTSServer(t, "streamableHttp"), startTSServer(t, "streamableHttp")
+	reg := run(t, newSource(httpSpec(1, a.url("/mcp"))), testConfig())
+	if err := tsEcho(t, reg, 1, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var calls, failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"message": "x"})
+				calls.Add(1)
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("call during updates: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 4 {
+		url := a.url("/mcp")
+		if i%2 == 0 {
+			url = b.url("/mcp")
+		}
+		reg.Replace(ctxT(t), httpSpec(1, url))
+		next := calls.Load() + 20
+		waitFor(t, "calls on the new connection", func() bool { return calls.Load() >= next || failed.Load() > 0 })
+	}
+	stop()
+	wg.Wait()
+	t.Logf("%d calls across 4 updates between two TypeScript servers, %d failed", calls.Load(), failed.Load())
 }

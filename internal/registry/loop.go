@@ -29,6 +29,7 @@ func (r *Registry) Run(ctx context.Context) error {
 		}
 		r.schedule()
 		if time.Now().After(nextUsage) {
+			r.expireSessions()
 			r.reportUsage(ctx)
 			nextUsage = time.Now().Add(r.cfg.UsageInterval)
 		}
@@ -46,7 +47,7 @@ func (r *Registry) schedule() {
 	now := time.Now()
 	for _, c := range r.snapshot() {
 		c.mu.Lock()
-		due := !c.busy && !c.closed && (c.sess == nil && !now.Before(c.nextTry) || c.sess != nil && !now.Before(c.nextCheck))
+		due := !c.busy && !c.closed && (c.down() && !now.Before(c.nextTry) || c.sess != nil && !now.Before(c.nextCheck))
 		if due {
 			c.busy = true
 		}
@@ -140,5 +141,6 @@ func (r *Registry) shutdown() {
 	wg.Wait()
 	r.cancel()
 	r.bg.Wait()
+	r.metrics.stop()
 	r.logger.Info("registry closed", slog.Int("connections", len(conns)))
 }

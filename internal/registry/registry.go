@@ -16,7 +16,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/connector-svc/connector-svc/internal/egress"
 )
 
 // Spec is what the registry needs to connect one connector. Secret values
@@ -31,6 +34,7 @@ type Spec struct {
 	Command     string
 	Args        []string
 	Env         map[string]string
+	SessionMode string // SessionShared (or empty) or SessionPerSession
 
 	ConnectTimeout time.Duration
 	CallTimeout    time.Duration
@@ -93,9 +97,23 @@ type Config struct {
 	BackoffBase     time.Duration // first reconnect delay (full jitter); 1s
 	BackoffMax      time.Duration // reconnect delay cap; 5m
 	ErrorAfter      int           // consecutive failures before StateError; 3
+	ProbeAfter      time.Duration // a call to a down connector reconnects now if the last try is older; 3s
+	ProbeTimeout    time.Duration // bound on the probe after a call timed out; 3s
+	SessionIdleTTL  time.Duration // a per-session connection unused this long closes; 15m
+	MaxSessions     int           // open sessions per per_session connector; 64
 	DiscoverTimeout time.Duration // bound on the 2026-07 server/discover probe; 1s
 	CloseGrace      time.Duration // before a stdio server's process group is killed; 2s
 	UsageInterval   time.Duration // between counter reports; 5s
+	// Egress checks every address an HTTP connector connects to (stdio
+	// servers make their own connections, unchecked); nil means the
+	// default policy, egress.New(egress.Config{}).
+	Egress *egress.Policy
+	// MeterProvider records the registry's metrics (see metrics.go); nil
+	// records none.
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the spans of connects, re-initializes and tool
+	// calls; nil means otel's global one.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -111,11 +129,23 @@ func (c *Config) setDefaults() {
 	def(&c.DiscoverTimeout, time.Second)
 	def(&c.CloseGrace, 2*time.Second)
 	def(&c.UsageInterval, 5*time.Second)
+	def(&c.ProbeAfter, 3*time.Second)
+	def(&c.ProbeTimeout, 3*time.Second)
+	def(&c.SessionIdleTTL, 15*time.Minute)
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 64
+	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16
 	}
 	if c.ErrorAfter <= 0 {
 		c.ErrorAfter = 3
+	}
+	if c.Egress == nil {
+		c.Egress = egress.New(egress.Config{})
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 }
 
@@ -126,6 +156,8 @@ type Registry struct {
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.Tracer
+	// metrics records what the registry does, on Config.MeterProvider.
+	metrics *metrics
 
 	// life bounds every background stream and connect; cancelled by Run's end.
 	life   context.Context
@@ -149,14 +181,16 @@ func New(source ConnectorSource, cfg Config, logger *slog.Logger) *Registry {
 	}
 	cfg.setDefaults()
 	life, cancel := context.WithCancel(context.Background())
-	return &Registry{
-		source: source, cfg: cfg, logger: logger, tracer: otel.Tracer("connector-svc/registry"),
+	r := &Registry{
+		source: source, cfg: cfg, logger: logger, tracer: cfg.TracerProvider.Tracer("connector-svc/registry"),
 		life: life, cancel: cancel,
 		conns: make(map[int64]*conn),
 		byRef: make(map[ref]int64),
 		wake:  make(chan struct{}, 1),
 		sem:   make(chan struct{}, cfg.Concurrency),
 	}
+	r.metrics = newMetrics(cfg.MeterProvider, r)
+	return r
 }
 
 // Load reads the active connectors from the source and holds them as
@@ -205,76 +239,60 @@ func (r *Registry) Lookup(workspaceID, connectorID string) (int64, bool) {
 	return id, ok
 }
 
-// ToolState says whether connector id's catalog, as last synced, has the
-// tool, and whether operators left it enabled.
-func (r *Registry) ToolState(id int64, name string) (known, enabled bool) {
-	c, err := r.get(id)
-	if err != nil {
-		return false, false
-	}
-	if _, ok := c.tool(name); !ok {
-		return false, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.disabled == nil {
-		return false, false // not synced with the store yet
-	}
-	return true, !c.disabled[name]
-}
-
-// SetToolEnabled records an operator's change of a tool's enabled flag.
+// SetToolEnabled publishes an operator's change of a tool's enabled flag to
+// the live catalog; the caller has stored it already.
 func (r *Registry) SetToolEnabled(id int64, name string, enabled bool) {
-	c, err := r.get(id)
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.disabled == nil {
-		return
-	}
-	if enabled {
-		delete(c.disabled, name)
-	} else {
-		c.disabled[name] = true
+	if c, err := r.get(id); err == nil {
+		c.setEnabled(name, enabled)
 	}
 }
 
-// Add starts keeping a connection for spec; the loop connects it soon. A
-// connector already held is replaced (see Replace).
+// Add starts keeping a connection for spec; the loop connects it soon, and
+// calls that arrive first wait for that connect. A connector already held
+// is replaced (see Replace).
 func (r *Registry) Add(spec Spec) {
 	c := newConn(r, spec)
 	r.mu.Lock()
 	old := r.put(c)
 	r.mu.Unlock()
-	if old != nil {
-		r.closeLater(old.sessionForClose())
-		r.reportConn(context.Background(), old)
-	}
+	r.retireLater(old)
 	r.poke()
 }
 
 // Replace swaps in a connection with spec's new settings: the new client
-// connects first (within its connect timeout), then takes the old one's
-// place, then the old one closes. Calls in flight on the old client finish
-// or fail on their own. If the new connect fails, the new settings still
-// take effect and reconnect with backoff.
+// connects first (within ctx), then takes the old one's place, so that new
+// calls go to it; calls running on the old one finish (bounded by the call
+// timeout) before it closes. If the new connect fails, the new settings
+// still take effect and reconnect with backoff.
 func (r *Registry) Replace(ctx context.Context, spec Spec) {
 	c := newConn(r, spec)
 	_ = c.connectShared(ctx)
 	r.mu.Lock()
 	old := r.put(c)
 	r.mu.Unlock()
-	if old != nil {
-		old.close()
-		r.reportConn(context.Background(), old)
-	}
+	r.retireLater(old)
 	r.poke()
 }
 
+// retireLater closes a replaced conn once its calls have drained, off the
+// caller's path; Run waits for it.
+func (r *Registry) retireLater(old *conn) {
+	if old == nil {
+		return
+	}
+	if !r.enter() {
+		old.close() // shutting down: close it here
+		return
+	}
+	go func() {
+		defer r.bg.Done()
+		old.closeDrained()
+		r.reportConn(context.Background(), old)
+	}()
+}
+
 // Remove closes and forgets a connector's connection. It returns when the
-// connection is closed.
+// connection is closed; calls running on it fail with ErrUnavailable.
 func (r *Registry) Remove(id int64) {
 	r.mu.Lock()
 	c := r.conns[id]
@@ -289,19 +307,41 @@ func (r *Registry) Remove(id int64) {
 	}
 }
 
-// CallTool runs a tool of connector id over its persistent session. Tools
-// annotated read-only or idempotent are retried once on a rebuilt
-// connection if the connection broke mid-call. Returns ErrNotLoaded or an
-// error wrapping ErrUnavailable when the connector cannot be used now.
+// CallTool runs a tool of connector id over its persistent session, or,
+// for a per_session connector, over the connection of the session in ctx
+// (see WithSession; ErrSessionRequired without one, *SessionLimitError at
+// the connector's cap). A
+// call that arrives while the connector connects waits for that connect
+// (within ctx); one that arrives during an update runs on the new
+// connection. Tools annotated read-only or idempotent are retried once on
+// a rebuilt connection if the connection broke mid-call. With WithProgress
+// in ctx, the server's progress notifications for the call reach its
+// callback before CallTool returns. Returns
+// ErrNotLoaded, ErrToolNotFound (the server does not list it now),
+// ErrToolDisabled, or an error wrapping ErrUnavailable when the connector
+// cannot be used now.
 func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map[string]any) (*mcp.CallToolResult, error) {
-	c, err := r.get(id)
-	if err != nil {
-		return nil, err
+	for {
+		c, err := r.get(id)
+		if err != nil {
+			return nil, err
+		}
+		var res *mcp.CallToolResult
+		switch sid := sessionFrom(ctx); {
+		case !c.perSession():
+			res, err = c.call(ctx, name, args)
+		case sid == "":
+			return nil, ErrSessionRequired
+		default:
+			res, err = c.callSession(ctx, sid, name, args)
+		}
+		if !errors.Is(err, errReplaced) {
+			return res, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
-	t, _ := c.tool(name)
-	retrySafe := t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint ||
-		t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint
-	return c.call(ctx, name, args, retrySafe)
 }
 
 // Tools returns the cached tool list of connector id, sorted by name.
@@ -310,9 +350,7 @@ func (r *Registry) Tools(id int64) ([]mcp.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tools, nil
+	return c.tools(), nil
 }
 
 // Refresh lists connector id's tools now and syncs the catalog.
@@ -335,22 +373,28 @@ func (r *Registry) Check(ctx context.Context, id int64) (Health, error) {
 	go func() { done <- c.check() }()
 	select {
 	case h := <-done:
+		r.logger.Debug("on-demand health check", append(c.logAttrs(), slog.String("state", string(h.State)),
+			slog.String("latency", h.Latency.String()))...)
 		return h, nil
 	case <-ctx.Done():
 		return c.snapshot(), ctx.Err()
 	}
 }
 
-// Ready returns nil when connector id can take calls now: it waits for a
-// first connect under way and fails fast (ErrUnavailable with the last
-// error) when the connector is down.
+// Ready returns nil when connector id can take calls now, its catalog
+// included: it waits for a connect under way and fails fast (ErrUnavailable
+// with the last error) when the connector is down.
 func (r *Registry) Ready(ctx context.Context, id int64) error {
-	c, err := r.get(id)
-	if err != nil {
-		return err
+	for {
+		c, err := r.get(id)
+		if err != nil {
+			return err
+		}
+		_, _, _, err = c.ready(ctx)
+		if !errors.Is(err, errReplaced) {
+			return err
+		}
 	}
-	_, _, err = c.current(ctx)
-	return err
 }
 
 // Has reports whether the registry holds a connection for connector id.
@@ -436,13 +480,4 @@ func (r *Registry) saveHealth(c *conn, h Health) {
 	if err := r.source.SaveHealth(ctx, c.spec.ID, h); err != nil {
 		r.logger.Error("save health", append(c.logAttrs(), slog.String("error", err.Error()))...)
 	}
-}
-
-// sessionForClose marks c closed and hands back its session to close.
-func (c *conn) sessionForClose() *session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.sess
-	c.sess, c.closed = nil, true
-	return s
 }

@@ -57,5 +57,11 @@ func TestStartStopStress(t *testing.T) {
 		}
 	}
 	// Connections to the test server close asynchronously; allow slack.
+	t.Cleanup(func() {
+		if t.Failed() {
+			buf := make([]byte, 1<<20)
+			t.Logf("goroutines before: %d, now:\n%s", before, buf[:runtime.Stack(buf, true)])
+		}
+	})
 	waitFor(t, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= before+10 })
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -23,40 +20,62 @@ const (
 	TransportStreamableHTTP = "streamable_http"
 )
 
-// stdioEnvPassThrough are the service's environment variables a stdio server
-// inherits; nothing else of the service's environment (database URL, keys)
-// reaches it.
-var stdioEnvPassThrough = []string{"PATH", "HOME", "USER", "LANG", "TMPDIR", "TZ", "NODE_PATH", "npm_config_cache"}
-
-// session is one live MCP client and what must be torn down with it.
+// session is one live MCP client and what must be torn down with it. It
+// counts the calls running on it so that a swap can drain them, and it
+// reports its own death (an SSE stream that ends, a stdio process that
+// exits or closes stdout) to whoever watches it.
 type session struct {
 	client *client.Client
 	proc   *process // stdio only
 	cancel context.CancelFunc
+	opened time.Time
+	// progress routes notifications/progress to the calls that asked.
+	progress progressRoutes
+
+	mu       sync.Mutex
+	calls    int           // calls running on the session
+	draining bool          // takes no new calls
+	idle     chan struct{} // closed when draining and calls reach 0
+	closing  bool          // closed on purpose: its death is not news
+	deadErr  error         // why the transport died on its own
+	onDead   func(error)   // the watcher, told once
 }
 
 // newSession builds the transport for spec and starts it; the client is not
 // initialized yet. life bounds the transport's background streams. HTTP
 // transports use hc, the connector's own connection pool, which outlives
-// any one session.
-func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration) (*session, error) {
+// any one session, and log through logger. The stdio transport, built on
+// the process's pipes by transport.NewIO, takes no logger: it logs
+// through slog's default one. m counts stdio processes until they are
+// reaped.
+func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration,
+	logger *slog.Logger, m *metrics) (*session, error) {
 	ctx, cancel := context.WithCancel(life)
-	s := &session{cancel: cancel}
+	s := &session{cancel: cancel, opened: time.Now()}
 	var tr transport.Interface
 	switch spec.Transport {
 	case TransportStdio:
-		s.proc = &process{stderr: newTailBuffer(stderrTail)}
-		tr = transport.NewStdioWithOptions(spec.Command, envList(spec.Env), spec.Args,
-			transport.WithCommandFunc(s.proc.command))
+		reaped := m.processStarted(spec)
+		p, err := startProcess(spec, func(err error) { reaped(); s.died(err) })
+		if err != nil {
+			reaped()
+			cancel()
+			return nil, err
+		}
+		s.proc = p
+		tr = transport.NewIO(p.stdoutReader(s.died), p.stdin, nil)
 	case TransportSSE:
-		sse, err := transport.NewSSE(spec.URL, transport.WithHeaders(spec.Headers), transport.WithHTTPClient(hc))
+		sse, err := transport.NewSSE(spec.URL, transport.WithHeaders(spec.Headers), transport.WithHTTPClient(hc),
+			transport.WithSSELogger(logger))
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("sse transport: %w", err)
 		}
+		sse.SetConnectionLostHandler(func(err error) { s.died(fmt.Errorf("sse stream ended: %w", err)) })
 		tr = sse
 	case TransportStreamableHTTP:
-		h, err := transport.NewStreamableHTTP(spec.URL, transport.WithHTTPHeaders(spec.Headers), transport.WithHTTPBasicClient(hc))
+		h, err := transport.NewStreamableHTTP(spec.URL, transport.WithHTTPHeaders(spec.Headers), transport.WithHTTPBasicClient(hc),
+			transport.WithHTTPLogger(logger))
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("streamable http transport: %w", err)
@@ -67,6 +86,7 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 		return nil, fmt.Errorf("unknown transport %q", spec.Transport)
 	}
 	s.client = client.NewClient(tr, opts...)
+	s.client.OnNotification(s.progress.route)
 	// Start binds background streams to its context, so it gets the
 	// session's lifetime and is bounded by a timer instead.
 	started := make(chan error, 1)
@@ -85,9 +105,83 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 	return s, nil
 }
 
+// died records that the transport ended on its own and tells the watcher,
+// once. A session being closed on purpose has not died.
+func (s *session) died(err error) {
+	s.mu.Lock()
+	if s.closing || s.deadErr != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.deadErr = err
+	fn := s.onDead
+	s.mu.Unlock()
+	if fn != nil {
+		fn(err)
+	}
+}
+
+// watch sets fn to be told when the session dies; if it has died already,
+// fn is told now. fn is told at most once.
+func (s *session) watch(fn func(error)) {
+	s.mu.Lock()
+	s.onDead = fn
+	err, closing := s.deadErr, s.closing
+	s.mu.Unlock()
+	if err != nil && !closing {
+		fn(err)
+	}
+}
+
+// acquire counts a call on the session; false means the session is
+// draining or closed and the call must find the current one.
+func (s *session) acquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining || s.closing {
+		return false
+	}
+	s.calls++
+	return true
+}
+
+// release ends a call counted by acquire.
+func (s *session) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls--
+	if s.calls == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// drain stops new calls and waits up to timeout for the running ones.
+func (s *session) drain(timeout time.Duration) {
+	s.mu.Lock()
+	s.draining = true
+	if s.calls == 0 {
+		s.mu.Unlock()
+		return
+	}
+	idle := make(chan struct{})
+	s.idle = idle
+	s.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}
+
 // close closes the client and, for stdio, kills the server's whole process
-// group once grace has passed. It returns when everything is gone.
+// group once grace has passed. It returns when everything is gone. Safe to
+// call more than once.
 func (s *session) close(grace time.Duration) {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		_ = s.client.Close()
@@ -98,104 +192,55 @@ func (s *session) close(grace time.Duration) {
 	case <-time.After(grace):
 	}
 	s.cancel()
+	if s.proc != nil {
+		s.proc.stop(grace)
+	}
+}
+
+// deathCause is the best account of why s failed with err: for a stdio
+// server that is exiting, its exit status and the tail of its stderr.
+func (s *session) deathCause(err error, wait time.Duration) error {
 	if s.proc == nil {
-		return
+		return err
 	}
-	// The leader may be gone while its children live on: kill the group
-	// either way, then wait for the client to reap the leader.
-	s.proc.killGroup()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
+	if exit := s.proc.exitError(wait); exit != nil {
+		return exit
 	}
+	return err
 }
 
-// stderrTail is how much of a stdio server's stderr is kept for errors.
-const stderrTail = 4 << 10
-
-// process is a stdio server run in its own process group.
-type process struct {
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	stderr *tailBuffer
-}
-
-// command is mcp-go's CommandFunc: a fresh process group, a minimal
-// environment, stderr kept in a bounded tail, and no tie to a context.
-func (p *process) command(_ context.Context, name string, env, args []string) (*exec.Cmd, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(passThroughEnv(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stderr = p.stderr
-	// Children that keep stderr open must not hold up Wait.
-	cmd.WaitDelay = 2 * time.Second
-	p.mu.Lock()
-	p.cmd = cmd
-	p.mu.Unlock()
-	return cmd, nil
-}
-
-// killGroup sends SIGKILL to the server's process group.
-func (p *process) killGroup() {
-	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		_ = cmd.Process.Kill()
-	}
-}
-
-// stderrText is the tail of the server's stderr, for health errors.
+// stderrText is the tail of a closed stdio server's stderr, for errors.
 func (s *session) stderrText() string {
-	if s == nil || s.proc == nil {
+	if s.proc == nil {
 		return ""
 	}
-	return s.proc.stderr.String()
+	return s.proc.stderrTail()
 }
 
-func passThroughEnv() []string {
-	var env []string
-	for _, k := range stdioEnvPassThrough {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
-	return env
+// errExited is the cause of a stdio server's death when it exited.
+var errExited = errors.New("stdio server exited")
+
+// mcpLogger is the logger of c's mcp-go transports: the registry's, naming
+// the connector. mcp-go's errors come out as warnings: they are about one
+// connection, whose loss the registry reports on its own.
+func (c *conn) mcpLogger() *slog.Logger {
+	return slog.New(warnAtMost{c.reg.logger.Handler()}).With(append(c.logAttrs(), slog.String("component", "mcp-go"))...)
 }
 
-func envList(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+// warnAtMost is a slog.Handler that lowers errors to warnings.
+type warnAtMost struct{ slog.Handler }
+
+func (h warnAtMost) Enabled(ctx context.Context, level slog.Level) bool {
+	return h.Handler.Enabled(ctx, min(level, slog.LevelWarn))
 }
 
-// tailBuffer keeps the last n bytes written to it. Safe for concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex
-	n   int
-	buf []byte
+func (h warnAtMost) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = min(r.Level, slog.LevelWarn)
+	return h.Handler.Handle(ctx, r)
 }
 
-func newTailBuffer(n int) *tailBuffer { return &tailBuffer{n: n} }
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.n; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
+func (h warnAtMost) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnAtMost{h.Handler.WithAttrs(attrs)}
 }
 
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
+func (h warnAtMost) WithGroup(name string) slog.Handler { return warnAtMost{h.Handler.WithGroup(name)} }

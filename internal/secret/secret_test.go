@@ -3,6 +3,7 @@ package secret_test
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,18 +16,27 @@ import (
 
 const distinctive = "sk-DISTINCTIVE-7f3a9c"
 
-func newBox(t *testing.T, fill byte) *secret.Box {
+func newBox(t *testing.T, fill ...byte) *secret.Box {
 	t.Helper()
-	b, err := secret.ParseKey(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{fill}, 32)))
+	keys := make([]string, len(fill))
+	for i, f := range fill {
+		keys[i] = keyOf(f)
+	}
+	b, err := secret.ParseKey(strings.Join(keys, ","))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
+func keyOf(fill byte) string {
+	return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{fill}, 32))
+}
+
 func TestSealOpenRoundTrip(t *testing.T) {
 	box := newBox(t, 1)
-	v := secret.Values{Headers: map[string]string{"Authorization": "Bearer " + distinctive}}
+	v := secret.Values{Headers: map[string]string{"Authorization": "Bearer " + distinctive},
+		Query: []secret.Param{{Name: "key", Value: distinctive}, {Name: "team", Value: "a"}, {Name: "key", Value: "2"}}}
 	sealed, err := box.Seal(v, "ws/a")
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +54,18 @@ func TestSealOpenRoundTrip(t *testing.T) {
 	again, _ := box.Seal(v, "ws/a")
 	if bytes.Equal(sealed, again) {
 		t.Error("two seals of the same value are equal; the nonce is not random")
+	}
+}
+
+func TestOpenSealedBeforeQuery(t *testing.T) {
+	// Sealed by the code before Values had Query, under key 0x01…, for ws/a.
+	old, _ := hex.DecodeString("016b90e7b38841d0080edb2789feba00c42c6ba3aaab123c7f4a8c9e15956d4110526edd2d2dfb9c3addca8155a49ea5052650b002c0c6abe74382a4d3bef64f9660a505f71bd1")
+	got, err := newBox(t, 1).Open(old, "ws/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(secret.Values{Headers: map[string]string{"Authorization": "Bearer old"}}, got); diff != "" {
+		t.Errorf("Open(old blob) (-want +got):\n%s", diff)
 	}
 }
 
@@ -104,20 +126,65 @@ func TestParseKey(t *testing.T) {
 	if b, err := secret.ParseKey(""); b != nil || err != nil {
 		t.Errorf("ParseKey(\"\") = %v, %v; want nil, nil", b, err)
 	}
-	for _, bad := range []string{"not base64!!", base64.StdEncoding.EncodeToString(key[:16])} {
-		if _, err := secret.ParseKey(bad); err == nil || !strings.Contains(err.Error(), "SECRET_KEY") {
-			t.Errorf("ParseKey(%q): err = %v, want one naming SECRET_KEY", bad, err)
+	if b, err := secret.ParseKey(keyOf(1) + ", " + keyOf(2)); err != nil || b == nil {
+		t.Errorf("ParseKey(two keys) = %v, %v", b, err)
+	}
+	short := base64.StdEncoding.EncodeToString(key[:16])
+	for bad, want := range map[string]string{
+		"not base64!!":             "SECRET_KEY is not valid base64",
+		short:                      "SECRET_KEY decodes to 16 bytes",
+		keyOf(1) + "," + short:     "SECRET_KEY key 2 of 2 decodes to 16 bytes",
+		keyOf(1) + ",":             "SECRET_KEY key 2 of 2 is empty",
+		"not base64!!," + keyOf(1): "SECRET_KEY key 1 of 2 is not valid base64",
+	} {
+		_, err := secret.ParseKey(bad)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseKey(%q): err = %v, want one saying %q", bad, err, want)
+		}
+		if err != nil && (strings.Contains(err.Error(), keyOf(1)) || strings.Contains(err.Error(), short)) {
+			t.Errorf("ParseKey error contains a key: %v", err)
 		}
 	}
 }
 
+// TestKeyRotation seals under key 1, opens under "2,1", reseals there, and
+// opens the result under key 2 alone.
+func TestKeyRotation(t *testing.T) {
+	v := secret.Values{Headers: map[string]string{"Authorization": "Bearer " + distinctive}}
+	sealed, err := newBox(t, 1).Seal(v, "ws/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := newBox(t, 2, 1)
+	if got, err := both.Open(sealed, "ws/a"); err != nil || !cmp.Equal(v, got) {
+		t.Fatalf("Open under \"2,1\" of a value sealed under 1 = %v, %v", got, err)
+	}
+	if _, err := newBox(t, 2).Open(sealed, "ws/a"); !errors.Is(err, secret.ErrOpen) {
+		t.Fatalf("Open under 2 alone before reseal: err = %v, want ErrOpen", err)
+	}
+	resealed, err := both.Reseal(sealed, "ws/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := newBox(t, 2).Open(resealed, "ws/a"); err != nil || !cmp.Equal(v, got) {
+		t.Errorf("Open under 2 alone after reseal = %v, %v", got, err)
+	}
+	if _, err := newBox(t, 1).Open(resealed, "ws/a"); !errors.Is(err, secret.ErrOpen) {
+		t.Errorf("Open under the old key of a resealed value: err = %v, want ErrOpen", err)
+	}
+	if _, err := both.Reseal(sealed, "ws/b"); !errors.Is(err, secret.ErrOpen) {
+		t.Errorf("Reseal for another row: err = %v, want ErrOpen", err)
+	}
+}
+
 func TestValuesNeverFormatSecrets(t *testing.T) {
-	v := secret.Values{Headers: map[string]string{"Authorization": distinctive}, Env: map[string]string{"TOKEN": distinctive}}
+	v := secret.Values{Headers: map[string]string{"Authorization": distinctive}, Env: map[string]string{"TOKEN": distinctive},
+		Query: []secret.Param{{Name: "api_key", Value: distinctive}}}
 	for _, s := range []string{fmt.Sprint(v), fmt.Sprintf("%v %+v %#v %s", v, v, v, v), v.LogValue().String()} {
 		if strings.Contains(s, distinctive) {
 			t.Errorf("formatted Values contain the secret: %s", s)
 		}
-		if !strings.Contains(s, "Authorization") {
+		if !strings.Contains(s, "Authorization") || !strings.Contains(s, "api_key") {
 			t.Errorf("formatted Values %q do not name the keys", s)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -32,55 +33,104 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
+	resp, err := s.callTool(ctx, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return resp, nil
+}
+
+// StreamCallTool implements connector.v1.ConnectorService: CallTool, with
+// the server's progress notifications for the call streamed before the
+// result. The caller cancelling the stream cancels the call.
+func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
+	return serveStream(s, stream, s.cfg.DefaultRPCTimeout,
+		func(ctx context.Context, send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.StreamCallToolResponse, error) {
+			ctx = registry.WithProgress(ctx, func(p registry.Progress) {
+				send(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_Progress{Progress: progressToProto(p)}})
+			})
+			resp, err := s.callTool(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return &connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_Result{Result: resp}}, nil
+		})
+}
+
+// callRequest is what CallTool and StreamCallTool requests share.
+type callRequest interface {
+	GetWorkspaceId() string
+	GetConnectorId() string
+	GetToolName() string
+	GetArguments() *structpb.Struct
+	GetSessionId() string
+}
+
+// callTool validates, runs the tool and fits its result into a response.
+func (s *Server) callTool(ctx context.Context, req callRequest) (*connectorv1.CallToolResponse, error) {
 	var ch checker
 	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
+	ch.sessionID(req.GetSessionId())
 	if err := ch.err(); err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, err
 	}
-	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
+	if err := s.checkArguments(req.GetArguments()); err != nil {
+		return nil, err
+	}
+	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, err
 	}
 	start := time.Now()
+	// A per_session connector runs it on the session's own connection, and
+	// refuses without one (ErrSessionRequired).
+	ctx = registry.WithSession(ctx, req.GetSessionId())
 	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap())
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, err
 	}
-	resp := callResultToProto(res)
+	resp, err := s.fitResult(res)
+	if err != nil {
+		return nil, err
+	}
 	resp.Duration = durationpb.New(time.Since(start))
 	return resp, nil
 }
 
-// callable returns the registry id of an active connector whose tool may
-// be called. On the hot path the registry answers from memory: it holds
-// exactly the active connectors and their synced catalog with the
-// operators' flags. Anything it does not know goes to the store, which
-// gives the precise error.
-func (s *Server) callable(ctx context.Context, workspaceID, connectorID, tool string) (int64, error) {
-	id, ok := s.reg.Lookup(workspaceID, connectorID)
-	if ok {
-		if known, enabled := s.reg.ToolState(id, tool); known {
-			if !enabled {
-				return 0, errToolDisabled
-			}
-			return id, nil
-		}
+// maxProgressMessage bounds the message of one progress update: the
+// server chooses it, and one message too large to send would fail the
+// stream.
+const maxProgressMessage = 4 << 10
+
+func progressToProto(p registry.Progress) *connectorv1.Progress {
+	return &connectorv1.Progress{Progress: p.Progress, Total: p.Total, Message: orchestrator.Truncate(p.Message, maxProgressMessage)}
+}
+
+// callable returns the registry id of an active connector. The registry
+// holds exactly the active connectors, with their live catalogs: it is the
+// one that knows which tools exist, and a call to a connector it holds
+// goes to it (waiting for a connect under way) even if the tool turns out
+// not to exist. Only a connector it does not hold goes to the store, for
+// the precise error.
+func (s *Server) callable(ctx context.Context, workspaceID, connectorID string) (int64, error) {
+	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
+		return id, nil
 	}
 	c, err := s.activeConnector(ctx, workspaceID, connectorID)
 	if err != nil {
 		return 0, err
 	}
-	t, err := s.db.GetTool(ctx, workspaceID, connectorID, tool)
-	if err != nil {
-		return 0, err
+	// Active in the store but not held: activated a moment ago by another
+	// request, or its secrets did not open.
+	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
+		return id, nil
 	}
-	if !t.Enabled {
-		return 0, errToolDisabled
+	msg := "connector is active but not connected"
+	if c.Health.LastError != "" {
+		msg += ": " + c.Health.LastError
 	}
-	return c.ID, nil
+	return 0, newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)
 }
-
-var errToolDisabled = newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
 
 // RefreshTools implements connector.v1.ConnectorService.
 func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshToolsRequest) (*connectorv1.RefreshToolsResponse, error) {
@@ -126,7 +176,8 @@ func (s *Server) CheckConnector(ctx context.Context, req *connectorv1.CheckConne
 	return &connectorv1.CheckConnectorResponse{Health: liveHealthToProto(h)}, nil
 }
 
-// liveHealthToProto renders the registry's in-memory health.
+// liveHealthToProto renders the registry's in-memory health, with the
+// query values of any URL in its last error redacted.
 func liveHealthToProto(h registry.Health) *connectorv1.ConnectorHealth {
 	p := &connectorv1.ConnectorHealth{
 		State:           healthStates[string(h.State)],

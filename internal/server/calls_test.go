@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -30,9 +32,24 @@ type testMCP struct {
 	http       *httptest.Server
 	handshakes atomic.Int64
 	cancelled  chan struct{} // closed when a "block" call sees its context end
+	// last is the URL and headers of the last request, as the server got them.
+	last atomic.Pointer[http.Request]
+
+	mu        sync.Mutex
+	toolCalls []http.Header // of each tools/call request
 }
 
-func newTestMCP(t *testing.T) *testMCP {
+// toolCallHeaders returns the headers of each tools/call request so far.
+func (s *testMCP) toolCallHeaders() []http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.toolCalls)
+}
+
+func newTestMCP(t *testing.T) *testMCP { t.Helper(); return newTestMCPOn(t, nil) }
+
+// newTestMCPOn serves on lis, or on a new loopback port if lis is nil.
+func newTestMCPOn(t *testing.T, lis net.Listener, opts ...mcpserver.StreamableHTTPOption) *testMCP {
 	t.Helper()
 	m := mcpserver.NewMCPServer("test", "1.0", mcpserver.WithToolCapabilities(true))
 	readOnly := true
@@ -49,6 +66,11 @@ func newTestMCP(t *testing.T) *testMCP {
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultError("it failed"), nil
 		})
+	m.AddTool(mcp.NewTool("big", mcp.WithDescription("Returns a result of the asked size and kind"),
+		mcp.WithString("kind", mcp.Required()), mcp.WithNumber("bytes", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return bigResult(req.GetString("kind", ""), req.GetInt("bytes", 0)), nil
+		})
 	s := &testMCP{mcp: m, cancelled: make(chan struct{})}
 	var once sync.Once
 	m.AddTool(mcp.NewTool("block", mcp.WithDescription("Blocks until cancelled")),
@@ -57,8 +79,10 @@ func newTestMCP(t *testing.T) *testMCP {
 			once.Do(func() { close(s.cancelled) })
 			return nil, ctx.Err()
 		})
-	h := mcpserver.NewStreamableHTTPServer(m)
-	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mcpserver.NewStreamableHTTPServer(m, opts...)
+	s.http = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u := *r.URL
+		s.last.Store(&http.Request{URL: &u, Header: r.Header.Clone()})
 		if r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -66,9 +90,19 @@ func newTestMCP(t *testing.T) *testMCP {
 			if json.Unmarshal(body, &msg) == nil && (msg.Method == "initialize" || msg.Method == "server/discover") {
 				s.handshakes.Add(1)
 			}
+			if msg.Method == "tools/call" {
+				s.mu.Lock()
+				s.toolCalls = append(s.toolCalls, r.Header.Clone())
+				s.mu.Unlock()
+			}
 		}
 		h.ServeHTTP(w, r)
 	}))
+	if lis != nil {
+		s.http.Listener.Close()
+		s.http.Listener = lis
+	}
+	s.http.Start()
 	t.Cleanup(s.http.Close)
 	return s
 }
@@ -113,7 +147,7 @@ func TestCallToolOverPersistentSession(t *testing.T) {
 	srv := newTestMCP(t)
 	f.create(t, "ws", mcpConnector("m", srv.url()))
 	c := f.waitReady(t, "ws", "m")
-	if c.GetToolCount() != 4 || c.GetHealth().GetProtocolVersion() == "" {
+	if c.GetToolCount() != 5 || c.GetHealth().GetProtocolVersion() == "" {
 		t.Errorf("ready connector: tool_count=%d protocol=%q", c.GetToolCount(), c.GetHealth().GetProtocolVersion())
 	}
 
@@ -237,11 +271,7 @@ func TestRefreshAndCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, tool := range refresh.GetTools() {
-		names = append(names, tool.GetName())
-	}
-	if !slices.Equal(names, []string{"block", "echo", "fail", "late", "weather"}) {
+	if names := toolNames(refresh.GetTools()); !slices.Equal(names, []string{"big", "block", "echo", "fail", "late", "weather"}) {
 		t.Errorf("catalog after refresh = %v", names)
 	}
 
@@ -252,5 +282,78 @@ func TestRefreshAndCheck(t *testing.T) {
 	wantStatus(t, err, codes.Unavailable, server.ReasonConnectorUnavailable, "")
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("a call to a dead server took %v", d)
+	}
+}
+
+// A call made the moment a connector exists (created, or activated) waits
+// for its connect and finds every tool the server lists: never
+// TOOL_NOT_FOUND for a listed tool.
+func TestCallRightAfterCreateOrActivate(t *testing.T) {
+	f := setup(t)
+	srv := newTestMCP(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		id := fmt.Sprint("m", i)
+		f.create(t, "ws", mcpConnector(id, srv.url()))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.call(t, "ws", id, "echo", map[string]any{"text": "x"}); err != nil {
+				t.Errorf("call right after CreateConnector(%s): %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	for range 3 {
+		if _, err := f.client.DeactivateConnector(ctx(t), &connectorv1.DeactivateConnectorRequest{WorkspaceId: "ws", ConnectorId: "m0"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.client.ActivateConnector(ctx(t), &connectorv1.ActivateConnectorRequest{WorkspaceId: "ws", ConnectorId: "m0"}); err != nil {
+			t.Fatal(err)
+		}
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := f.call(t, "ws", "m0", "echo", map[string]any{"text": "x"}); err != nil {
+					t.Errorf("call right after ActivateConnector: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// The README walkthrough pasted as one block: the connector is created
+// before its server listens. Calls say UNAVAILABLE (never NOT_FOUND) and
+// work once the server is up.
+func TestCallBeforeTheServerListens(t *testing.T) {
+	f := setup(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	f.create(t, "ws", mcpConnector("m", "http://"+addr+"/mcp"))
+	_, err = f.call(t, "ws", "m", "echo", map[string]any{"text": "x"})
+	wantStatus(t, err, codes.Unavailable, server.ReasonConnectorUnavailable, "")
+
+	if lis, err = net.Listen("tcp", addr); err != nil {
+		t.Fatal(err)
+	}
+	newTestMCPOn(t, lis)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := f.call(t, "ws", "m", "echo", map[string]any{"text": "x"})
+		if err == nil {
+			break
+		}
+		wantStatus(t, err, codes.Unavailable, server.ReasonConnectorUnavailable, "")
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing 20s after the server came up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -23,8 +23,15 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	if err := s.checkEgress(ctx, p.GetHttp().GetUrl()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
 	ws := req.GetWorkspaceId()
-	sealed, err := s.box.Seal(secretsFromProto(p), SealContext(ws, p.GetConnectorId()))
+	vals, err := secretsFromProto(p, nil)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	sealed, err := s.box.Seal(vals, SealContext(ws, p.GetConnectorId()))
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -135,6 +142,12 @@ func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateCon
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	// A new URL is checked before the transaction: no lookup holds the row.
+	if slices.Contains(paths, "http") || slices.Contains(paths, "http.url") {
+		if err := s.checkEgress(ctx, req.GetConnector().GetHttp().GetUrl()); err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+	}
 	ws, id := req.GetWorkspaceId(), req.GetConnector().GetConnectorId()
 	updated, err := s.db.UpdateConnector(ctx, ws, id, func(stored *store.Connector) error {
 		return s.applyUpdate(stored, req.GetConnector(), paths)
@@ -169,22 +182,21 @@ func (s *Server) applyUpdate(stored *store.Connector, src *connectorv1.Connector
 	if err := s.allowCommand(merged); err != nil {
 		return err
 	}
+	sealed, err := s.resealed(stored, merged, secretsReplaced)
+	if err != nil {
+		return err
+	}
 	stored.Name, stored.Description = merged.GetName(), merged.GetDescription()
 	stored.Transport = transports[merged.GetTransport()]
 	stored.Config = configFromProto(merged)
-	if secretsReplaced {
-		sealed, err := s.box.Seal(secretsFromProto(merged), SealContext(stored.WorkspaceID, stored.ExternalID))
-		if err != nil {
-			return err
-		}
-		stored.SealedSecrets = sealed
-	}
+	stored.SealedSecrets = sealed
 	return nil
 }
 
 // mergeMasked copies the fields of src named by paths into dst and reports
-// whether the secret values were replaced. Replacing a connection or its
-// headers or env replaces all of its secret values.
+// whether the header and env values were replaced. Replacing a connection
+// or its headers or env replaces all of them. The URL's query values follow
+// dst's URL (see resealed).
 func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplaced bool, err error) {
 	var c checker
 	needs := func(path string, has bool, whole string) bool {
@@ -315,20 +327,22 @@ func (s *Server) connect(ctx context.Context, c *store.Connector) {
 }
 
 // render is a connector for a response, with the registry's live health
-// when it holds the connector.
+// and open sessions when it holds the connector.
 func (s *Server) render(c *store.Connector) *connectorv1.Connector {
 	p := connectorToProto(c)
 	if h, err := s.reg.Health(c.ID); err == nil && c.Active {
 		p.Health = liveHealthToProto(h)
+		p.OpenSessions = int32(s.reg.SessionCount(c.ID))
 	}
 	return p
 }
 
 // changesConnection reports whether an update_mask path changes how the
-// service connects.
+// service connects. A new session_mode does: the connector's connections
+// are replaced, and its open sessions close.
 func changesConnection(path string) bool {
 	switch path {
-	case "name", "description", "session_mode", "model", "rate_limit", "disable_new_tools":
+	case "name", "description", "model", "rate_limit", "disable_new_tools":
 		return false
 	}
 	return true

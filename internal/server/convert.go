@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -27,9 +28,9 @@ var transports = map[connectorv1.Transport]string{
 }
 
 var sessionModes = map[connectorv1.SessionMode]string{
-	connectorv1.SessionMode_SESSION_MODE_UNSPECIFIED: "shared",
-	connectorv1.SessionMode_SESSION_MODE_SHARED:      "shared",
-	connectorv1.SessionMode_SESSION_MODE_PER_SESSION: "per_session",
+	connectorv1.SessionMode_SESSION_MODE_UNSPECIFIED: registry.SessionShared,
+	connectorv1.SessionMode_SESSION_MODE_SHARED:      registry.SessionShared,
+	connectorv1.SessionMode_SESSION_MODE_PER_SESSION: registry.SessionPerSession,
 }
 
 var healthStates = map[string]connectorv1.ConnectorState{
@@ -51,7 +52,9 @@ func key[K comparable, V comparable](m map[K]V, v V) K {
 }
 
 // connectorToProto renders a stored connector. Secret values are never in
-// it: only the names of headers and env keys.
+// it: only the names of headers, env keys and URL query parameters. (The
+// stored URL is already redacted; redacting it again covers rows stored
+// before query values were sealed.)
 func connectorToProto(c *store.Connector) *connectorv1.Connector {
 	p := &connectorv1.Connector{
 		WorkspaceId:     c.WorkspaceID,
@@ -79,8 +82,9 @@ func connectorToProto(c *store.Connector) *connectorv1.Connector {
 			Command: c.Config.Command, Args: c.Config.Args, EnvKeys: c.Config.EnvKeys,
 		}}
 	} else {
+		shown, _ := secret.SplitURL(c.Config.URL)
 		p.Connection = &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
-			Url: c.Config.URL, HeaderNames: c.Config.HeaderNames,
+			Url: shown, HeaderNames: c.Config.HeaderNames,
 		}}
 	}
 	if rl := c.Config.RateLimit; rl != nil {
@@ -118,7 +122,8 @@ func countersToProto(c store.Counters) *connectorv1.ConnectorCounters {
 }
 
 // configFromProto is the stored config of a validated connector. Key names
-// are those of the write-only maps plus those already stored.
+// are those of the write-only maps plus those already stored; the URL keeps
+// its query parameters' names, their values redacted.
 func configFromProto(p *connectorv1.Connector) store.Config {
 	cfg := store.Config{
 		ConnectTimeout:  store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
@@ -132,18 +137,13 @@ func configFromProto(p *connectorv1.Connector) store.Config {
 		cfg.EnvKeys = names(s.GetEnv(), s.GetEnvKeys())
 	}
 	if h := p.GetHttp(); h != nil {
-		cfg.URL = h.GetUrl()
+		cfg.URL, _ = secret.SplitURL(h.GetUrl())
 		cfg.HeaderNames = names(h.GetHeaders(), h.GetHeaderNames())
 	}
 	if rl := p.GetRateLimit(); rl != nil && rl.GetRequestsPerSecond() > 0 {
 		cfg.RateLimit = &store.RateLimit{RequestsPerSecond: rl.GetRequestsPerSecond(), Burst: max(int(rl.GetBurst()), 1)}
 	}
 	return cfg
-}
-
-// secretsFromProto is the write-only values of p.
-func secretsFromProto(p *connectorv1.Connector) secret.Values {
-	return secret.Values{Headers: p.GetHttp().GetHeaders(), Env: p.GetStdio().GetEnv()}
 }
 
 func orDefault(d *durationpb.Duration, def time.Duration) time.Duration {

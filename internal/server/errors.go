@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -26,7 +27,9 @@ const (
 	ReasonConnectorNotFound      = "CONNECTOR_NOT_FOUND"
 	ReasonToolNotFound           = "TOOL_NOT_FOUND"
 	ReasonConnectorAlreadyExists = "CONNECTOR_ALREADY_EXISTS"
+	ReasonAPIKeyNotFound         = "API_KEY_NOT_FOUND"
 	ReasonStdioCommandNotAllowed = "STDIO_COMMAND_NOT_ALLOWED"
+	ReasonEgressDenied           = "EGRESS_DENIED"
 	ReasonSecretKeyMissing       = "SECRET_KEY_MISSING"
 	ReasonSecretsUndecryptable   = "SECRETS_UNDECRYPTABLE"
 	ReasonConnectorInactive      = "CONNECTOR_INACTIVE"
@@ -34,6 +37,9 @@ const (
 	ReasonToolDisabled           = "TOOL_DISABLED"
 	ReasonToolExecutionFailed    = "TOOL_EXECUTION_FAILED"
 	ReasonRateLimited            = "RATE_LIMITED"
+	ReasonSessionLimit           = "SESSION_LIMIT"
+	ReasonToolResultTooLarge     = "TOOL_RESULT_TOO_LARGE"
+	ReasonArgumentsTooLarge      = "ARGUMENTS_TOO_LARGE"
 	ReasonLLMNotConfigured       = "LLM_NOT_CONFIGURED"
 	ReasonLLMUnavailable         = "LLM_UNAVAILABLE"
 	ReasonOrchestrationFailed    = "MCP_ORCHESTRATION_FAILED"
@@ -51,8 +57,8 @@ func newStatus(code codes.Code, reason, msg string) error {
 }
 
 // toStatus is the one place domain errors become gRPC statuses. Status
-// errors pass through; unknown errors become a generic INTERNAL, logged once
-// here with the RPC's context.
+// errors pass through; unknown errors become a generic INTERNAL whose cause
+// is logged once: in the RPC's log line, or here outside an RPC.
 func (s *Server) toStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -60,47 +66,73 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	if st, ok := status.FromError(err); ok {
 		return st.Err()
 	}
+	// The registry and the LLM client take secret values out of their
+	// errors where they make them (URL query values included).
+	msg := err.Error()
 	var invalid *invalidError
 	var llmErr *llm.Error
+	var sessionLimit *registry.SessionLimitError
+	var egressDenied *egressDeniedError
 	switch {
 	case errors.As(err, &invalid):
 		return invalidStatus(invalid)
+	case errors.As(err, &egressDenied):
+		// Only a create or update: a dial refused later is the connector
+		// being unavailable, with the refusal as its last error.
+		return newStatus(codes.FailedPrecondition, ReasonEgressDenied, msg)
+	case errors.Is(err, registry.ErrSessionRequired):
+		return invalidStatus(sessionRequired())
+	case errors.As(err, &sessionLimit):
+		return newStatus(codes.ResourceExhausted, ReasonSessionLimit, fmt.Sprintf(
+			"the connector has %d open sessions, the most MAX_SESSIONS_PER_CONNECTOR allows; close one with CloseSession, or wait for an idle one to close",
+			sessionLimit.Limit))
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return status.Error(codes.Canceled, "canceled")
+	case errors.Is(err, context.Canceled):
+		// Not the caller's doing: the connection closed under the call.
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, "the connection to the MCP server closed during the call: "+err.Error())
+	case errors.Is(err, registry.ErrToolNotFound):
+		return newStatus(codes.NotFound, ReasonToolNotFound, err.Error())
+	case errors.Is(err, registry.ErrToolDisabled):
+		return newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
 	case errors.Is(err, store.ErrToolNotFound):
 		return newStatus(codes.NotFound, ReasonToolNotFound, "tool not found")
+	case errors.Is(err, store.ErrAPIKeyNotFound):
+		return newStatus(codes.NotFound, ReasonAPIKeyNotFound, "API key not found in this workspace")
 	case errors.Is(err, store.ErrConnectorNotFound):
 		return newStatus(codes.NotFound, ReasonConnectorNotFound, "connector not found")
 	case errors.Is(err, store.ErrConflict):
 		return newStatus(codes.AlreadyExists, ReasonConnectorAlreadyExists, "a connector with this connector_id already exists in the workspace")
 	case errors.Is(err, registry.ErrUnavailable), errors.Is(err, registry.ErrNotLoaded), errors.Is(err, registry.ErrClosed):
 		// The message is the MCP server's connection error: addresses and
-		// reasons, never header or env values.
-		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, err.Error())
+		// reasons, never header or env values, URL query values redacted.
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)
 	case errors.Is(err, mcp.ErrInvalidParams):
-		return newStatus(codes.InvalidArgument, ReasonToolExecutionFailed, "the MCP server rejected the arguments: "+err.Error())
+		return newStatus(codes.InvalidArgument, ReasonToolExecutionFailed, "the MCP server rejected the arguments: "+msg)
 	case isJSONRPCError(err):
-		return newStatus(codes.FailedPrecondition, ReasonToolExecutionFailed, "the MCP server answered with an error: "+err.Error())
+		return newStatus(codes.FailedPrecondition, ReasonToolExecutionFailed, "the MCP server answered with an error: "+msg)
 	case errors.Is(err, llm.ErrNotConfigured):
-		return newStatus(codes.FailedPrecondition, ReasonLLMNotConfigured, err.Error())
+		return newStatus(codes.FailedPrecondition, ReasonLLMNotConfigured, msg)
 	case errors.As(err, &llmErr) && llmErr.Temporary():
-		return newStatus(codes.Unavailable, ReasonLLMUnavailable, err.Error())
+		return newStatus(codes.Unavailable, ReasonLLMUnavailable, msg)
 	case errors.As(err, &llmErr):
-		return newStatus(codes.FailedPrecondition, ReasonLLMUnavailable, err.Error())
+		return newStatus(codes.FailedPrecondition, ReasonLLMUnavailable, msg)
 	case errors.Is(err, orchestrator.ErrBadPlan):
-		return newStatus(codes.FailedPrecondition, ReasonOrchestrationFailed, err.Error())
+		return newStatus(codes.FailedPrecondition, ReasonOrchestrationFailed, msg)
 	case errors.Is(err, orchestrator.ErrPanic):
 		return newStatus(codes.Internal, ReasonInternal, "internal error")
 	case errors.Is(err, secret.ErrNoKey):
 		return newStatus(codes.FailedPrecondition, ReasonSecretKeyMissing,
-			"connector headers and env values are encrypted at rest, and the service has no SECRET_KEY; set SECRET_KEY (base64 of 32 bytes) and restart")
+			"connector header, env and URL query values are encrypted at rest, and the service has no SECRET_KEY; set SECRET_KEY (base64 of 32 bytes) and restart")
 	case errors.Is(err, secret.ErrOpen):
-		s.logger.ErrorContext(ctx, "stored secrets do not decrypt", slog.String("error", err.Error()))
-		return newStatus(codes.FailedPrecondition, ReasonSecretsUndecryptable, err.Error())
+		s.logger.ErrorContext(ctx, "stored secrets do not decrypt", slog.String("error", msg))
+		return newStatus(codes.FailedPrecondition, ReasonSecretsUndecryptable, msg)
 	default:
-		s.logger.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))
+		if !noteCause(ctx, msg) {
+			s.logger.ErrorContext(ctx, "internal error", slog.String("error", msg))
+		}
 		return newStatus(codes.Internal, ReasonInternal, "internal error")
 	}
 }

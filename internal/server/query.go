@@ -9,12 +9,14 @@ import (
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -32,6 +34,7 @@ type queryRequest interface {
 	GetContext() string
 	GetMaxTools() int32
 	GetPlanOnly() bool
+	GetSessionId() string
 }
 
 // QueryConnector implements connector.v1.ConnectorService.
@@ -47,27 +50,14 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 // run as QueryConnector, streamed. The caller cancelling the stream
 // cancels the run and its tool calls.
 func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
-	ctx := stream.Context()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.QueryTimeout)
-		defer cancel()
-	}
-	var sendErr error
-	emit := func(e orchestrator.Event) {
-		if sendErr == nil {
-			sendErr = stream.Send(eventToProto(e))
-		}
-	}
-	res, err := s.query(ctx, req, emit)
-	if err == nil {
-		err = sendErr
-	}
-	if err != nil {
-		return s.toStatus(ctx, err)
-	}
-	return s.toStatus(ctx, stream.Send(&connectorv1.StreamQueryConnectorResponse{
-		Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}))
+	return serveStream(s, stream, s.cfg.QueryTimeout,
+		func(ctx context.Context, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {
+			res, err := s.query(ctx, req, func(e orchestrator.Event) { send(eventToProto(e)) })
+			if err != nil {
+				return nil, err
+			}
+			return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}, nil
+		})
 }
 
 // query validates, checks the connector can be used now, runs the agent and
@@ -84,6 +74,11 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if err != nil {
 		return nil, err
 	}
+	// Checked before the model runs: its tool calls would each fail. A
+	// plan runs no tool, so it needs no session.
+	if c.Config.SessionMode == registry.SessionPerSession && req.GetSessionId() == "" && !req.GetPlanOnly() {
+		return nil, sessionRequired()
+	}
 	if !s.limits.allow(c.ID, c.Config.RateLimit) {
 		return nil, newStatus(codes.ResourceExhausted, ReasonRateLimited, "the connector's query rate limit is exceeded; try again shortly")
 	}
@@ -94,15 +89,17 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.agent.Run(ctx, orchestrator.Request{
-		ConnectorID: c.ID, ConnectorName: c.Name, Description: c.Description, Model: c.Config.Model,
+	// The agent's tool calls run on the session's connection, for a
+	// per_session connector.
+	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
+		ConnectorID: c.ID, WorkspaceID: c.WorkspaceID, ExternalID: c.ExternalID, ConnectorName: c.Name, Description: c.Description, Model: c.Config.Model,
 		Tools: tools, Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 	}, emit)
 	s.countQuery(c, res, err)
 	if err != nil {
 		return nil, err
 	}
-	return resultToProto(c, res), nil
+	return s.resultToProto(c, res), nil
 }
 
 func validateQuery(req queryRequest) (int, error) {
@@ -117,6 +114,7 @@ func validateQuery(req queryRequest) (int, error) {
 	if len(req.GetContext()) > maxContextLen {
 		c.add("context", "longer than %d bytes", maxContextLen)
 	}
+	c.sessionID(req.GetSessionId())
 	n := int(req.GetMaxTools())
 	switch {
 	case n == 0:
@@ -195,7 +193,9 @@ var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
 	orchestrator.StatusPlanned:         connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
 }
 
-func resultToProto(c *store.Connector, r *orchestrator.Result) *connectorv1.QueryResult {
+// resultToProto converts a run's result. Its contexts are cut to what the
+// response has room for.
+func (s *Server) resultToProto(c *store.Connector, r *orchestrator.Result) *connectorv1.QueryResult {
 	p := &connectorv1.QueryResult{
 		Status:        queryStatuses[r.Status],
 		Answer:        r.Answer,
@@ -212,13 +212,7 @@ func resultToProto(c *store.Connector, r *orchestrator.Result) *connectorv1.Quer
 	for _, pt := range r.Plan {
 		p.Plan = append(p.Plan, &connectorv1.PlannedTool{Tool: pt.Tool, Purpose: pt.Purpose})
 	}
-	for _, qc := range r.Contexts {
-		pc := &connectorv1.QueryContext{Tool: qc.Tool, StructuredContent: toStruct(qc.StructuredContent)}
-		for _, l := range qc.ResourceLinks {
-			pc.ResourceLinks = append(pc.ResourceLinks, &connectorv1.ResourceLink{Uri: l.URI, Name: l.Name, Description: l.Description, MimeType: l.MIMEType})
-		}
-		p.Contexts = append(p.Contexts, pc)
-	}
+	p.Contexts = contextsToProto(r.Contexts, s.contextBudget(proto.Size(p)))
 	return p
 }
 
@@ -263,6 +257,10 @@ func eventToProto(e orchestrator.Event) *connectorv1.StreamQueryConnectorRespons
 	case orchestrator.EventToolCallStarted:
 		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallStarted{
 			ToolCallStarted: &connectorv1.ToolCallStarted{StepIndex: int32(e.Index), Call: callToProto(e.Call)}}}
+	case orchestrator.EventToolCallProgress:
+		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallProgress{
+			ToolCallProgress: &connectorv1.ToolCallProgress{StepIndex: int32(e.Index), CallId: e.Call.ID, Tool: e.Call.Tool,
+				Progress: progressToProto(e.Progress)}}}
 	case orchestrator.EventToolCallFinished:
 		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallFinished{
 			ToolCallFinished: &connectorv1.ToolCallFinished{StepIndex: int32(e.Index), Call: callToProto(e.Call)}}}

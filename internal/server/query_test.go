@@ -89,11 +89,7 @@ func TestQueryRunsTheAgent(t *testing.T) {
 	if res.GetUsage().GetTotalTokens() != 240 {
 		t.Errorf("usage = %v", res.GetUsage())
 	}
-	var offered []string
-	for _, tool := range model.Requests()[0].Tools {
-		offered = append(offered, tool.Function.Name)
-	}
-	if slices.Contains(offered, "fail") || !slices.Contains(offered, "echo") {
+	if offered := offeredTools(model, 0); slices.Contains(offered, "fail") || !slices.Contains(offered, "echo") {
 		t.Errorf("offered tools %v; a disabled tool must never be offered", offered)
 	}
 	got, _ := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
@@ -174,25 +170,33 @@ func TestStreamEventOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	msgs := recvAll(t, stream)
 	var kinds []string
-	var last *connectorv1.StreamQueryConnectorResponse
-	for {
-		msg, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = msg
+	for _, msg := range msgs {
 		kinds = append(kinds, strings.TrimPrefix(strings.SplitN(protojson.Format(msg), "\"", 3)[1], ""))
 	}
 	want := []string{"stepPlanned", "toolCallStarted", "toolCallFinished", "answer", "result"}
 	if !slices.Equal(kinds, want) {
 		t.Errorf("events = %v, want %v", kinds, want)
 	}
-	if last.GetResult().GetAnswer() != "a" {
+	if last := msgs[len(msgs)-1]; last.GetResult().GetAnswer() != "a" {
 		t.Errorf("final result = %v", last.GetResult())
+	}
+}
+
+// recvAll receives a stream's messages until it ends.
+func recvAll(t *testing.T, stream connectorv1.ConnectorService_StreamQueryConnectorClient) []*connectorv1.StreamQueryConnectorResponse {
+	t.Helper()
+	var msgs []*connectorv1.StreamQueryConnectorResponse
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return msgs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, msg)
 	}
 }
 

@@ -12,6 +12,10 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -20,6 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -36,12 +42,34 @@ type Config struct {
 	DefaultRPCTimeout time.Duration
 	// QueryTimeout is the deadline of a query whose caller set none.
 	QueryTimeout time.Duration
+	// MaxToolResultBytes caps the content a CallTool response carries, and
+	// the contexts a query response carries in total. Keep it below
+	// MaxSendBytes.
+	MaxToolResultBytes int
+	// MaxToolArgumentsBytes caps the encoded arguments of a CallTool
+	// request. Keep it below MaxRecvBytes, or gRPC refuses first.
+	MaxToolArgumentsBytes int
+	// MaxRecvBytes and MaxSendBytes are the gRPC message size limits.
+	MaxRecvBytes, MaxSendBytes int
+	// Egress refuses HTTP connectors whose host is, or resolves to, an
+	// address it denies; nil means the default policy. Give the registry
+	// the same policy: it checks every dial.
+	Egress *egress.Policy
+	// Auth is when callers need API keys (accessRules says which); the
+	// empty mode, like auth.ModeNone, asks for none.
+	Auth auth.Mode
 }
 
-// Server implements connector.v1.ConnectorService. CloseSession, which
-// needs per-session connections that are not built, falls through to the
-// embedded Unimplemented server and returns UNIMPLEMENTED. Safe for
-// concurrent use.
+// Size defaults. A default gRPC client receives at most 4 MiB, so that is
+// what the server sends at most, and a tool result leaves 1 MiB of room.
+const (
+	DefaultMaxToolResultBytes    = 3 << 20
+	DefaultMaxToolArgumentsBytes = 4 << 20
+	DefaultMaxRecvBytes          = 8 << 20
+	DefaultMaxSendBytes          = 4 << 20
+)
+
+// Server implements connector.v1.ConnectorService. Safe for concurrent use.
 type Server struct {
 	connectorv1.UnimplementedConnectorServiceServer
 
@@ -49,10 +77,12 @@ type Server struct {
 	box    *secret.Box
 	reg    *registry.Registry
 	agent  *orchestrator.Agent
+	keys   *auth.Keys
 	source *Source
 	limits limiter
 	cfg    Config
 	logger *slog.Logger
+	tracer trace.TracerProvider
 }
 
 // Deps are the Server's collaborators.
@@ -65,8 +95,15 @@ type Deps struct {
 	Registry *registry.Registry
 	// Agent answers queries; nil means no LLM is configured, and only the
 	// query RPCs refuse (FAILED_PRECONDITION).
-	Agent  *orchestrator.Agent
+	Agent *orchestrator.Agent
+	// Keys are the API keys; nil means none, and auth stays off whatever
+	// Config.Auth says.
+	Keys   *auth.Keys
 	Logger *slog.Logger
+	// TracerProvider makes the RPCs' server spans; nil means otel's global
+	// one. A caller's W3C trace context (otel's global propagator) is
+	// continued.
+	TracerProvider trace.TracerProvider
 }
 
 // New returns a Server.
@@ -80,18 +117,45 @@ func New(d Deps, cfg Config) *Server {
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = 2 * time.Minute
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, source: NewSource(d.DB, d.Box, d.Logger),
-		cfg: cfg, logger: d.Logger}
+	cfg.MaxToolResultBytes = orDefaultSize(cfg.MaxToolResultBytes, DefaultMaxToolResultBytes)
+	cfg.MaxToolArgumentsBytes = orDefaultSize(cfg.MaxToolArgumentsBytes, DefaultMaxToolArgumentsBytes)
+	cfg.MaxRecvBytes = orDefaultSize(cfg.MaxRecvBytes, DefaultMaxRecvBytes)
+	cfg.MaxSendBytes = orDefaultSize(cfg.MaxSendBytes, DefaultMaxSendBytes)
+	if cfg.Egress == nil {
+		cfg.Egress = egress.New(egress.Config{})
+	}
+	if d.TracerProvider == nil {
+		d.TracerProvider = otel.GetTracerProvider()
+	}
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
+		source: NewSource(d.DB, d.Box, d.Logger), cfg: cfg, logger: d.Logger, tracer: d.TracerProvider}
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service
 // (reported SERVING by the caller once ready) and server reflection, with
-// the service's interceptors.
-func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(s.recoverUnary, s.logUnary, s.deadlineUnary),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.logStream),
-	)
+// the service's interceptors and message size limits. A request over
+// MaxRecvBytes is refused by gRPC itself, before any interceptor or handler
+// runs, with a bare RESOURCE_EXHAUSTED. With auth on, the auth.Guard runs
+// right after panic recovery: a refused call is logged by the guard, and
+// never reaches the other interceptors. Every RPC but health checks gets
+// a server span (otelgrpc), in the caller's trace if it sent one. opts come
+// after the service's own, for transport credentials (TLS).
+func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
+	stream := []grpc.StreamServerInterceptor{s.recoverStream}
+	if s.keys != nil && s.cfg.Auth.Guarded() {
+		guard := auth.NewGuard(s.keys, s.cfg.Auth, accessRules(), s.logger)
+		unary = append(unary, guard.Unary())
+		stream = append(stream, guard.Stream())
+	}
+	g := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.MaxRecvBytes),
+		grpc.MaxSendMsgSize(s.cfg.MaxSendBytes),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(s.tracer),
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
+		grpc.ChainUnaryInterceptor(append(unary, s.logUnary, s.deadlineUnary)...),
+		grpc.ChainStreamInterceptor(append(stream, s.logStream)...),
+	}, opts...)...)
 	connectorv1.RegisterConnectorServiceServer(g, s)
 	hs := health.NewServer()
 	SetServing(hs, false)
@@ -125,29 +189,42 @@ func (s *Server) deadlineUnary(ctx context.Context, req any, info *grpc.UnarySer
 
 func (s *Server) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	start := time.Now()
+	names := namesOf(req)
+	names.annotate(ctx)
+	ctx = withCause(ctx)
 	resp, err := next(ctx, req)
-	s.logRPC(ctx, info.FullMethod, start, err)
+	s.logRPC(ctx, info.FullMethod, names, start, err)
 	return resp, err
 }
 
 func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
 	start := time.Now()
-	err := next(srv, ss)
-	s.logRPC(ss.Context(), info.FullMethod, start, err)
+	ns := &namingStream{ServerStream: ss, ctx: withCause(ss.Context())}
+	err := next(srv, ns)
+	s.logRPC(ns.ctx, info.FullMethod, ns.names, start, err)
 	return err
 }
 
-// logRPC writes one line per RPC. Requests are not logged: they may carry
-// secrets.
-func (s *Server) logRPC(ctx context.Context, method string, start time.Time, err error) {
-	level := slog.LevelInfo
-	if code := status.Code(err); code == codes.Internal || code == codes.Unknown {
-		level = slog.LevelError
-	}
-	s.logger.Log(ctx, level, "rpc",
+// logRPC writes one line per RPC: its method, status (with reason, message
+// and the cause of an INTERNAL), duration, what it names (workspace,
+// connector, tool), the caller's address and key id, and its trace id.
+// Requests are not logged: they may carry secrets and tool arguments.
+func (s *Server) logRPC(ctx context.Context, method string, names rpcNames, start time.Time, err error) {
+	code := status.Code(err)
+	attrs := []slog.Attr{
 		slog.String("method", method),
-		slog.String("code", status.Code(err).String()),
-		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+		slog.String("code", code.String()),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	}
+	attrs = append(attrs, names.logAttrs()...)
+	if err != nil {
+		attrs = append(attrs, statusAttrs(ctx, err)...)
+	}
+	attrs = append(attrs, peerAttrs(ctx)...)
+	if key, ok := auth.KeyFrom(ctx); ok {
+		attrs = append(attrs, slog.String("key_id", key.ID))
+	}
+	s.logger.LogAttrs(ctx, rpcLevel(ctx, code), "rpc", attrs...)
 }
 
 func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {

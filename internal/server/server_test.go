@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,6 +30,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
@@ -65,11 +69,16 @@ type fixture struct {
 	db     *store.DB
 	reg    *registry.Registry
 	logs   *syncBuffer
+	keys   *auth.Keys
 }
 
 type options struct {
-	noKey  bool
-	llmURL string // a fake LLM endpoint: the server gets an agent
+	noKey       bool
+	llmURL      string         // a fake LLM endpoint: the server gets an agent
+	maxSessions int            // the registry's cap per per_session connector; 0 is its default
+	egress      *egress.Policy // nil: the default policy
+	auth        auth.Mode
+	tracer      trace.TracerProvider // nil: otel's global one
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -89,10 +98,14 @@ func setup(t *testing.T, opts ...options) *fixture {
 		}
 	}
 	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// As in main: errors of MCP connections carry their URLs.
+	logger := slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
 		HealthInterval: 200 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		DiscoverTimeout: 300 * time.Millisecond, CloseGrace: 500 * time.Millisecond, UsageInterval: 20 * time.Millisecond,
+		Egress:         o.egress,
+		MaxSessions:    o.maxSessions,
+		TracerProvider: o.tracer,
 	}, logger)
 	if err := reg.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -113,10 +126,11 @@ func setup(t *testing.T, opts ...options) *fixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		agent = orchestrator.New(model, reg, orchestrator.Config{}, logger)
+		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer}, logger)
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Logger: logger},
-		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}})
+	keys := auth.NewKeys(db, auth.Config{}, logger)
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer},
+		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth})
 	g, _ := server.NewGRPCServer(srv)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = g.Serve(lis) }()
@@ -128,7 +142,7 @@ func setup(t *testing.T, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs, keys: keys}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -293,6 +307,7 @@ func TestCreateValidation(t *testing.T) {
 		{"ftp url", "ws", withHTTP("ftp://x/mcp"), "connector.http.url"},
 		{"relative url", "ws", withHTTP("/mcp"), "connector.http.url"},
 		{"url with credentials", "ws", withHTTP("https://user:pw@x/mcp"), "connector.http.url"},
+		{"url without a host name", "ws", withHTTP("http://:3001/mcp"), "connector.http.url"},
 		{"bad header name", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.GetHttp().Headers = map[string]string{"Bad Name": "v"} }), "connector.http.headers"},
 		{"negative connect timeout", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.ConnectTimeout = durationpb.New(-time.Second) }), "connector.connect_timeout"},
 		{"huge call timeout", "ws", mod(withHTTP("http://127.0.0.1:9/mcp"), func(c *connectorv1.Connector) { c.CallTimeout = durationpb.New(48 * time.Hour) }), "connector.call_timeout"},
@@ -400,7 +415,11 @@ func TestOtherWorkspaceIsNotFound(t *testing.T) {
 func TestSecretsNeverLeave(t *testing.T) {
 	f := setup(t)
 	var responses []proto.Message
-	created := f.create(t, "ws", httpConnector("h"))
+	var errs []error
+	// Nothing listens on port 9: the connection errors carry the URL.
+	h := httpConnector("h")
+	h.GetHttp().Url += "?api_key=" + distinctive
+	created := f.create(t, "ws", h)
 	responses = append(responses, created)
 	stdio := &connectorv1.Connector{ConnectorId: "s", Transport: connectorv1.Transport_TRANSPORT_STDIO,
 		Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "/usr/bin/mcp-server", Env: map[string]string{"TOKEN": distinctive}}}}
@@ -418,19 +437,46 @@ func TestSecretsNeverLeave(t *testing.T) {
 		t.Fatal(err)
 	}
 	responses = append(responses, list)
+	down := f.waitError(t, "ws", "h")
+	if !strings.Contains(down.GetHealth().GetLastError(), "api_key=REDACTED") {
+		t.Errorf("last error %q does not show the URL redacted", down.GetHealth().GetLastError())
+	}
+	responses = append(responses, down)
+	check, err := f.client.CheckConnector(ctx(t), &connectorv1.CheckConnectorRequest{WorkspaceId: "ws", ConnectorId: "h"})
+	responses, errs = append(responses, check), append(errs, err)
+	row, _ := f.db.GetConnector(ctx(t), "ws", "h")
+	if _, err := f.db.SyncTools(ctx(t), row.ID, []store.ToolSpec{{Name: "echo"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.call(t, "ws", "h", "echo", nil)
+	wantStatus(t, err, codes.Unavailable, server.ReasonConnectorUnavailable, "")
+	if !strings.Contains(status.Convert(err).Message(), "api_key=REDACTED") {
+		t.Errorf("CallTool error %q does not show the URL redacted", status.Convert(err).Message())
+	}
+	errs = append(errs, err)
 	// A rejected request carrying a secret must not echo it either.
 	bad := httpConnector("bad")
 	bad.GetHttp().Headers["Bad Header"] = distinctive
 	_, err = f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: bad})
 	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "connector.http.headers")
+	errs = append(errs, err)
+	for _, query := range []string{"?api_key=" + distinctive + "%zz", "?api_key=" + distinctive + " x", "?api_key=" + distinctive + ";x=1"} {
+		bad := httpConnector("bad")
+		bad.GetHttp().Url += query
+		_, err = f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: bad})
+		wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "connector.http.url")
+		errs = append(errs, err)
+	}
 
 	for i, r := range responses {
 		if b, _ := protojson.Marshal(r); strings.Contains(string(b), distinctive) {
 			t.Errorf("response %d contains the secret value", i)
 		}
 	}
-	if strings.Contains(status.Convert(err).String(), distinctive) {
-		t.Error("the error status contains the secret value")
+	for i, err := range errs {
+		if strings.Contains(status.Convert(err).String(), distinctive) {
+			t.Errorf("error %d contains the secret value", i)
+		}
 	}
 	if strings.Contains(f.logs.String(), distinctive) {
 		t.Error("the service's logs contain the secret value")
@@ -446,6 +492,29 @@ func TestSecretsNeverLeave(t *testing.T) {
 		if len(row.SealedSecrets) == 0 || bytes.Contains(row.SealedSecrets, []byte(distinctive)) {
 			t.Errorf("connector %s: sealed secrets are missing or hold the plaintext", id)
 		}
+		config, _ := json.Marshal(row.Config)
+		if strings.Contains(string(config)+row.Health.LastError, distinctive) {
+			t.Errorf("connector %s: the stored config or last error holds the plaintext: %s %s", id, config, row.Health.LastError)
+		}
+	}
+}
+
+// waitError waits until a connector's health is ERROR.
+func (f *fixture) waitError(t *testing.T, ws, id string) *connectorv1.Connector {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: ws, ConnectorId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := resp.GetConnector(); c.GetHealth().GetState() == connectorv1.ConnectorState_CONNECTOR_STATE_ERROR {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connector %s never reached ERROR: %v", id, resp.GetConnector().GetHealth())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -455,7 +524,15 @@ func TestSecretsNeedKey(t *testing.T) {
 	wantStatus(t, err, codes.FailedPrecondition, server.ReasonSecretKeyMissing, "")
 	plain := httpConnector("a")
 	plain.GetHttp().Headers = nil
-	f.create(t, "ws", plain)
+	withQuery := proto.CloneOf(plain)
+	withQuery.GetHttp().Url += "?api_key=" + distinctive
+	_, err = f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: withQuery})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonSecretKeyMissing, "")
+	// Parameters without values hold nothing to seal.
+	plain.GetHttp().Url += "?debug&verbose="
+	if got := f.create(t, "ws", plain).GetHttp().GetUrl(); got != "http://127.0.0.1:9/mcp?debug=&verbose=" {
+		t.Errorf("url = %q", got)
+	}
 }
 
 func update(f *fixture, t *testing.T, c *connectorv1.Connector, paths ...string) (*connectorv1.Connector, error) {
@@ -601,13 +678,5 @@ func TestTools(t *testing.T) {
 	got, _ := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "a"})
 	if got.GetConnector().GetToolCount() != 2 {
 		t.Errorf("tool_count = %d, want 2", got.GetConnector().GetToolCount())
-	}
-}
-
-func TestCloseSessionIsUnimplemented(t *testing.T) {
-	f := setup(t)
-	_, err := f.client.CloseSession(ctx(t), &connectorv1.CloseSessionRequest{WorkspaceId: "ws", SessionId: "s"})
-	if code := status.Code(err); code != codes.Unimplemented {
-		t.Errorf("CloseSession: code = %v, want Unimplemented", code)
 	}
 }

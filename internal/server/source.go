@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,11 +65,12 @@ func (s *Source) spec(c *store.Connector) (registry.Spec, error) {
 		WorkspaceID:    c.WorkspaceID,
 		ConnectorID:    c.ExternalID,
 		Transport:      c.Transport,
-		URL:            c.Config.URL,
+		URL:            secret.JoinURL(c.Config.URL, vals.Query),
 		Headers:        vals.Headers,
 		Command:        c.Config.Command,
 		Args:           c.Config.Args,
 		Env:            vals.Env,
+		SessionMode:    cmp.Or(c.Config.SessionMode, registry.SessionShared),
 		ConnectTimeout: time.Duration(c.Config.ConnectTimeout),
 		CallTimeout:    time.Duration(c.Config.CallTimeout),
 	}, nil
@@ -108,7 +110,8 @@ func toolSpec(t mcp.Tool) (store.ToolSpec, error) {
 	return store.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: wire.InputSchema, Annotations: wire.Annotations}, nil
 }
 
-// SaveHealth implements registry.ConnectorSource.
+// SaveHealth implements registry.ConnectorSource. The last error is stored
+// with the query values of any URL in it redacted.
 func (s *Source) SaveHealth(ctx context.Context, id int64, h registry.Health) error {
 	checked := h.CheckedAt
 	return s.db.SaveHealth(ctx, id, store.Health{

@@ -174,10 +174,13 @@ func (c *checker) http(h *connectorv1.HttpConfig) {
 	switch {
 	case h.GetUrl() == "":
 		c.add("connector.http.url", "required")
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "":
 		c.add("connector.http.url", "must be an absolute http:// or https:// URL")
 	case u.User != nil:
 		c.add("connector.http.url", "must not carry credentials; put them in connector.http.headers")
+	case !validQuery(u.RawQuery):
+		// Never echo the query: its values are secrets.
+		c.add("connector.http.url", "the query string must be name=value pairs joined by '&', percent-encoded")
 	}
 	for _, name := range slices.Sorted(maps.Keys(h.GetHeaders())) {
 		if !validHeaderName(name) {
@@ -204,6 +207,25 @@ func (c *checker) timeout(field string, d *durationpb.Duration) {
 	case v > maxTimeout:
 		c.add(field, "must be at most %s", maxTimeout)
 	}
+}
+
+// validQuery reports whether a raw query string holds only characters a
+// query may hold unescaped (RFC 3986 §3.4) and parses as name=value pairs.
+// So its values can be told apart from the text around them wherever Go
+// quotes a URL, as in an HTTP client error.
+func validQuery(q string) bool {
+	for _, r := range q {
+		if !isURLChar(r) {
+			return false
+		}
+	}
+	_, err := url.ParseQuery(q)
+	return err == nil
+}
+
+func isURLChar(r rune) bool {
+	return r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		strings.ContainsRune("-._~!$&'()*+,;=:@/?%", r))
 }
 
 // validHeaderName reports whether s is an HTTP token (RFC 9110 §5.6.2).

@@ -34,9 +34,10 @@ type Connector struct {
 	Active        bool
 	Health        Health
 	Counters      Counters
-	ToolCount     int
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// ToolCount is the number of tools the server lists.
+	ToolCount int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Config is the non-secret configuration, stored as jsonb.
@@ -102,7 +103,7 @@ const connectorColumns = `c.id, c.workspace_id, c.external_id, c.name, c.descrip
 	c.health_state, c.last_error, c.latency_ms, c.checked_at, c.protocol_version,
 	c.call_count, c.error_count, c.reconnect_count, c.reinitialize_count,
 	c.query_count, c.query_error_count, c.prompt_tokens, c.completion_tokens, c.last_used_at,
-	(SELECT count(*) FROM tools t WHERE t.connector_id = c.id),
+	(SELECT count(*) FROM tools t WHERE t.connector_id = c.id AND t.listed),
 	c.created_at, c.updated_at`
 
 func scanConnector(row pgx.Row) (*Connector, error) {
@@ -242,6 +243,44 @@ func (db *DB) AnySealedSecrets(ctx context.Context) (workspaceID, externalID str
 		return "", "", nil, fmt.Errorf("look for sealed secrets: %w", err)
 	}
 	return workspaceID, externalID, sealed, nil
+}
+
+// ResealSecrets passes the sealed secrets of every connector that has any
+// to fn and stores what fn returns, in one transaction that locks those
+// rows, so a concurrent update waits. updated_at is left alone. If fn
+// returns an error nothing is written and the error is returned as is.
+// Returns how many connectors were resealed.
+func (db *DB) ResealSecrets(ctx context.Context, fn func(workspaceID, externalID string, sealed []byte) ([]byte, error)) (int, error) {
+	type sealedRow struct {
+		ID                      int64
+		WorkspaceID, ExternalID string
+		Sealed                  []byte
+	}
+	var n int
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT id, workspace_id, external_id, sealed_secrets FROM connectors
+			WHERE sealed_secrets IS NOT NULL ORDER BY id FOR UPDATE`)
+		if err != nil {
+			return fmt.Errorf("reseal secrets: %w", err)
+		}
+		sealed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[sealedRow])
+		if err != nil {
+			return fmt.Errorf("reseal secrets: %w", err)
+		}
+		for _, r := range sealed {
+			resealed, err := fn(r.WorkspaceID, r.ExternalID, r.Sealed)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE connectors SET sealed_secrets = $2 WHERE id = $1`, r.ID, resealed); err != nil {
+				return fmt.Errorf("reseal secrets of connector %q: %w", r.ExternalID, err)
+			}
+		}
+		n = len(sealed)
+		return nil
+	})
+	return n, err
 }
 
 // querier is what both the pool and a transaction offer.

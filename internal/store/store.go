@@ -1,7 +1,8 @@
 // Package store owns the service's Postgres database: the pgx pool, the schema
-// migrations, and the SQL for connectors and their tools. It returns its own
-// types and sentinel errors and knows nothing of gRPC, MCP or encryption:
-// secrets arrive already sealed and leave still sealed.
+// migrations, and the SQL for connectors, their tools and API keys. It
+// returns its own types and sentinel errors and knows nothing of gRPC, MCP or
+// encryption: secrets arrive already sealed and leave still sealed, and API
+// keys arrive already hashed.
 package store
 
 import (

@@ -389,3 +389,75 @@ func TestGetTool(t *testing.T) {
 		t.Errorf("ConnectorTools = %v, %v; want a, t", all, err)
 	}
 }
+
+func TestSyncToolsKeepsFlagsOfToolsThatDropOut(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	both := []store.ToolSpec{spec("x", "Flaps", `{}`), spec("y", "Stays", `{}`)}
+	if _, err := db.SyncTools(ctx, c.ID, both); err != nil {
+		t.Fatal(err)
+	}
+	no, yes := false, true
+	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "x", &no, &yes); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := db.SyncTools(ctx, c.ID, both[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(store.SyncResult{Removed: []string{"x"}}, res); diff != "" {
+		t.Errorf("sync without x (-want +got):\n%s", diff)
+	}
+	// x is offered to nobody while the server does not list it.
+	if tools := toolsByName(t, db, "ws1", "a"); len(tools) != 1 || tools["y"] == nil {
+		t.Errorf("ListTools without x = %v, want only y", tools)
+	}
+	if all, err := db.ConnectorTools(ctx, c.ID); err != nil || len(all) != 1 || all[0].Name != "y" {
+		t.Errorf("ConnectorTools without x = %v, %v; want only y", all, err)
+	}
+	if _, err := db.GetTool(ctx, "ws1", "a", "x"); !errors.Is(err, store.ErrToolNotFound) {
+		t.Errorf("GetTool(x) while not listed: err = %v, want ErrToolNotFound", err)
+	}
+	if got, _ := db.GetConnector(ctx, "ws1", "a"); got.ToolCount != 1 {
+		t.Errorf("ToolCount without x = %d, want 1", got.ToolCount)
+	}
+	res, err = db.SyncTools(ctx, c.ID, both[1:])
+	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed)+len(res.Disabled) != 0 {
+		t.Errorf("second sync without x = %+v, %v; want no changes", res, err)
+	}
+
+	res, err = db.SyncTools(ctx, c.ID, both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(store.SyncResult{Added: []string{"x"}, Disabled: []string{"x"}}, res); diff != "" {
+		t.Errorf("sync with x again (-want +got):\n%s", diff)
+	}
+	x := toolsByName(t, db, "ws1", "a")["x"]
+	if x == nil || x.Enabled || !x.RequiresApproval || !x.Listed {
+		t.Errorf("x listed again = %+v; want it listed, still disabled and still requiring approval", x)
+	}
+}
+
+func TestUpdateToolFlagsOfUnlistedTool(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	for _, specs := range [][]store.ToolSpec{{spec("x", "", "")}, nil} {
+		if _, err := db.SyncTools(ctx, c.ID, specs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An operator disables a tool before it comes back.
+	no := false
+	got, err := db.UpdateToolFlags(ctx, "ws1", "a", "x", &no, nil)
+	if err != nil || got.Enabled || got.Listed {
+		t.Fatalf("UpdateToolFlags(unlisted x, enabled=false) = %+v, %v; want it disabled, not listed", got, err)
+	}
+	res, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("x", "", "")})
+	if err != nil || !slices.Equal(res.Added, []string{"x"}) || !slices.Equal(res.Disabled, []string{"x"}) {
+		t.Errorf("sync with x again = %+v, %v; want x added and disabled", res, err)
+	}
+}

@@ -22,7 +22,10 @@ type Tool struct {
 	Annotations      ToolAnnotations
 	Enabled          bool
 	RequiresApproval bool
-	SyncedAt         time.Time
+	// Listed is false once the server stops listing the tool: the row
+	// keeps the operator flags for when it comes back.
+	Listed   bool
+	SyncedAt time.Time
 }
 
 // ToolAnnotations are the MCP tool hints; nil means the server gave none.
@@ -43,28 +46,28 @@ type ToolSpec struct {
 }
 
 // SyncResult says what a SyncTools changed, each list sorted by name, and
-// which tools are disabled after it.
+// which listed tools are disabled after it.
 type SyncResult struct {
 	Added, Removed, Changed []string
 	Disabled                []string
 }
 
 const toolColumns = `t.connector_id, t.name, t.description, t.input_schema, t.annotations,
-	t.enabled, t.requires_approval, t.synced_at`
+	t.enabled, t.requires_approval, t.listed, t.synced_at`
 
 func scanTool(row pgx.Row) (*Tool, error) {
 	var t Tool
 	err := row.Scan(&t.ConnectorID, &t.Name, &t.Description, &t.InputSchema, &t.Annotations,
-		&t.Enabled, &t.RequiresApproval, &t.SyncedAt)
+		&t.Enabled, &t.RequiresApproval, &t.Listed, &t.SyncedAt)
 	if err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
-// ListTools returns up to limit tools of a workspace's connector whose names
-// sort after the name after, in name order. Returns ErrConnectorNotFound if
-// there is no such connector.
+// ListTools returns up to limit listed tools of a workspace's connector
+// whose names sort after the name after, in name order. Returns
+// ErrConnectorNotFound if there is no such connector.
 func (db *DB) ListTools(ctx context.Context, workspaceID, externalID, after string, limit int) ([]*Tool, error) {
 	id, err := connectorID(ctx, db.pool, workspaceID, externalID)
 	if err != nil {
@@ -72,7 +75,7 @@ func (db *DB) ListTools(ctx context.Context, workspaceID, externalID, after stri
 	}
 	tools, err := queryTools(ctx, db.pool, `
 		SELECT `+toolColumns+` FROM tools t
-		WHERE t.connector_id = $1 AND t.name > $2
+		WHERE t.connector_id = $1 AND t.listed AND t.name > $2
 		ORDER BY t.name
 		LIMIT $3`, id, after, limit)
 	if err != nil {
@@ -81,10 +84,10 @@ func (db *DB) ListTools(ctx context.Context, workspaceID, externalID, after stri
 	return tools, nil
 }
 
-// ConnectorTools returns the whole catalog of the connector with row id id,
+// ConnectorTools returns the listed tools of the connector with row id id,
 // in name order.
 func (db *DB) ConnectorTools(ctx context.Context, id int64) ([]*Tool, error) {
-	tools, err := queryTools(ctx, db.pool, `SELECT `+toolColumns+` FROM tools t WHERE t.connector_id = $1 ORDER BY t.name`, id)
+	tools, err := queryTools(ctx, db.pool, `SELECT `+toolColumns+` FROM tools t WHERE t.connector_id = $1 AND t.listed ORDER BY t.name`, id)
 	if err != nil {
 		return nil, fmt.Errorf("tools of connector %d: %w", id, err)
 	}
@@ -100,7 +103,10 @@ func queryTools(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any
 }
 
 // UpdateToolFlags sets the operator flags of one tool; a nil flag is left as
-// it is. Returns ErrConnectorNotFound or ErrToolNotFound.
+// it is. A tool the server no longer lists may be updated too (its Listed is
+// false): an operator can disable a flapping tool before it comes back.
+// Returns ErrConnectorNotFound, or ErrToolNotFound if the tool was never
+// listed.
 func (db *DB) UpdateToolFlags(ctx context.Context, workspaceID, externalID, name string, enabled, requiresApproval *bool) (*Tool, error) {
 	var tool *Tool
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
@@ -125,8 +131,9 @@ func (db *DB) UpdateToolFlags(ctx context.Context, workspaceID, externalID, name
 // tool list: new tools are inserted (enabled unless the connector's
 // DisableNewTools is set), known tools get the server's description, schema
 // and annotations while keeping their operator flags, and tools the server no
-// longer lists are deleted. Returns ErrConnectorNotFound if the connector
-// is gone.
+// longer lists are marked not listed, flags kept. A tool listed again is
+// reported Added and keeps the flags it had. Returns ErrConnectorNotFound if
+// the connector is gone.
 func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec) (SyncResult, error) {
 	var res SyncResult
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
@@ -150,14 +157,14 @@ func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec
 				VALUES ($1, $2, $3, $4, $5, $6)
 				ON CONFLICT (connector_id, name) DO UPDATE
 				SET description = excluded.description, input_schema = excluded.input_schema,
-					annotations = excluded.annotations, synced_at = now()`,
+					annotations = excluded.annotations, listed = true, synced_at = now()`,
 				connectorID, s.Name, s.Description, schemaOrEmpty(s.InputSchema), s.Annotations, !cfg.DisableNewTools)
 		}
-		batch.Queue(`DELETE FROM tools WHERE connector_id = $1 AND NOT (name = ANY($2))`, connectorID, names)
+		batch.Queue(`UPDATE tools SET listed = false WHERE connector_id = $1 AND listed AND NOT (name = ANY($2))`, connectorID, names)
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT name FROM tools WHERE connector_id = $1 AND NOT enabled ORDER BY name`, connectorID)
+		rows, err := tx.Query(ctx, `SELECT name FROM tools WHERE connector_id = $1 AND listed AND NOT enabled ORDER BY name`, connectorID)
 		if err != nil {
 			return err
 		}
@@ -173,8 +180,9 @@ func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec
 	return res, nil
 }
 
+// toolSpecs returns the listed tools of a connector by name.
 func toolSpecs(ctx context.Context, tx pgx.Tx, connectorID int64) (map[string]ToolSpec, error) {
-	rows, err := tx.Query(ctx, `SELECT name, description, input_schema, annotations FROM tools WHERE connector_id = $1`, connectorID)
+	rows, err := tx.Query(ctx, `SELECT name, description, input_schema, annotations FROM tools WHERE connector_id = $1 AND listed`, connectorID)
 	if err != nil {
 		return nil, err
 	}
@@ -236,14 +244,14 @@ func sameJSON(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// GetTool returns one tool of a workspace's connector. Returns
-// ErrConnectorNotFound or ErrToolNotFound.
+// GetTool returns one listed tool of a workspace's connector. Returns
+// ErrConnectorNotFound, or ErrToolNotFound if the server does not list it.
 func (db *DB) GetTool(ctx context.Context, workspaceID, externalID, name string) (*Tool, error) {
 	id, err := connectorID(ctx, db.pool, workspaceID, externalID)
 	if err != nil {
 		return nil, fmt.Errorf("get tool %q of %q: %w", name, externalID, err)
 	}
-	t, err := scanTool(db.pool.QueryRow(ctx, `SELECT `+toolColumns+` FROM tools t WHERE t.connector_id = $1 AND t.name = $2`, id, name))
+	t, err := scanTool(db.pool.QueryRow(ctx, `SELECT `+toolColumns+` FROM tools t WHERE t.connector_id = $1 AND t.name = $2 AND t.listed`, id, name))
 	if err != nil {
 		return nil, fmt.Errorf("get tool %q of %q: %w", name, externalID, translate(err, ErrToolNotFound))
 	}

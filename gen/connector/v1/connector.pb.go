@@ -153,8 +153,11 @@ const (
 	SessionMode_SESSION_MODE_UNSPECIFIED SessionMode = 0
 	// One connection for all callers.
 	SessionMode_SESSION_MODE_SHARED SessionMode = 1
-	// One connection per caller session_id. Stored but not honoured yet: every
-	// connector uses one shared connection for now.
+	// One connection per caller session_id, for servers that keep state per
+	// connection (a browser profile, a shell, a login). Calls must name a
+	// session_id; each session's connection opens on first use and closes
+	// when idle, on CloseSession, or when the connector is updated,
+	// deactivated or deleted.
 	SessionMode_SESSION_MODE_PER_SESSION SessionMode = 2
 )
 
@@ -621,7 +624,10 @@ type Connector struct {
 	// Output only.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only: per-session connections open now (SESSION_MODE_PER_SESSION
+	// connectors only).
+	OpenSessions  int32 `protobuf:"varint,20,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +806,13 @@ func (x *Connector) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Connector) GetOpenSessions() int32 {
+	if x != nil {
+		return x.OpenSessions
+	}
+	return 0
+}
+
 type isConnector_Connection interface {
 	isConnector_Connection()
 }
@@ -816,6 +829,116 @@ func (*Connector_Stdio) isConnector_Connection() {}
 
 func (*Connector_Http) isConnector_Connection() {}
 
+// Session is one caller session's own connection to a
+// SESSION_MODE_PER_SESSION connector.
+type Session struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's session_id.
+	SessionId   string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ConnectorId string `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// When the session was first used.
+	OpenTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=open_time,json=openTime,proto3" json:"open_time,omitempty"`
+	LastUsedTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_used_time,json=lastUsedTime,proto3" json:"last_used_time,omitempty"`
+	// Tool calls made in the session, and how many of them failed.
+	CallCount  int64 `protobuf:"varint,5,opt,name=call_count,json=callCount,proto3" json:"call_count,omitempty"`
+	ErrorCount int64 `protobuf:"varint,6,opt,name=error_count,json=errorCount,proto3" json:"error_count,omitempty"`
+	// CONNECTOR_STATE_CONNECTING before its connection is up,
+	// CONNECTOR_STATE_READY while it is, CONNECTOR_STATE_DEGRADED after it
+	// broke (the next call opens a new one).
+	State ConnectorState `protobuf:"varint,7,opt,name=state,proto3,enum=connector.v1.ConnectorState" json:"state,omitempty"`
+	// Process id of the session's stdio server; 0 for HTTP connectors or
+	// when no process runs.
+	Pid           int32 `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Session) Reset() {
+	*x = Session{}
+	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Session) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Session) ProtoMessage() {}
+
+func (x *Session) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Session) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Session) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *Session) GetOpenTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenTime
+	}
+	return nil
+}
+
+func (x *Session) GetLastUsedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedTime
+	}
+	return nil
+}
+
+func (x *Session) GetCallCount() int64 {
+	if x != nil {
+		return x.CallCount
+	}
+	return 0
+}
+
+func (x *Session) GetErrorCount() int64 {
+	if x != nil {
+		return x.ErrorCount
+	}
+	return 0
+}
+
+func (x *Session) GetState() ConnectorState {
+	if x != nil {
+		return x.State
+	}
+	return ConnectorState_CONNECTOR_STATE_UNSPECIFIED
+}
+
+func (x *Session) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
 // ToolAnnotations are the MCP tool hints. Unset means the server gave none.
 type ToolAnnotations struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -830,7 +953,7 @@ type ToolAnnotations struct {
 
 func (x *ToolAnnotations) Reset() {
 	*x = ToolAnnotations{}
-	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +965,7 @@ func (x *ToolAnnotations) String() string {
 func (*ToolAnnotations) ProtoMessage() {}
 
 func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +978,7 @@ func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
 func (*ToolAnnotations) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolAnnotations) GetTitle() string {
@@ -913,7 +1036,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1048,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1061,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Tool) GetName() string {
@@ -1034,7 +1157,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x11query_error_count\x18\x06 \x01(\x03R\x0fqueryErrorCount\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x03R\x10completionTokens\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\x8e\a\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xb3\a\n" +
 	"\tConnector\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
@@ -1059,9 +1182,22 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTimeB\f\n" +
+	"updateTime\x12#\n" +
+	"\ropen_sessions\x18\x14 \x01(\x05R\fopenSessionsB\f\n" +
 	"\n" +
-	"connection\"\xad\x02\n" +
+	"connection\"\xcc\x02\n" +
+	"\aSession\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x127\n" +
+	"\topen_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bopenTime\x12@\n" +
+	"\x0elast_used_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\x12\x1d\n" +
+	"\n" +
+	"call_count\x18\x05 \x01(\x03R\tcallCount\x12\x1f\n" +
+	"\verror_count\x18\x06 \x01(\x03R\n" +
+	"errorCount\x122\n" +
+	"\x05state\x18\a \x01(\x0e2\x1c.connector.v1.ConnectorStateR\x05state\x12\x10\n" +
+	"\x03pid\x18\b \x01(\x05R\x03pid\"\xad\x02\n" +
 	"\x0fToolAnnotations\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12)\n" +
 	"\x0eread_only_hint\x18\x02 \x01(\bH\x00R\freadOnlyHint\x88\x01\x01\x12.\n" +
@@ -1110,7 +1246,7 @@ func file_connector_v1_connector_proto_rawDescGZIP() []byte {
 }
 
 var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_connector_v1_connector_proto_goTypes = []any{
 	(Transport)(0),                // 0: connector.v1.Transport
 	(ConnectorState)(0),           // 1: connector.v1.ConnectorState
@@ -1121,40 +1257,44 @@ var file_connector_v1_connector_proto_goTypes = []any{
 	(*ConnectorHealth)(nil),       // 6: connector.v1.ConnectorHealth
 	(*ConnectorCounters)(nil),     // 7: connector.v1.ConnectorCounters
 	(*Connector)(nil),             // 8: connector.v1.Connector
-	(*ToolAnnotations)(nil),       // 9: connector.v1.ToolAnnotations
-	(*Tool)(nil),                  // 10: connector.v1.Tool
-	nil,                           // 11: connector.v1.StdioConfig.EnvEntry
-	nil,                           // 12: connector.v1.HttpConfig.HeadersEntry
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
+	(*Session)(nil),               // 9: connector.v1.Session
+	(*ToolAnnotations)(nil),       // 10: connector.v1.ToolAnnotations
+	(*Tool)(nil),                  // 11: connector.v1.Tool
+	nil,                           // 12: connector.v1.StdioConfig.EnvEntry
+	nil,                           // 13: connector.v1.HttpConfig.HeadersEntry
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 16: google.protobuf.Struct
 }
 var file_connector_v1_connector_proto_depIdxs = []int32{
-	11, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
-	12, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
+	12, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
+	13, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
 	1,  // 2: connector.v1.ConnectorHealth.state:type_name -> connector.v1.ConnectorState
-	13, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
-	14, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
-	14, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
+	14, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
+	15, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
+	15, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: connector.v1.Connector.transport:type_name -> connector.v1.Transport
 	3,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
 	4,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
-	13, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	13, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
+	14, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	14, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 11: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
 	5,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
 	6,  // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
 	7,  // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
-	14, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
-	14, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
-	15, // 17: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	9,  // 18: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
-	14, // 19: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	15, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
+	15, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
+	15, // 17: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	15, // 18: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
+	1,  // 19: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
+	16, // 20: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	10, // 21: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
+	15, // 22: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_proto_init() }
@@ -1166,14 +1306,14 @@ func file_connector_v1_connector_proto_init() {
 		(*Connector_Stdio)(nil),
 		(*Connector_Http)(nil),
 	}
-	file_connector_v1_connector_proto_msgTypes[6].OneofWrappers = []any{}
+	file_connector_v1_connector_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_proto_rawDesc), len(file_connector_v1_connector_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

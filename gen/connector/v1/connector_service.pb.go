@@ -1192,7 +1192,8 @@ type CallToolRequest struct {
 	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
 	ToolName    string                 `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
 	Arguments   *structpb.Struct       `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	// For SESSION_MODE_PER_SESSION connectors: the caller's session.
+	// The caller's session: required by SESSION_MODE_PER_SESSION connectors,
+	// whose calls run on that session's own connection; ignored by shared ones.
 	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1331,6 +1332,168 @@ func (x *CallToolResponse) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+// As CallToolRequest.
+type StreamCallToolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId   string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	ToolName      string                 `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	Arguments     *structpb.Struct       `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCallToolRequest) Reset() {
+	*x = StreamCallToolRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCallToolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCallToolRequest) ProtoMessage() {}
+
+func (x *StreamCallToolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCallToolRequest.ProtoReflect.Descriptor instead.
+func (*StreamCallToolRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StreamCallToolRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *StreamCallToolRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *StreamCallToolRequest) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *StreamCallToolRequest) GetArguments() *structpb.Struct {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *StreamCallToolRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type StreamCallToolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*StreamCallToolResponse_Progress
+	//	*StreamCallToolResponse_Result
+	Event         isStreamCallToolResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCallToolResponse) Reset() {
+	*x = StreamCallToolResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCallToolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCallToolResponse) ProtoMessage() {}
+
+func (x *StreamCallToolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCallToolResponse.ProtoReflect.Descriptor instead.
+func (*StreamCallToolResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StreamCallToolResponse) GetEvent() isStreamCallToolResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *StreamCallToolResponse) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Event.(*StreamCallToolResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *StreamCallToolResponse) GetResult() *CallToolResponse {
+	if x != nil {
+		if x, ok := x.Event.(*StreamCallToolResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isStreamCallToolResponse_Event interface {
+	isStreamCallToolResponse_Event()
+}
+
+type StreamCallToolResponse_Progress struct {
+	// One per progress notification of the call, in order; servers may send
+	// none.
+	Progress *Progress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type StreamCallToolResponse_Result struct {
+	// The last message of a successful stream, as CallTool answers.
+	Result *CallToolResponse `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+func (*StreamCallToolResponse_Progress) isStreamCallToolResponse_Event() {}
+
+func (*StreamCallToolResponse_Result) isStreamCallToolResponse_Event() {}
+
 type QueryConnectorRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
@@ -1342,7 +1505,9 @@ type QueryConnectorRequest struct {
 	MaxTools int32 `protobuf:"varint,5,opt,name=max_tools,json=maxTools,proto3" json:"max_tools,omitempty"`
 	// Return the plan without running any tool.
 	PlanOnly bool `protobuf:"varint,6,opt,name=plan_only,json=planOnly,proto3" json:"plan_only,omitempty"`
-	// For SESSION_MODE_PER_SESSION connectors: the caller's session.
+	// The caller's session: required by SESSION_MODE_PER_SESSION connectors
+	// (unless plan_only), whose tool calls run on that session's own
+	// connection; ignored by shared ones.
 	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1350,7 +1515,7 @@ type QueryConnectorRequest struct {
 
 func (x *QueryConnectorRequest) Reset() {
 	*x = QueryConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1527,7 @@ func (x *QueryConnectorRequest) String() string {
 func (*QueryConnectorRequest) ProtoMessage() {}
 
 func (x *QueryConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1540,7 @@ func (x *QueryConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConnectorRequest.ProtoReflect.Descriptor instead.
 func (*QueryConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{24}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueryConnectorRequest) GetWorkspaceId() string {
@@ -1436,7 +1601,7 @@ type QueryConnectorResponse struct {
 
 func (x *QueryConnectorResponse) Reset() {
 	*x = QueryConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1613,7 @@ func (x *QueryConnectorResponse) String() string {
 func (*QueryConnectorResponse) ProtoMessage() {}
 
 func (x *QueryConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1626,7 @@ func (x *QueryConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConnectorResponse.ProtoReflect.Descriptor instead.
 func (*QueryConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{25}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueryConnectorResponse) GetResult() *QueryResult {
@@ -1472,21 +1637,22 @@ func (x *QueryConnectorResponse) GetResult() *QueryResult {
 }
 
 type StreamQueryConnectorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
-	ConnectorId   string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
-	Query         string                 `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
-	Context       string                 `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
-	MaxTools      int32                  `protobuf:"varint,5,opt,name=max_tools,json=maxTools,proto3" json:"max_tools,omitempty"`
-	PlanOnly      bool                   `protobuf:"varint,6,opt,name=plan_only,json=planOnly,proto3" json:"plan_only,omitempty"`
-	SessionId     string                 `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	Query       string                 `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	Context     string                 `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	MaxTools    int32                  `protobuf:"varint,5,opt,name=max_tools,json=maxTools,proto3" json:"max_tools,omitempty"`
+	PlanOnly    bool                   `protobuf:"varint,6,opt,name=plan_only,json=planOnly,proto3" json:"plan_only,omitempty"`
+	// As in QueryConnectorRequest.
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamQueryConnectorRequest) Reset() {
 	*x = StreamQueryConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1664,7 @@ func (x *StreamQueryConnectorRequest) String() string {
 func (*StreamQueryConnectorRequest) ProtoMessage() {}
 
 func (x *StreamQueryConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1677,7 @@ func (x *StreamQueryConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamQueryConnectorRequest.ProtoReflect.Descriptor instead.
 func (*StreamQueryConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{26}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StreamQueryConnectorRequest) GetWorkspaceId() string {
@@ -1572,6 +1738,7 @@ type StreamQueryConnectorResponse struct {
 	//	*StreamQueryConnectorResponse_ToolCallFinished
 	//	*StreamQueryConnectorResponse_Answer
 	//	*StreamQueryConnectorResponse_Result
+	//	*StreamQueryConnectorResponse_ToolCallProgress
 	Event         isStreamQueryConnectorResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1579,7 +1746,7 @@ type StreamQueryConnectorResponse struct {
 
 func (x *StreamQueryConnectorResponse) Reset() {
 	*x = StreamQueryConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1758,7 @@ func (x *StreamQueryConnectorResponse) String() string {
 func (*StreamQueryConnectorResponse) ProtoMessage() {}
 
 func (x *StreamQueryConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1771,7 @@ func (x *StreamQueryConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamQueryConnectorResponse.ProtoReflect.Descriptor instead.
 func (*StreamQueryConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{27}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StreamQueryConnectorResponse) GetEvent() isStreamQueryConnectorResponse_Event {
@@ -1659,6 +1826,15 @@ func (x *StreamQueryConnectorResponse) GetResult() *QueryResult {
 	return nil
 }
 
+func (x *StreamQueryConnectorResponse) GetToolCallProgress() *ToolCallProgress {
+	if x != nil {
+		if x, ok := x.Event.(*StreamQueryConnectorResponse_ToolCallProgress); ok {
+			return x.ToolCallProgress
+		}
+	}
+	return nil
+}
+
 type isStreamQueryConnectorResponse_Event interface {
 	isStreamQueryConnectorResponse_Event()
 }
@@ -1684,6 +1860,10 @@ type StreamQueryConnectorResponse_Result struct {
 	Result *QueryResult `protobuf:"bytes,5,opt,name=result,proto3,oneof"`
 }
 
+type StreamQueryConnectorResponse_ToolCallProgress struct {
+	ToolCallProgress *ToolCallProgress `protobuf:"bytes,6,opt,name=tool_call_progress,json=toolCallProgress,proto3,oneof"`
+}
+
 func (*StreamQueryConnectorResponse_StepPlanned) isStreamQueryConnectorResponse_Event() {}
 
 func (*StreamQueryConnectorResponse_ToolCallStarted) isStreamQueryConnectorResponse_Event() {}
@@ -1693,6 +1873,130 @@ func (*StreamQueryConnectorResponse_ToolCallFinished) isStreamQueryConnectorResp
 func (*StreamQueryConnectorResponse_Answer) isStreamQueryConnectorResponse_Event() {}
 
 func (*StreamQueryConnectorResponse_Result) isStreamQueryConnectorResponse_Event() {}
+
+func (*StreamQueryConnectorResponse_ToolCallProgress) isStreamQueryConnectorResponse_Event() {}
+
+type ListSessionsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// At most 1000; default 100.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListSessionsRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListSessionsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*Session {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListSessionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
 
 type CloseSessionRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1706,7 +2010,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +2022,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +2035,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{28}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CloseSessionRequest) GetWorkspaceId() string {
@@ -1757,15 +2061,18 @@ func (x *CloseSessionRequest) GetSessionId() string {
 
 type CloseSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Connections closed.
-	Closed        int32 `protobuf:"varint,1,opt,name=closed,proto3" json:"closed,omitempty"`
+	// Connections closed: the size of sessions.
+	Closed int32 `protobuf:"varint,1,opt,name=closed,proto3" json:"closed,omitempty"`
+	// The sessions closed, as they were, ordered by connector_id and
+	// session_id.
+	Sessions      []*Session `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2084,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2097,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{29}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CloseSessionResponse) GetClosed() int32 {
@@ -1800,11 +2107,343 @@ func (x *CloseSessionResponse) GetClosed() int32 {
 	return 0
 }
 
+func (x *CloseSessionResponse) GetSessions() []*Session {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type CreateApiKeyRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// At least one.
+	Scopes []ApiKeyScope `protobuf:"varint,2,rep,packed,name=scopes,proto3,enum=connector.v1.ApiKeyScope" json:"scopes,omitempty"`
+	// What the key is for; at most 200 characters.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateApiKeyRequest) Reset() {
+	*x = CreateApiKeyRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateApiKeyRequest) ProtoMessage() {}
+
+func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CreateApiKeyRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *CreateApiKeyRequest) GetScopes() []ApiKeyScope {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *CreateApiKeyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateApiKeyResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ApiKey *ApiKey                `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	// Send it as "authorization: Bearer <token>". Shown only here, once.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateApiKeyResponse) Reset() {
+	*x = CreateApiKeyResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateApiKeyResponse) ProtoMessage() {}
+
+func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CreateApiKeyResponse) GetApiKey() *ApiKey {
+	if x != nil {
+		return x.ApiKey
+	}
+	return nil
+}
+
+func (x *CreateApiKeyResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ListApiKeysRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// At most 1000; default 100.
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApiKeysRequest) Reset() {
+	*x = ListApiKeysRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApiKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApiKeysRequest) ProtoMessage() {}
+
+func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListApiKeysRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListApiKeysRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListApiKeysRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListApiKeysResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ApiKeys []*ApiKey              `protobuf:"bytes,1,rep,name=api_keys,json=apiKeys,proto3" json:"api_keys,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApiKeysResponse) Reset() {
+	*x = ListApiKeysResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApiKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApiKeysResponse) ProtoMessage() {}
+
+func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListApiKeysResponse) GetApiKeys() []*ApiKey {
+	if x != nil {
+		return x.ApiKeys
+	}
+	return nil
+}
+
+func (x *ListApiKeysResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type RevokeApiKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeApiKeyRequest) Reset() {
+	*x = RevokeApiKeyRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeApiKeyRequest) ProtoMessage() {}
+
+func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RevokeApiKeyRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *RevokeApiKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+type RevokeApiKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ApiKey        *ApiKey                `protobuf:"bytes,1,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeApiKeyResponse) Reset() {
+	*x = RevokeApiKeyResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeApiKeyResponse) ProtoMessage() {}
+
+func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RevokeApiKeyResponse) GetApiKey() *ApiKey {
+	if x != nil {
+		return x.ApiKey
+	}
+	return nil
+}
+
 var File_connector_v1_connector_service_proto protoreflect.FileDescriptor
 
 const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\n" +
-	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x9a\x01\n" +
+	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1aconnector/v1/api_key.proto\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x9a\x01\n" +
 	"\x16CreateConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x125\n" +
 	"\tconnector\x18\x02 \x01(\v2\x17.connector.v1.ConnectorR\tconnector\x12\x1b\n" +
@@ -1892,7 +2531,18 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\acontent\x18\x01 \x03(\v2\x15.connector.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x125\n" +
-	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xe6\x01\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xd0\x01\n" +
+	"\x15StreamCallToolRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\ttool_name\x18\x03 \x01(\tR\btoolName\x125\n" +
+	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\"\x91\x01\n" +
+	"\x16StreamCallToolResponse\x124\n" +
+	"\bprogress\x18\x01 \x01(\v2\x16.connector.v1.ProgressH\x00R\bprogress\x128\n" +
+	"\x06result\x18\x02 \x01(\v2\x1e.connector.v1.CallToolResponseH\x00R\x06resultB\a\n" +
+	"\x05event\"\xe6\x01\n" +
 	"\x15QueryConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x14\n" +
@@ -1912,22 +2562,52 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\tmax_tools\x18\x05 \x01(\x05R\bmaxTools\x12\x1b\n" +
 	"\tplan_only\x18\x06 \x01(\bR\bplanOnly\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"\xee\x02\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\"\xbe\x03\n" +
 	"\x1cStreamQueryConnectorResponse\x12>\n" +
 	"\fstep_planned\x18\x01 \x01(\v2\x19.connector.v1.StepPlannedH\x00R\vstepPlanned\x12K\n" +
 	"\x11tool_call_started\x18\x02 \x01(\v2\x1d.connector.v1.ToolCallStartedH\x00R\x0ftoolCallStarted\x12N\n" +
 	"\x12tool_call_finished\x18\x03 \x01(\v2\x1e.connector.v1.ToolCallFinishedH\x00R\x10toolCallFinished\x123\n" +
 	"\x06answer\x18\x04 \x01(\v2\x19.connector.v1.AnswerReadyH\x00R\x06answer\x123\n" +
-	"\x06result\x18\x05 \x01(\v2\x19.connector.v1.QueryResultH\x00R\x06resultB\a\n" +
-	"\x05event\"z\n" +
+	"\x06result\x18\x05 \x01(\v2\x19.connector.v1.QueryResultH\x00R\x06result\x12N\n" +
+	"\x12tool_call_progress\x18\x06 \x01(\v2\x1e.connector.v1.ToolCallProgressH\x00R\x10toolCallProgressB\a\n" +
+	"\x05event\"\x97\x01\n" +
+	"\x13ListSessionsRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"q\n" +
+	"\x14ListSessionsResponse\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.connector.v1.SessionR\bsessions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"z\n" +
 	"\x13CloseSessionRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x03 \x01(\tR\tsessionId\".\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\"a\n" +
 	"\x14CloseSessionResponse\x12\x16\n" +
-	"\x06closed\x18\x01 \x01(\x05R\x06closed2\xfb\n" +
+	"\x06closed\x18\x01 \x01(\x05R\x06closed\x121\n" +
+	"\bsessions\x18\x02 \x03(\v2\x15.connector.v1.SessionR\bsessions\"\x7f\n" +
+	"\x13CreateApiKeyRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x121\n" +
+	"\x06scopes\x18\x02 \x03(\x0e2\x19.connector.v1.ApiKeyScopeR\x06scopes\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"[\n" +
+	"\x14CreateApiKeyResponse\x12-\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"s\n" +
+	"\x12ListApiKeysRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"n\n" +
+	"\x13ListApiKeysResponse\x12/\n" +
+	"\bapi_keys\x18\x01 \x03(\v2\x14.connector.v1.ApiKeyR\aapiKeys\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"O\n" +
+	"\x13RevokeApiKeyRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"E\n" +
+	"\x14RevokeApiKeyResponse\x12-\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\xb3\x0e\n" +
 	"\x10ConnectorService\x12^\n" +
 	"\x0fCreateConnector\x12$.connector.v1.CreateConnectorRequest\x1a%.connector.v1.CreateConnectorResponse\x12U\n" +
 	"\fGetConnector\x12!.connector.v1.GetConnectorRequest\x1a\".connector.v1.GetConnectorResponse\x12[\n" +
@@ -1941,10 +2621,15 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"UpdateTool\x12\x1f.connector.v1.UpdateToolRequest\x1a .connector.v1.UpdateToolResponse\x12U\n" +
 	"\fRefreshTools\x12!.connector.v1.RefreshToolsRequest\x1a\".connector.v1.RefreshToolsResponse\x12[\n" +
 	"\x0eCheckConnector\x12#.connector.v1.CheckConnectorRequest\x1a$.connector.v1.CheckConnectorResponse\x12I\n" +
-	"\bCallTool\x12\x1d.connector.v1.CallToolRequest\x1a\x1e.connector.v1.CallToolResponse\x12[\n" +
+	"\bCallTool\x12\x1d.connector.v1.CallToolRequest\x1a\x1e.connector.v1.CallToolResponse\x12]\n" +
+	"\x0eStreamCallTool\x12#.connector.v1.StreamCallToolRequest\x1a$.connector.v1.StreamCallToolResponse0\x01\x12[\n" +
 	"\x0eQueryConnector\x12#.connector.v1.QueryConnectorRequest\x1a$.connector.v1.QueryConnectorResponse\x12o\n" +
 	"\x14StreamQueryConnector\x12).connector.v1.StreamQueryConnectorRequest\x1a*.connector.v1.StreamQueryConnectorResponse0\x01\x12U\n" +
-	"\fCloseSession\x12!.connector.v1.CloseSessionRequest\x1a\".connector.v1.CloseSessionResponseBEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\fListSessions\x12!.connector.v1.ListSessionsRequest\x1a\".connector.v1.ListSessionsResponse\x12U\n" +
+	"\fCloseSession\x12!.connector.v1.CloseSessionRequest\x1a\".connector.v1.CloseSessionResponse\x12U\n" +
+	"\fCreateApiKey\x12!.connector.v1.CreateApiKeyRequest\x1a\".connector.v1.CreateApiKeyResponse\x12R\n" +
+	"\vListApiKeys\x12 .connector.v1.ListApiKeysRequest\x1a!.connector.v1.ListApiKeysResponse\x12U\n" +
+	"\fRevokeApiKey\x12!.connector.v1.RevokeApiKeyRequest\x1a\".connector.v1.RevokeApiKeyResponseBEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_connector_service_proto_rawDescOnce sync.Once
@@ -1958,7 +2643,7 @@ func file_connector_v1_connector_service_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_service_proto_rawDescData
 }
 
-var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*CreateConnectorRequest)(nil),       // 0: connector.v1.CreateConnectorRequest
 	(*CreateConnectorResponse)(nil),      // 1: connector.v1.CreateConnectorResponse
@@ -1984,84 +2669,119 @@ var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*CheckConnectorResponse)(nil),       // 21: connector.v1.CheckConnectorResponse
 	(*CallToolRequest)(nil),              // 22: connector.v1.CallToolRequest
 	(*CallToolResponse)(nil),             // 23: connector.v1.CallToolResponse
-	(*QueryConnectorRequest)(nil),        // 24: connector.v1.QueryConnectorRequest
-	(*QueryConnectorResponse)(nil),       // 25: connector.v1.QueryConnectorResponse
-	(*StreamQueryConnectorRequest)(nil),  // 26: connector.v1.StreamQueryConnectorRequest
-	(*StreamQueryConnectorResponse)(nil), // 27: connector.v1.StreamQueryConnectorResponse
-	(*CloseSessionRequest)(nil),          // 28: connector.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),         // 29: connector.v1.CloseSessionResponse
-	(*Connector)(nil),                    // 30: connector.v1.Connector
-	(*fieldmaskpb.FieldMask)(nil),        // 31: google.protobuf.FieldMask
-	(*Tool)(nil),                         // 32: connector.v1.Tool
-	(*ConnectorHealth)(nil),              // 33: connector.v1.ConnectorHealth
-	(*structpb.Struct)(nil),              // 34: google.protobuf.Struct
-	(*Content)(nil),                      // 35: connector.v1.Content
-	(*durationpb.Duration)(nil),          // 36: google.protobuf.Duration
-	(*QueryResult)(nil),                  // 37: connector.v1.QueryResult
-	(*StepPlanned)(nil),                  // 38: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),              // 39: connector.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),             // 40: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),                  // 41: connector.v1.AnswerReady
+	(*StreamCallToolRequest)(nil),        // 24: connector.v1.StreamCallToolRequest
+	(*StreamCallToolResponse)(nil),       // 25: connector.v1.StreamCallToolResponse
+	(*QueryConnectorRequest)(nil),        // 26: connector.v1.QueryConnectorRequest
+	(*QueryConnectorResponse)(nil),       // 27: connector.v1.QueryConnectorResponse
+	(*StreamQueryConnectorRequest)(nil),  // 28: connector.v1.StreamQueryConnectorRequest
+	(*StreamQueryConnectorResponse)(nil), // 29: connector.v1.StreamQueryConnectorResponse
+	(*ListSessionsRequest)(nil),          // 30: connector.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),         // 31: connector.v1.ListSessionsResponse
+	(*CloseSessionRequest)(nil),          // 32: connector.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 33: connector.v1.CloseSessionResponse
+	(*CreateApiKeyRequest)(nil),          // 34: connector.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),         // 35: connector.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),           // 36: connector.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),          // 37: connector.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),          // 38: connector.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),         // 39: connector.v1.RevokeApiKeyResponse
+	(*Connector)(nil),                    // 40: connector.v1.Connector
+	(*fieldmaskpb.FieldMask)(nil),        // 41: google.protobuf.FieldMask
+	(*Tool)(nil),                         // 42: connector.v1.Tool
+	(*ConnectorHealth)(nil),              // 43: connector.v1.ConnectorHealth
+	(*structpb.Struct)(nil),              // 44: google.protobuf.Struct
+	(*Content)(nil),                      // 45: connector.v1.Content
+	(*durationpb.Duration)(nil),          // 46: google.protobuf.Duration
+	(*Progress)(nil),                     // 47: connector.v1.Progress
+	(*QueryResult)(nil),                  // 48: connector.v1.QueryResult
+	(*StepPlanned)(nil),                  // 49: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),              // 50: connector.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),             // 51: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),                  // 52: connector.v1.AnswerReady
+	(*ToolCallProgress)(nil),             // 53: connector.v1.ToolCallProgress
+	(*Session)(nil),                      // 54: connector.v1.Session
+	(ApiKeyScope)(0),                     // 55: connector.v1.ApiKeyScope
+	(*ApiKey)(nil),                       // 56: connector.v1.ApiKey
 }
 var file_connector_v1_connector_service_proto_depIdxs = []int32{
-	30, // 0: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
-	30, // 1: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
-	30, // 2: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
-	30, // 3: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
-	30, // 4: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
-	31, // 5: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	30, // 6: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
-	30, // 7: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	30, // 8: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	32, // 9: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
-	32, // 10: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
-	32, // 11: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
-	33, // 12: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
-	34, // 13: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	35, // 14: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
-	34, // 15: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	36, // 16: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	37, // 17: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	38, // 18: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
-	39, // 19: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
-	40, // 20: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
-	41, // 21: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
-	37, // 22: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	0,  // 23: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
-	2,  // 24: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
-	4,  // 25: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
-	6,  // 26: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
-	8,  // 27: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
-	10, // 28: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
-	12, // 29: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
-	14, // 30: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
-	16, // 31: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
-	18, // 32: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
-	20, // 33: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
-	22, // 34: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
-	24, // 35: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
-	26, // 36: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
-	28, // 37: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
-	1,  // 38: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
-	3,  // 39: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
-	5,  // 40: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
-	7,  // 41: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
-	9,  // 42: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
-	11, // 43: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
-	13, // 44: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
-	15, // 45: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
-	17, // 46: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
-	19, // 47: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
-	21, // 48: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
-	23, // 49: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
-	25, // 50: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
-	27, // 51: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
-	29, // 52: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	40, // 0: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
+	40, // 1: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
+	40, // 2: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
+	40, // 3: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
+	40, // 4: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
+	41, // 5: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	40, // 6: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
+	40, // 7: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	40, // 8: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	42, // 9: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
+	42, // 10: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
+	42, // 11: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
+	43, // 12: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
+	44, // 13: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	45, // 14: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
+	44, // 15: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	46, // 16: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	44, // 17: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	47, // 18: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
+	23, // 19: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
+	48, // 20: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	49, // 21: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
+	50, // 22: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
+	51, // 23: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
+	52, // 24: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
+	48, // 25: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	53, // 26: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
+	54, // 27: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
+	54, // 28: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
+	55, // 29: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
+	56, // 30: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	56, // 31: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
+	56, // 32: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	0,  // 33: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
+	2,  // 34: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
+	4,  // 35: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
+	6,  // 36: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
+	8,  // 37: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
+	10, // 38: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
+	12, // 39: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
+	14, // 40: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
+	16, // 41: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
+	18, // 42: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
+	20, // 43: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
+	22, // 44: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
+	24, // 45: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
+	26, // 46: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
+	28, // 47: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
+	30, // 48: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
+	32, // 49: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
+	34, // 50: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
+	36, // 51: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
+	38, // 52: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
+	1,  // 53: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
+	3,  // 54: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
+	5,  // 55: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
+	7,  // 56: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
+	9,  // 57: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
+	11, // 58: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
+	13, // 59: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
+	15, // 60: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
+	17, // 61: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
+	19, // 62: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
+	21, // 63: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
+	23, // 64: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
+	25, // 65: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
+	27, // 66: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
+	29, // 67: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
+	31, // 68: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
+	33, // 69: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
+	35, // 70: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
+	37, // 71: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
+	39, // 72: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
+	53, // [53:73] is the sub-list for method output_type
+	33, // [33:53] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_service_proto_init() }
@@ -2069,16 +2789,22 @@ func file_connector_v1_connector_service_proto_init() {
 	if File_connector_v1_connector_service_proto != nil {
 		return
 	}
+	file_connector_v1_api_key_proto_init()
 	file_connector_v1_connector_proto_init()
 	file_connector_v1_query_proto_init()
 	file_connector_v1_connector_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_connector_v1_connector_service_proto_msgTypes[16].OneofWrappers = []any{}
-	file_connector_v1_connector_service_proto_msgTypes[27].OneofWrappers = []any{
+	file_connector_v1_connector_service_proto_msgTypes[25].OneofWrappers = []any{
+		(*StreamCallToolResponse_Progress)(nil),
+		(*StreamCallToolResponse_Result)(nil),
+	}
+	file_connector_v1_connector_service_proto_msgTypes[29].OneofWrappers = []any{
 		(*StreamQueryConnectorResponse_StepPlanned)(nil),
 		(*StreamQueryConnectorResponse_ToolCallStarted)(nil),
 		(*StreamQueryConnectorResponse_ToolCallFinished)(nil),
 		(*StreamQueryConnectorResponse_Answer)(nil),
 		(*StreamQueryConnectorResponse_Result)(nil),
+		(*StreamQueryConnectorResponse_ToolCallProgress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2086,7 +2812,7 @@ func file_connector_v1_connector_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_service_proto_rawDesc), len(file_connector_v1_connector_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,9 +31,14 @@ const (
 	ConnectorService_RefreshTools_FullMethodName         = "/connector.v1.ConnectorService/RefreshTools"
 	ConnectorService_CheckConnector_FullMethodName       = "/connector.v1.ConnectorService/CheckConnector"
 	ConnectorService_CallTool_FullMethodName             = "/connector.v1.ConnectorService/CallTool"
+	ConnectorService_StreamCallTool_FullMethodName       = "/connector.v1.ConnectorService/StreamCallTool"
 	ConnectorService_QueryConnector_FullMethodName       = "/connector.v1.ConnectorService/QueryConnector"
 	ConnectorService_StreamQueryConnector_FullMethodName = "/connector.v1.ConnectorService/StreamQueryConnector"
+	ConnectorService_ListSessions_FullMethodName         = "/connector.v1.ConnectorService/ListSessions"
 	ConnectorService_CloseSession_FullMethodName         = "/connector.v1.ConnectorService/CloseSession"
+	ConnectorService_CreateApiKey_FullMethodName         = "/connector.v1.ConnectorService/CreateApiKey"
+	ConnectorService_ListApiKeys_FullMethodName          = "/connector.v1.ConnectorService/ListApiKeys"
+	ConnectorService_RevokeApiKey_FullMethodName         = "/connector.v1.ConnectorService/RevokeApiKey"
 )
 
 // ConnectorServiceClient is the client API for ConnectorService service.
@@ -42,7 +47,10 @@ const (
 //
 // ConnectorService manages MCP connectors and answers queries through each
 // connector's agent. Every request names a workspace; a connector is visible
-// only inside its own workspace.
+// only inside its own workspace. With auth on, every call sends an API key
+// of that workspace as "authorization: Bearer <token>": UNAUTHENTICATED
+// without a valid one, PERMISSION_DENIED for another workspace or a missing
+// scope (see ApiKeyScope).
 type ConnectorServiceClient interface {
 	// Creates a connector. Returns ALREADY_EXISTS if the workspace has one with
 	// the same connector_id.
@@ -69,13 +77,32 @@ type ConnectorServiceClient interface {
 	CheckConnector(ctx context.Context, in *CheckConnectorRequest, opts ...grpc.CallOption) (*CheckConnectorResponse, error)
 	// Runs one tool over the persistent session, without the LLM.
 	CallTool(ctx context.Context, in *CallToolRequest, opts ...grpc.CallOption) (*CallToolResponse, error)
+	// Runs one tool as CallTool does, with the same checks, limits and
+	// errors, and streams the MCP server's progress notifications for the
+	// call, in order, before its result.
+	StreamCallTool(ctx context.Context, in *StreamCallToolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCallToolResponse], error)
 	// Runs the connector agent on a query.
 	QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
 	StreamQueryConnector(ctx context.Context, in *StreamQueryConnectorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamQueryConnectorResponse], error)
-	// Closes the per-session connections of a session id. Not built yet:
-	// returns UNIMPLEMENTED.
+	// Lists the open sessions of a SESSION_MODE_PER_SESSION connector, ordered
+	// by session_id, in pages. An inactive connector has none.
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// Closes a session's connections: on one connector, or on every connector
+	// of the workspace. Closing a session that is not open is not an error.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// Creates an API key of the workspace and returns its token, the only
+	// time it is shown: the service keeps only its SHA-256. Without auth (no
+	// key yet, on loopback) anyone may call it, and the first key turns auth
+	// on at once.
+	CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error)
+	// Lists the workspace's API keys, revoked ones included, ordered by
+	// key_id, in pages.
+	ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error)
+	// Revokes an API key of the workspace: calls with it fail from the moment
+	// this returns, in every running service. Revoking a revoked key returns
+	// it unchanged.
+	RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error)
 }
 
 type connectorServiceClient struct {
@@ -206,6 +233,25 @@ func (c *connectorServiceClient) CallTool(ctx context.Context, in *CallToolReque
 	return out, nil
 }
 
+func (c *connectorServiceClient) StreamCallTool(ctx context.Context, in *StreamCallToolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCallToolResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[0], ConnectorService_StreamCallTool_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamCallToolRequest, StreamCallToolResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConnectorService_StreamCallToolClient = grpc.ServerStreamingClient[StreamCallToolResponse]
+
 func (c *connectorServiceClient) QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueryConnectorResponse)
@@ -218,7 +264,7 @@ func (c *connectorServiceClient) QueryConnector(ctx context.Context, in *QueryCo
 
 func (c *connectorServiceClient) StreamQueryConnector(ctx context.Context, in *StreamQueryConnectorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamQueryConnectorResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[0], ConnectorService_StreamQueryConnector_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[1], ConnectorService_StreamQueryConnector_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -235,10 +281,50 @@ func (c *connectorServiceClient) StreamQueryConnector(ctx context.Context, in *S
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConnectorService_StreamQueryConnectorClient = grpc.ServerStreamingClient[StreamQueryConnectorResponse]
 
+func (c *connectorServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *connectorServiceClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CloseSessionResponse)
 	err := c.cc.Invoke(ctx, ConnectorService_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateApiKeyResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_CreateApiKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApiKeysResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListApiKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeApiKeyResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_RevokeApiKey_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +337,10 @@ func (c *connectorServiceClient) CloseSession(ctx context.Context, in *CloseSess
 //
 // ConnectorService manages MCP connectors and answers queries through each
 // connector's agent. Every request names a workspace; a connector is visible
-// only inside its own workspace.
+// only inside its own workspace. With auth on, every call sends an API key
+// of that workspace as "authorization: Bearer <token>": UNAUTHENTICATED
+// without a valid one, PERMISSION_DENIED for another workspace or a missing
+// scope (see ApiKeyScope).
 type ConnectorServiceServer interface {
 	// Creates a connector. Returns ALREADY_EXISTS if the workspace has one with
 	// the same connector_id.
@@ -278,13 +367,32 @@ type ConnectorServiceServer interface {
 	CheckConnector(context.Context, *CheckConnectorRequest) (*CheckConnectorResponse, error)
 	// Runs one tool over the persistent session, without the LLM.
 	CallTool(context.Context, *CallToolRequest) (*CallToolResponse, error)
+	// Runs one tool as CallTool does, with the same checks, limits and
+	// errors, and streams the MCP server's progress notifications for the
+	// call, in order, before its result.
+	StreamCallTool(*StreamCallToolRequest, grpc.ServerStreamingServer[StreamCallToolResponse]) error
 	// Runs the connector agent on a query.
 	QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
 	StreamQueryConnector(*StreamQueryConnectorRequest, grpc.ServerStreamingServer[StreamQueryConnectorResponse]) error
-	// Closes the per-session connections of a session id. Not built yet:
-	// returns UNIMPLEMENTED.
+	// Lists the open sessions of a SESSION_MODE_PER_SESSION connector, ordered
+	// by session_id, in pages. An inactive connector has none.
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// Closes a session's connections: on one connector, or on every connector
+	// of the workspace. Closing a session that is not open is not an error.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// Creates an API key of the workspace and returns its token, the only
+	// time it is shown: the service keeps only its SHA-256. Without auth (no
+	// key yet, on loopback) anyone may call it, and the first key turns auth
+	// on at once.
+	CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error)
+	// Lists the workspace's API keys, revoked ones included, ordered by
+	// key_id, in pages.
+	ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error)
+	// Revokes an API key of the workspace: calls with it fail from the moment
+	// this returns, in every running service. Revoking a revoked key returns
+	// it unchanged.
+	RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error)
 	mustEmbedUnimplementedConnectorServiceServer()
 }
 
@@ -331,14 +439,29 @@ func (UnimplementedConnectorServiceServer) CheckConnector(context.Context, *Chec
 func (UnimplementedConnectorServiceServer) CallTool(context.Context, *CallToolRequest) (*CallToolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CallTool not implemented")
 }
+func (UnimplementedConnectorServiceServer) StreamCallTool(*StreamCallToolRequest, grpc.ServerStreamingServer[StreamCallToolResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamCallTool not implemented")
+}
 func (UnimplementedConnectorServiceServer) QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryConnector not implemented")
 }
 func (UnimplementedConnectorServiceServer) StreamQueryConnector(*StreamQueryConnectorRequest, grpc.ServerStreamingServer[StreamQueryConnectorResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamQueryConnector not implemented")
 }
+func (UnimplementedConnectorServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
+}
 func (UnimplementedConnectorServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedConnectorServiceServer) CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateApiKey not implemented")
+}
+func (UnimplementedConnectorServiceServer) ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApiKeys not implemented")
+}
+func (UnimplementedConnectorServiceServer) RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeApiKey not implemented")
 }
 func (UnimplementedConnectorServiceServer) mustEmbedUnimplementedConnectorServiceServer() {}
 func (UnimplementedConnectorServiceServer) testEmbeddedByValue()                          {}
@@ -577,6 +700,17 @@ func _ConnectorService_CallTool_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConnectorService_StreamCallTool_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamCallToolRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ConnectorServiceServer).StreamCallTool(m, &grpc.GenericServerStream[StreamCallToolRequest, StreamCallToolResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConnectorService_StreamCallToolServer = grpc.ServerStreamingServer[StreamCallToolResponse]
+
 func _ConnectorService_QueryConnector_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueryConnectorRequest)
 	if err := dec(in); err != nil {
@@ -606,6 +740,24 @@ func _ConnectorService_StreamQueryConnector_Handler(srv interface{}, stream grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConnectorService_StreamQueryConnectorServer = grpc.ServerStreamingServer[StreamQueryConnectorResponse]
 
+func _ConnectorService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ConnectorService_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseSessionRequest)
 	if err := dec(in); err != nil {
@@ -620,6 +772,60 @@ func _ConnectorService_CloseSession_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ConnectorServiceServer).CloseSession(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_CreateApiKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateApiKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).CreateApiKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_CreateApiKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).CreateApiKey(ctx, req.(*CreateApiKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_ListApiKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApiKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListApiKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListApiKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListApiKeys(ctx, req.(*ListApiKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_RevokeApiKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeApiKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).RevokeApiKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_RevokeApiKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).RevokeApiKey(ctx, req.(*RevokeApiKeyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -684,11 +890,32 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ConnectorService_QueryConnector_Handler,
 		},
 		{
+			MethodName: "ListSessions",
+			Handler:    _ConnectorService_ListSessions_Handler,
+		},
+		{
 			MethodName: "CloseSession",
 			Handler:    _ConnectorService_CloseSession_Handler,
 		},
+		{
+			MethodName: "CreateApiKey",
+			Handler:    _ConnectorService_CreateApiKey_Handler,
+		},
+		{
+			MethodName: "ListApiKeys",
+			Handler:    _ConnectorService_ListApiKeys_Handler,
+		},
+		{
+			MethodName: "RevokeApiKey",
+			Handler:    _ConnectorService_RevokeApiKey_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "StreamCallTool",
+			Handler:       _ConnectorService_StreamCallTool_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "StreamQueryConnector",
 			Handler:       _ConnectorService_StreamQueryConnector_Handler,

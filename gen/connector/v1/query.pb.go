@@ -447,6 +447,72 @@ func (x *EmbeddedResource) GetBlob() []byte {
 	return nil
 }
 
+// Progress is one MCP progress notification of a running tool call.
+type Progress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How far the tool is; it rises with every update, whether or not the
+	// total is known.
+	Progress float64 `protobuf:"fixed64,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	// What progress counts up to; 0 when the server does not say.
+	Total float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing, when the server says; cut at 4 KiB, with a
+	// visible "…[truncated: …]" marker.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Progress) Reset() {
+	*x = Progress{}
+	mi := &file_connector_v1_query_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Progress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Progress) ProtoMessage() {}
+
+func (x *Progress) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Progress.ProtoReflect.Descriptor instead.
+func (*Progress) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Progress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *Progress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *Progress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ToolCall is one tool call of a query run.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -466,7 +532,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_connector_v1_query_proto_msgTypes[5]
+	mi := &file_connector_v1_query_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +544,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[5]
+	mi := &file_connector_v1_query_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +557,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{5}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCall) GetId() string {
@@ -554,7 +620,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_connector_v1_query_proto_msgTypes[6]
+	mi := &file_connector_v1_query_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +632,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[6]
+	mi := &file_connector_v1_query_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +645,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Step) GetIndex() int32 {
@@ -608,7 +674,7 @@ type PlannedTool struct {
 
 func (x *PlannedTool) Reset() {
 	*x = PlannedTool{}
-	mi := &file_connector_v1_query_proto_msgTypes[7]
+	mi := &file_connector_v1_query_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +686,7 @@ func (x *PlannedTool) String() string {
 func (*PlannedTool) ProtoMessage() {}
 
 func (x *PlannedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[7]
+	mi := &file_connector_v1_query_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +699,7 @@ func (x *PlannedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedTool.ProtoReflect.Descriptor instead.
 func (*PlannedTool) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{7}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PlannedTool) GetTool() string {
@@ -663,7 +729,7 @@ type QueryContext struct {
 
 func (x *QueryContext) Reset() {
 	*x = QueryContext{}
-	mi := &file_connector_v1_query_proto_msgTypes[8]
+	mi := &file_connector_v1_query_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +741,7 @@ func (x *QueryContext) String() string {
 func (*QueryContext) ProtoMessage() {}
 
 func (x *QueryContext) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[8]
+	mi := &file_connector_v1_query_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +754,7 @@ func (x *QueryContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryContext.ProtoReflect.Descriptor instead.
 func (*QueryContext) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{8}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueryContext) GetTool() string {
@@ -724,7 +790,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_connector_v1_query_proto_msgTypes[9]
+	mi := &file_connector_v1_query_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +802,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[9]
+	mi := &file_connector_v1_query_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +815,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{9}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -794,7 +860,7 @@ type QueryResult struct {
 
 func (x *QueryResult) Reset() {
 	*x = QueryResult{}
-	mi := &file_connector_v1_query_proto_msgTypes[10]
+	mi := &file_connector_v1_query_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +872,7 @@ func (x *QueryResult) String() string {
 func (*QueryResult) ProtoMessage() {}
 
 func (x *QueryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[10]
+	mi := &file_connector_v1_query_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +885,7 @@ func (x *QueryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResult.ProtoReflect.Descriptor instead.
 func (*QueryResult) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{10}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueryResult) GetStatus() QueryStatus {
@@ -902,7 +968,7 @@ type StepPlanned struct {
 
 func (x *StepPlanned) Reset() {
 	*x = StepPlanned{}
-	mi := &file_connector_v1_query_proto_msgTypes[11]
+	mi := &file_connector_v1_query_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +980,7 @@ func (x *StepPlanned) String() string {
 func (*StepPlanned) ProtoMessage() {}
 
 func (x *StepPlanned) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[11]
+	mi := &file_connector_v1_query_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +993,7 @@ func (x *StepPlanned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepPlanned.ProtoReflect.Descriptor instead.
 func (*StepPlanned) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{11}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StepPlanned) GetStep() *Step {
@@ -948,7 +1014,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_connector_v1_query_proto_msgTypes[12]
+	mi := &file_connector_v1_query_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1026,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[12]
+	mi := &file_connector_v1_query_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1039,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{12}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallStarted) GetStepIndex() int32 {
@@ -990,6 +1056,78 @@ func (x *ToolCallStarted) GetCall() *ToolCall {
 	return nil
 }
 
+// ToolCallProgress is sent for each progress notification the MCP server
+// sends while a tool call runs: after the call's ToolCallStarted, in the
+// order the server sent them, and before its ToolCallFinished.
+type ToolCallProgress struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	StepIndex int32                  `protobuf:"varint,1,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	// ToolCall.id of the call.
+	CallId        string    `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool          string    `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	Progress      *Progress `protobuf:"bytes,4,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallProgress) Reset() {
+	*x = ToolCallProgress{}
+	mi := &file_connector_v1_query_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallProgress) ProtoMessage() {}
+
+func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
+func (*ToolCallProgress) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ToolCallProgress) GetStepIndex() int32 {
+	if x != nil {
+		return x.StepIndex
+	}
+	return 0
+}
+
+func (x *ToolCallProgress) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallProgress) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolCallProgress) GetProgress() *Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // ToolCallFinished is sent when a tool call ends.
 type ToolCallFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1001,7 +1139,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_connector_v1_query_proto_msgTypes[13]
+	mi := &file_connector_v1_query_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1151,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[13]
+	mi := &file_connector_v1_query_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1164,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{13}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCallFinished) GetStepIndex() int32 {
@@ -1053,7 +1191,7 @@ type AnswerReady struct {
 
 func (x *AnswerReady) Reset() {
 	*x = AnswerReady{}
-	mi := &file_connector_v1_query_proto_msgTypes[14]
+	mi := &file_connector_v1_query_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1203,7 @@ func (x *AnswerReady) String() string {
 func (*AnswerReady) ProtoMessage() {}
 
 func (x *AnswerReady) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[14]
+	mi := &file_connector_v1_query_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1216,7 @@ func (x *AnswerReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerReady.ProtoReflect.Descriptor instead.
 func (*AnswerReady) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{14}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AnswerReady) GetAnswer() string {
@@ -1114,7 +1252,11 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1b\n" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12\x12\n" +
-	"\x04blob\x18\x04 \x01(\fR\x04blob\"\x87\x02\n" +
+	"\x04blob\x18\x04 \x01(\fR\x04blob\"V\n" +
+	"\bProgress\x12\x1a\n" +
+	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x87\x02\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x125\n" +
@@ -1156,7 +1298,13 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x0fToolCallStarted\x12\x1d\n" +
 	"\n" +
 	"step_index\x18\x01 \x01(\x05R\tstepIndex\x12*\n" +
-	"\x04call\x18\x02 \x01(\v2\x16.connector.v1.ToolCallR\x04call\"]\n" +
+	"\x04call\x18\x02 \x01(\v2\x16.connector.v1.ToolCallR\x04call\"\x92\x01\n" +
+	"\x10ToolCallProgress\x12\x1d\n" +
+	"\n" +
+	"step_index\x18\x01 \x01(\x05R\tstepIndex\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\x122\n" +
+	"\bprogress\x18\x04 \x01(\v2\x16.connector.v1.ProgressR\bprogress\"]\n" +
 	"\x10ToolCallFinished\x12\x1d\n" +
 	"\n" +
 	"step_index\x18\x01 \x01(\x05R\tstepIndex\x12*\n" +
@@ -1182,7 +1330,7 @@ func file_connector_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_connector_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_connector_v1_query_proto_goTypes = []any{
 	(QueryStatus)(0),            // 0: connector.v1.QueryStatus
 	(*Content)(nil),             // 1: connector.v1.Content
@@ -1190,18 +1338,20 @@ var file_connector_v1_query_proto_goTypes = []any{
 	(*BinaryContent)(nil),       // 3: connector.v1.BinaryContent
 	(*ResourceLink)(nil),        // 4: connector.v1.ResourceLink
 	(*EmbeddedResource)(nil),    // 5: connector.v1.EmbeddedResource
-	(*ToolCall)(nil),            // 6: connector.v1.ToolCall
-	(*Step)(nil),                // 7: connector.v1.Step
-	(*PlannedTool)(nil),         // 8: connector.v1.PlannedTool
-	(*QueryContext)(nil),        // 9: connector.v1.QueryContext
-	(*TokenUsage)(nil),          // 10: connector.v1.TokenUsage
-	(*QueryResult)(nil),         // 11: connector.v1.QueryResult
-	(*StepPlanned)(nil),         // 12: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),     // 13: connector.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),    // 14: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),         // 15: connector.v1.AnswerReady
-	(*structpb.Struct)(nil),     // 16: google.protobuf.Struct
-	(*durationpb.Duration)(nil), // 17: google.protobuf.Duration
+	(*Progress)(nil),            // 6: connector.v1.Progress
+	(*ToolCall)(nil),            // 7: connector.v1.ToolCall
+	(*Step)(nil),                // 8: connector.v1.Step
+	(*PlannedTool)(nil),         // 9: connector.v1.PlannedTool
+	(*QueryContext)(nil),        // 10: connector.v1.QueryContext
+	(*TokenUsage)(nil),          // 11: connector.v1.TokenUsage
+	(*QueryResult)(nil),         // 12: connector.v1.QueryResult
+	(*StepPlanned)(nil),         // 13: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),     // 14: connector.v1.ToolCallStarted
+	(*ToolCallProgress)(nil),    // 15: connector.v1.ToolCallProgress
+	(*ToolCallFinished)(nil),    // 16: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),         // 17: connector.v1.AnswerReady
+	(*structpb.Struct)(nil),     // 18: google.protobuf.Struct
+	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
 }
 var file_connector_v1_query_proto_depIdxs = []int32{
 	2,  // 0: connector.v1.Content.text:type_name -> connector.v1.TextContent
@@ -1209,25 +1359,26 @@ var file_connector_v1_query_proto_depIdxs = []int32{
 	3,  // 2: connector.v1.Content.audio:type_name -> connector.v1.BinaryContent
 	4,  // 3: connector.v1.Content.resource_link:type_name -> connector.v1.ResourceLink
 	5,  // 4: connector.v1.Content.resource:type_name -> connector.v1.EmbeddedResource
-	16, // 5: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
-	17, // 6: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
-	6,  // 7: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
-	16, // 8: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
+	18, // 5: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
+	19, // 6: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
+	7,  // 7: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
+	18, // 8: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
 	4,  // 9: connector.v1.QueryContext.resource_links:type_name -> connector.v1.ResourceLink
 	0,  // 10: connector.v1.QueryResult.status:type_name -> connector.v1.QueryStatus
-	7,  // 11: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
-	8,  // 12: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
-	9,  // 13: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
-	10, // 14: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
-	17, // 15: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
-	7,  // 16: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
-	6,  // 17: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
-	6,  // 18: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	8,  // 11: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
+	9,  // 12: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
+	10, // 13: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
+	11, // 14: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
+	19, // 15: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
+	8,  // 16: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
+	7,  // 17: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
+	6,  // 18: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
+	7,  // 19: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_query_proto_init() }
@@ -1248,7 +1399,7 @@ func file_connector_v1_query_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_query_proto_rawDesc), len(file_connector_v1_query_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -33,7 +33,7 @@ type Server struct {
 	mu       sync.Mutex
 	script   []Step
 	requests []openai.ChatCompletionRequest
-	auth     []string
+	headers  []http.Header
 }
 
 // New starts a server that answers with steps in order.
@@ -65,9 +65,18 @@ func (s *Server) Requests() []openai.ChatCompletionRequest {
 
 // Authorizations returns the Authorization headers received.
 func (s *Server) Authorizations() []string {
+	var auth []string
+	for _, h := range s.Headers() {
+		auth = append(auth, h.Get("Authorization"))
+	}
+	return auth
+}
+
+// Headers returns the headers of each request received, in order.
+func (s *Server) Headers() []http.Header {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]string(nil), s.auth...)
+	return append([]http.Header(nil), s.headers...)
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
@@ -79,7 +88,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	n := len(s.requests)
 	s.requests = append(s.requests, req)
-	s.auth = append(s.auth, r.Header.Get("Authorization"))
+	s.headers = append(s.headers, r.Header.Clone())
 	var step Step
 	if n < len(s.script) {
 		step = s.script[n]

@@ -15,10 +15,15 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/connector-svc/connector-svc/internal/mcptest"
 )
 
 func main() {
@@ -26,7 +31,19 @@ func main() {
 	child := flag.Bool("child", false, "start a child process (sleep) in the same process group")
 	pidfile := flag.String("pidfile", "", "append this process's pid, and the child's, to this file")
 	httpAddr := flag.String("http", "", "serve streamable HTTP (classic sessions) on this address instead of stdio")
+	profile := flag.String("profile", "", "hold an exclusive lock on this directory (its $CONNECTOR_SESSION_ID subdirectory if set) while running, as a browser holds its profile")
+	exitAfter := flag.Duration("exit-after", 0, "exit with status 7 this long after starting, saying so (and $TOKEN) on stderr")
 	flag.Parse()
+
+	if *profile != "" {
+		lockProfile(filepath.Join(*profile, os.Getenv("CONNECTOR_SESSION_ID")))
+	}
+	if *exitAfter > 0 {
+		time.AfterFunc(*exitAfter, func() {
+			fmt.Fprintln(os.Stderr, "leaving on purpose; token was", os.Getenv("TOKEN"))
+			os.Exit(7)
+		})
+	}
 
 	if *stubborn {
 		signal.Ignore(syscall.SIGTERM)
@@ -62,16 +79,35 @@ func main() {
 	s.AddTool(mcp.NewTool("pid"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText(fmt.Sprint(os.Getpid())), nil
 	})
+	// remember and recall keep one value per server process, that is per
+	// connection: what a browser page or a shell's directory is.
+	var mu sync.Mutex
+	var remembered string
+	s.AddTool(mcp.NewTool("remember", mcp.WithString("value", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			mu.Lock()
+			remembered = req.GetString("value", "")
+			mu.Unlock()
+			return mcp.NewToolResultText("ok"), nil
+		})
+	s.AddTool(mcp.NewTool("recall"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return mcp.NewToolResultText(remembered), nil
+	})
 	s.AddTool(mcp.NewTool("crash"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		fmt.Fprintln(os.Stderr, "panic: the test asked me to crash")
 		os.Exit(3)
 		return nil, nil
 	})
 
+	written := mcptest.NewWritten()
+	mcptest.AddProgressTool(s, written)
+
 	if *httpAddr != "" {
-		log.Fatal(http.ListenAndServe(*httpAddr, legacyOnly(server.NewStreamableHTTPServer(s))))
+		log.Fatal(http.ListenAndServe(*httpAddr, legacyOnly(written.Handler(server.NewStreamableHTTPServer(s)))))
 	}
-	err := server.NewStdioServer(s).Listen(context.Background(), os.Stdin, os.Stdout)
+	err := server.NewStdioServer(s).Listen(context.Background(), os.Stdin, written.Writer(os.Stdout))
 	if *stubborn {
 		select {} // a server that does not exit when its client goes
 	}
@@ -79,6 +115,27 @@ func main() {
 		log.Fatal(err)
 	}
 }
+
+// lockProfile takes an exclusive lock on dir/lock, held until the process
+// ends, or exits the way Playwright does when another instance has it.
+func lockProfile(dir string) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		log.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintln(os.Stderr, "Error: profile already in use:", dir)
+		os.Exit(1)
+	}
+	profileLock = f // kept open, and so locked, for the life of the process
+}
+
+// profileLock holds the profile's lock; a file nobody refers to would be
+// closed by its finalizer.
+var profileLock *os.File
 
 // legacyOnly answers the 2026-07 server/discover probe with "method not
 // found", so clients use classic sessions, as most deployed servers do.

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/telemetry"
+)
+
+const defaultAdminAddr = "127.0.0.1:9464"
+
+func adminFlags(fs *flag.FlagSet, cfg *config) {
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", defaultAdminAddr,
+		"admin HTTP address: /metrics, /healthz, /readyz, and pprof if on; off turns it off (ADMIN_ADDR)")
+	fs.BoolVar(&cfg.AdminPprof, "admin-pprof", false, "serve net/http/pprof under /debug/pprof/ on ADMIN_ADDR (ADMIN_PPROF)")
+	fs.BoolVar(&cfg.AdminAnyAddress, "admin-any-address", false,
+		"let ADMIN_ADDR be a non-loopback address; nothing it serves asks for credentials (ADMIN_ANY_ADDRESS)")
+}
+
+// readAdmin checks the admin settings and reads the metrics exporters
+// from the standard OTel variables. The admin address serves without
+// credentials, so it stays on loopback unless the operator says otherwise.
+func (cfg *config) readAdmin(getenv func(string) string) error {
+	if cfg.AdminAddr == "off" {
+		cfg.AdminAddr = ""
+	}
+	switch loopback, err := isLoopback(cfg.AdminAddr); {
+	case cfg.AdminAddr == "" && cfg.AdminPprof:
+		return fmt.Errorf("ADMIN_PPROF needs ADMIN_ADDR: pprof is served there")
+	case cfg.AdminAddr == "":
+	case err != nil:
+		return fmt.Errorf("ADMIN_ADDR %s: %w", cfg.AdminAddr, err)
+	case !loopback && !cfg.AdminAnyAddress:
+		return fmt.Errorf("refusing ADMIN_ADDR %s, which is not a loopback address: nothing there asks for credentials, and "+
+			"/metrics names every workspace's connectors (pprof, if on, shows the process's memory and stacks). Serve it on "+
+			"127.0.0.1, or, where only operators and your scraper reach it, set ADMIN_ANY_ADDRESS=true", cfg.AdminAddr)
+	}
+	var err error
+	if cfg.MetricsExporters, err = telemetry.ParseExporters(getenv("OTEL_METRICS_EXPORTER"), cfg.AdminAddr != ""); err != nil {
+		return err
+	}
+	if slices.Contains(cfg.MetricsExporters, telemetry.ExporterPrometheus) && cfg.AdminAddr == "" {
+		return fmt.Errorf("OTEL_METRICS_EXPORTER=prometheus needs ADMIN_ADDR: /metrics is served there")
+	}
+	if getenv("OTEL_SDK_DISABLED") == "true" {
+		cfg.MetricsExporters = nil
+	}
+	cfg.OTLPProtocol, err = telemetry.ParseProtocol(getenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
+	return err
+}
+
+// observability is what serve reports to: the meter provider its parts
+// record on, and whether it is ready.
+type observability struct {
+	meters metric.MeterProvider
+	ready  *telemetry.Readiness
+}
+
+// withAdmin builds the metrics exporters and the admin listener, runs
+// serve beside the listener until serve returns, then stops the listener
+// and pushes the metrics not exported yet.
+func withAdmin(ctx context.Context, cfg config, db *store.DB, logger *slog.Logger,
+	serve func(context.Context, observability) error) error {
+	metrics, err := telemetry.NewMetrics(ctx, telemetry.MetricsConfig{Exporters: cfg.MetricsExporters, OTLPProtocol: cfg.OTLPProtocol})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := metrics.Shutdown(flush); err != nil {
+			logger.Warn("metrics not flushed", slog.String("error", err.Error()))
+		}
+	}()
+	obs := observability{meters: metrics.MeterProvider(), ready: telemetry.NewReadiness(db, telemetry.ReadinessConfig{}, logger)}
+	if cfg.AdminAddr == "" {
+		return serve(ctx, obs)
+	}
+	admin, err := telemetry.ListenAdmin(telemetry.AdminConfig{Addr: cfg.AdminAddr, Metrics: metrics.Handler(),
+		Ready: obs.ready, Pprof: cfg.AdminPprof}, logger)
+	if err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "admin serving", slog.String("addr", admin.Addr()), slog.Bool("metrics", metrics.Handler() != nil),
+		slog.Bool("pprof", cfg.AdminPprof), slog.Any("metrics_exporters", cfg.MetricsExporters))
+	// The listener outlives ctx: while gRPC drains, /readyz says 503 and
+	// /metrics still answers. It stops when serve returns, or fails alone.
+	eg, ctx := errgroup.WithContext(ctx)
+	stopAdmin, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	eg.Go(func() error { return admin.Run(stopAdmin) })
+	eg.Go(func() error {
+		defer cancel()
+		return serve(ctx, obs)
+	})
+	return eg.Wait()
+}

@@ -1,0 +1,98 @@
+// Package auth decides who may call the service. It owns API keys: random
+// tokens shown once, stored only as their SHA-256, each bound to one
+// workspace and a set of scopes. It creates, lists and revokes them
+// (through the store), verifies them with a short-lived cache that a
+// revocation empties at once, and provides the gRPC interceptors that
+// authenticate every call (Guard).
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scope is a set of RPCs a key may call.
+type Scope string
+
+// The scopes. Admin implies query: an admin key can create a stdio
+// connector, which runs a command on the host, so withholding the query RPCs
+// from it would protect nothing.
+const (
+	// ScopeAdmin is connector, tool and API key lifecycle.
+	ScopeAdmin Scope = "admin"
+	// ScopeQuery is tool calls, queries and sessions.
+	ScopeQuery Scope = "query"
+)
+
+// scopes are the valid scopes, in order.
+var scopes = []Scope{ScopeAdmin, ScopeQuery}
+
+// ParseScopes checks scope names ("admin", "query"), each may appear once
+// and at least one must, and returns them in a canonical order.
+func ParseScopes(names []string) ([]Scope, error) {
+	if len(names) == 0 {
+		return nil, errors.New("name at least one scope: admin or query")
+	}
+	var out []Scope
+	for _, n := range names {
+		s := Scope(strings.TrimSpace(n))
+		if !slices.Contains(scopes, s) {
+			return nil, fmt.Errorf("unknown scope %q: want admin or query", n)
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b Scope) int { return slices.Index(scopes, a) - slices.Index(scopes, b) })
+	return out, nil
+}
+
+// Key is an API key as the service shows it: everything but the token.
+type Key struct {
+	ID          string
+	WorkspaceID string
+	Scopes      []Scope
+	Name        string
+	// Hint is the token's last 4 characters.
+	Hint      string
+	CreatedAt time.Time
+	// RevokedAt is nil while the key is valid.
+	RevokedAt *time.Time
+}
+
+// Allows reports whether k grants scope s. Admin implies query.
+func (k Key) Allows(s Scope) bool {
+	return slices.Contains(k.Scopes, s) || (s == ScopeQuery && slices.Contains(k.Scopes, ScopeAdmin))
+}
+
+// Masked is how listings show the token: its prefix and id, then its hint.
+func (k Key) Masked() string { return tokenPrefix + k.ID + "_…" + k.Hint }
+
+// Errors of Verify.
+var (
+	// ErrNoKey means the call carries no API key.
+	ErrNoKey = errors.New("no API key")
+	// ErrUnknownKey means no key has that token.
+	ErrUnknownKey = errors.New("unknown API key")
+	// ErrRevoked means the key was revoked.
+	ErrRevoked = errors.New("API key revoked")
+)
+
+type keyContext struct{}
+
+// WithKey returns ctx carrying the caller's key.
+func WithKey(ctx context.Context, k Key) context.Context {
+	return context.WithValue(ctx, keyContext{}, k)
+}
+
+// KeyFrom returns the key the call was authenticated with; false when the
+// call carried none that was checked (auth off, or a method that needs no
+// key).
+func KeyFrom(ctx context.Context) (Key, bool) {
+	k, ok := ctx.Value(keyContext{}).(Key)
+	return k, ok
+}

@@ -1,0 +1,284 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+// countingStore is a real store that counts key lookups and can hold them
+// after they read.
+type countingStore struct {
+	*store.DB
+	lookups atomic.Int64
+	hold    chan chan struct{} // when set, a lookup that has read waits for its channel to close
+}
+
+func (s *countingStore) APIKeyByHash(ctx context.Context, h []byte) (*store.APIKey, error) {
+	s.lookups.Add(1)
+	k, err := s.DB.APIKeyByHash(ctx, h)
+	if s.hold != nil {
+		release := make(chan struct{})
+		s.hold <- release
+		<-release
+	}
+	return k, err
+}
+
+func newKeys(t *testing.T, cfg Config) (*Keys, *countingStore) {
+	t.Helper()
+	db := &countingStore{DB: storetest.NewDB(t)}
+	return NewKeys(db, cfg, nil), db
+}
+
+func TestTokens(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id, token := newToken()
+		if !strings.HasPrefix(token, "csk_"+id+"_") || len(id) != 8 || !wellFormed(token) || seen[token] {
+			t.Fatalf("token %q (id %q) is not fresh and well formed", token, id)
+		}
+		seen[token] = true
+	}
+	for _, bad := range []string{"", "csk_", "Bearer x", strings.Repeat("x", tokenLen)} {
+		if wellFormed(bad) {
+			t.Errorf("wellFormed(%q) = true", bad)
+		}
+	}
+}
+
+func TestParseScopes(t *testing.T) {
+	for _, tt := range []struct {
+		in   []string
+		want []Scope
+		err  bool
+	}{
+		{in: []string{"admin"}, want: []Scope{ScopeAdmin}},
+		{in: []string{"query", " admin", "query"}, want: []Scope{ScopeAdmin, ScopeQuery}},
+		{in: nil, err: true},
+		{in: []string{"root"}, err: true},
+		{in: []string{""}, err: true},
+	} {
+		got, err := ParseScopes(tt.in)
+		if (err != nil) != tt.err || !cmp.Equal(got, tt.want) {
+			t.Errorf("ParseScopes(%q) = %v, %v; want %v (error %v)", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestAdminImpliesQuery(t *testing.T) {
+	admin := Key{Scopes: []Scope{ScopeAdmin}}
+	query := Key{Scopes: []Scope{ScopeQuery}}
+	if !admin.Allows(ScopeAdmin) || !admin.Allows(ScopeQuery) {
+		t.Error("an admin key does not allow admin and query")
+	}
+	if query.Allows(ScopeAdmin) || !query.Allows(ScopeQuery) {
+		t.Error("a query key allows admin, or not query")
+	}
+}
+
+func TestCreateVerifyRevoke(t *testing.T) {
+	keys, db := newKeys(t, Config{})
+	ctx := context.Background()
+	if err := keys.Load(ctx); err != nil || keys.Exist() {
+		t.Fatalf("Load on a new database: Exist = %v, %v", keys.Exist(), err)
+	}
+	created, token, err := keys.Create(ctx, "acme", []Scope{ScopeQuery}, "backend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !keys.Exist() || created.WorkspaceID != "acme" || created.Hint != token[len(token)-4:] ||
+		created.Masked() != "csk_"+created.ID+"_…"+created.Hint {
+		t.Errorf("created %+v with token %q", created, token)
+	}
+	rows, err := db.ListAPIKeys(ctx, "acme", "", 10)
+	if err != nil || len(rows) != 1 || strings.Contains(string(rows[0].TokenSHA256), token) || rows[0].TokenHint != created.Hint {
+		t.Fatalf("stored rows %+v, %v", rows, err)
+	}
+
+	for range 100 {
+		got, err := keys.Verify(ctx, token)
+		if err != nil || got.ID != created.ID {
+			t.Fatalf("Verify = %+v, %v", got, err)
+		}
+	}
+	if n := db.lookups.Load(); n != 1 {
+		t.Errorf("100 verifications of one key made %d store lookups, want 1", n)
+	}
+
+	for name, tok := range map[string]string{"unknown": token[:len(token)-1] + "x", "malformed": "hunter2", "empty": ""} {
+		want := ErrUnknownKey
+		if tok == "" {
+			want = ErrNoKey
+		}
+		if _, err := keys.Verify(ctx, tok); !errors.Is(err, want) {
+			t.Errorf("Verify(%s) = %v, want %v", name, err, want)
+		}
+	}
+
+	if _, err := keys.Revoke(ctx, "other", created.ID); !errors.Is(err, store.ErrAPIKeyNotFound) {
+		t.Errorf("Revoke from another workspace = %v, want not found", err)
+	}
+	if _, err := keys.Revoke(ctx, "acme", created.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := keys.Verify(ctx, token); !errors.Is(err, ErrRevoked) || got.ID != created.ID {
+		t.Errorf("Verify right after Revoke = %+v, %v; want ErrRevoked", got, err)
+	}
+}
+
+func TestCacheExpires(t *testing.T) {
+	keys, db := newKeys(t, Config{CacheTTL: time.Minute})
+	var mu sync.Mutex
+	now := time.Now()
+	keys.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	_, token, err := keys.Create(context.Background(), "acme", []Scope{ScopeAdmin}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []time.Duration{0, 59 * time.Second, 2 * time.Second, time.Second} {
+		mu.Lock()
+		now = now.Add(step)
+		mu.Unlock()
+		if _, err := keys.Verify(context.Background(), token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.lookups.Load(); n != 2 { // at 0, and once the minute is over
+		t.Errorf("%d lookups over 62s with a 1m TTL, want 2", n)
+	}
+}
+
+// TestConcurrentVerifyLooksUpOnce: many callers with a key not cached yet
+// cost one store lookup.
+func TestConcurrentVerifyLooksUpOnce(t *testing.T) {
+	keys, db := newKeys(t, Config{})
+	_, token, err := keys.Create(context.Background(), "acme", []Scope{ScopeAdmin}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if _, err := keys.Verify(context.Background(), token); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := db.lookups.Load(); n != 1 {
+		t.Errorf("50 concurrent verifications made %d lookups, want 1", n)
+	}
+}
+
+// TestRevokeDuringLookup: a lookup that read the key just before a
+// revocation must not leave it cached as valid.
+func TestRevokeDuringLookup(t *testing.T) {
+	keys, db := newKeys(t, Config{})
+	ctx := context.Background()
+	created, token, err := keys.Create(ctx, "acme", []Scope{ScopeAdmin}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.hold = make(chan chan struct{})
+	done := make(chan error, 1)
+	go func() { _, err := keys.Verify(ctx, token); done <- err }()
+	release := <-db.hold // the lookup has read the key, still valid
+	if _, err := keys.Revoke(ctx, "acme", created.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the Verify that started before Revoke = %v", err)
+	}
+	db.hold = nil
+	if _, err := keys.Verify(ctx, token); !errors.Is(err, ErrRevoked) {
+		t.Errorf("Verify after Revoke = %v, want ErrRevoked", err)
+	}
+}
+
+// TestRunHearsOtherProcesses: a key revoked or created by another process
+// (the keys CLI) takes effect at once, not after the cache TTL.
+func TestRunHearsOtherProcesses(t *testing.T) {
+	url := storetest.NewURL(t)
+	open := func() *store.DB {
+		db, err := store.Open(context.Background(), url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		return db
+	}
+	service := NewKeys(open(), Config{CacheTTL: time.Hour}, nil)
+	cli := NewKeys(open(), Config{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+
+	created, token, err := cli.Create(ctx, "acme", []Scope{ScopeAdmin}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the service to hear that a key exists", service.Exist)
+	if _, err := service.Verify(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, "", created.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the revocation to reach the service", func() bool {
+		_, err := service.Verify(ctx, token)
+		return errors.Is(err, ErrRevoked)
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// BenchmarkVerifyCached is what checking a known key costs a call: a hash
+// and a map lookup, no store round trip.
+func BenchmarkVerifyCached(b *testing.B) {
+	db := &countingStore{DB: storetest.NewDB(b)}
+	keys := NewKeys(db, Config{}, nil)
+	_, token, err := keys.Create(context.Background(), "acme", []Scope{ScopeAdmin}, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := keys.Verify(context.Background(), token); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if n := db.lookups.Load(); n != 1 {
+		b.Errorf("%d store lookups, want 1", n)
+	}
+}

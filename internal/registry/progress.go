@@ -1,0 +1,154 @@
+package registry
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Progress is one notifications/progress that a server sent for a running
+// tool call.
+type Progress struct {
+	Progress float64 // how far the tool is; rises with every update
+	Total    float64 // what Progress counts up to; 0 when the server does not say
+	Message  string  // what the tool is doing, if the server says
+}
+
+type progressKey struct{}
+
+// WithProgress returns ctx asking the tool calls made with it for progress:
+// each call sends a progress token of its own, and every
+// notifications/progress the server sends with that token reaches fn, in
+// the order sent, on the goroutine that called CallTool, before CallTool
+// returns and never after. A slow fn never holds up the connection, which
+// other calls share: updates wait in a queue meanwhile, and when more than
+// maxQueuedProgress wait, the newest replaces the last queued one. Servers
+// may send no progress at all.
+func WithProgress(ctx context.Context, fn func(Progress)) context.Context {
+	if fn == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, progressKey{}, fn)
+}
+
+func progressFrom(ctx context.Context) func(Progress) {
+	fn, _ := ctx.Value(progressKey{}).(func(Progress))
+	return fn
+}
+
+// maxQueuedProgress bounds the updates of one call waiting for its fn.
+const maxQueuedProgress = 256
+
+// progressRoutes sends a session's notifications/progress to the calls
+// that asked for them, by progress token. Its handler is registered once
+// per session; calls come and go. mu guards the map, never I/O or fn.
+type progressRoutes struct {
+	mu    sync.Mutex
+	next  uint64
+	calls map[string]*progressQueue
+}
+
+// add routes a new token to a new queue, until remove.
+func (r *progressRoutes) add() (string, *progressQueue) {
+	q := &progressQueue{wake: make(chan struct{}, 1)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next++
+	token := "connector-svc-" + strconv.FormatUint(r.next, 10)
+	if r.calls == nil {
+		r.calls = map[string]*progressQueue{}
+	}
+	r.calls[token] = q
+	return token, q
+}
+
+func (r *progressRoutes) remove(token string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.calls, token)
+}
+
+// route is the session's notification handler. It runs on the
+// transport's reader, so it only queues.
+func (r *progressRoutes) route(n mcp.JSONRPCNotification) {
+	if n.Method != string(mcp.MethodNotificationProgress) {
+		return
+	}
+	f := n.Params.AdditionalFields
+	token, _ := f["progressToken"].(string) // ours are strings, and JSON keeps them so
+	r.mu.Lock()
+	q := r.calls[token]
+	r.mu.Unlock()
+	if q == nil {
+		return // not ours, or its call has ended
+	}
+	p := Progress{Message: stringField(f, "message")}
+	p.Progress, _ = f["progress"].(float64)
+	p.Total, _ = f["total"].(float64)
+	q.push(p)
+}
+
+func stringField(f map[string]any, key string) string {
+	s, _ := f[key].(string)
+	return s
+}
+
+// progressQueue holds one call's updates until its fn takes them.
+type progressQueue struct {
+	wake chan struct{} // 1-buffered: updates are waiting
+
+	mu      sync.Mutex
+	pending []Progress
+}
+
+func (q *progressQueue) push(p Progress) {
+	q.mu.Lock()
+	if len(q.pending) < maxQueuedProgress {
+		q.pending = append(q.pending, p)
+	} else {
+		q.pending[len(q.pending)-1] = p
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliver hands the waiting updates to fn, in order.
+func (q *progressQueue) deliver(fn func(Progress)) {
+	q.mu.Lock()
+	pending := q.pending
+	q.pending = nil
+	q.mu.Unlock()
+	for _, p := range pending {
+		fn(p)
+	}
+}
+
+// callWithProgress runs call, which sends a request carrying q's token,
+// in a goroutine of its own, and hands q's updates to fn on this one while
+// call runs; once it returns, also those that came before its answer (the
+// transports deliver a request's notifications before its response).
+func callWithProgress(q *progressQueue, fn func(Progress), call func() (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := call()
+		done <- result{res, err}
+	}()
+	for {
+		select {
+		case <-q.wake:
+			q.deliver(fn)
+		case r := <-done:
+			q.deliver(fn)
+			return r.res, r.err
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package server
+
+import (
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
+)
+
+// accessRules says who may call each RPC when auth is on. Admin is the
+// lifecycle of connectors, tools and keys (a stdio connector runs a command
+// on the host); query is calls, queries and sessions. An admin key may also
+// query. Health needs no key, reflection any valid key. An RPC missing here
+// is refused to everyone (TestEveryRPCHasAnAccessRule keeps it complete).
+func accessRules() auth.Rules {
+	admin := auth.Rule{Scope: auth.ScopeAdmin}
+	query := auth.Rule{Scope: auth.ScopeQuery}
+	return auth.Rules{
+		connectorv1.ConnectorService_CreateConnector_FullMethodName:     admin,
+		connectorv1.ConnectorService_GetConnector_FullMethodName:        admin,
+		connectorv1.ConnectorService_ListConnectors_FullMethodName:      admin,
+		connectorv1.ConnectorService_UpdateConnector_FullMethodName:     admin,
+		connectorv1.ConnectorService_DeleteConnector_FullMethodName:     admin,
+		connectorv1.ConnectorService_ActivateConnector_FullMethodName:   admin,
+		connectorv1.ConnectorService_DeactivateConnector_FullMethodName: admin,
+		connectorv1.ConnectorService_ListTools_FullMethodName:           admin,
+		connectorv1.ConnectorService_UpdateTool_FullMethodName:          admin,
+		connectorv1.ConnectorService_RefreshTools_FullMethodName:        admin,
+		connectorv1.ConnectorService_CheckConnector_FullMethodName:      admin,
+		connectorv1.ConnectorService_CreateApiKey_FullMethodName:        admin,
+		connectorv1.ConnectorService_ListApiKeys_FullMethodName:         admin,
+		connectorv1.ConnectorService_RevokeApiKey_FullMethodName:        admin,
+
+		connectorv1.ConnectorService_CallTool_FullMethodName:             query,
+		connectorv1.ConnectorService_StreamCallTool_FullMethodName:       query,
+		connectorv1.ConnectorService_QueryConnector_FullMethodName:       query,
+		connectorv1.ConnectorService_StreamQueryConnector_FullMethodName: query,
+		connectorv1.ConnectorService_ListSessions_FullMethodName:         query,
+		connectorv1.ConnectorService_CloseSession_FullMethodName:         query,
+
+		healthpb.Health_ServiceDesc.ServiceName:                    {NoKey: true},
+		reflectionv1.ServerReflection_ServiceDesc.ServiceName:      {},
+		reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName: {},
+	}
+}

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/registry"
+)
+
+const (
+	defaultSessionPageSize = 100
+	maxSessionIDLen        = 256
+)
+
+// ListSessions implements connector.v1.ConnectorService.
+func (s *Server) ListSessions(ctx context.Context, req *connectorv1.ListSessionsRequest) (*connectorv1.ListSessionsResponse, error) {
+	var c checker
+	c.ref(req.GetWorkspaceId(), req.GetConnectorId())
+	size, after := c.page(req.GetPageSize(), req.GetPageToken(), defaultSessionPageSize)
+	if err := c.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	id, held, err := s.heldConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	var infos []registry.SessionInfo
+	if held {
+		// ErrNotLoaded: deactivated meanwhile, so it has none.
+		if infos, err = s.reg.Sessions(id); err != nil && !errors.Is(err, registry.ErrNotLoaded) {
+			return nil, s.toStatus(ctx, err)
+		}
+	}
+	// Sessions come sorted by id: the page starts after the token's.
+	for len(infos) > 0 && after != "" && infos[0].SessionID <= after {
+		infos = infos[1:]
+	}
+	resp := &connectorv1.ListSessionsResponse{}
+	infos, resp.NextPageToken = nextPage(infos, size, func(in registry.SessionInfo) string { return in.SessionID })
+	for _, in := range infos {
+		resp.Sessions = append(resp.Sessions, sessionToProto(in))
+	}
+	return resp, nil
+}
+
+// CloseSession implements connector.v1.ConnectorService. A session id is
+// scoped to its workspace: only that workspace's connectors are searched.
+// The registry logs each session it closes.
+func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSessionRequest) (*connectorv1.CloseSessionResponse, error) {
+	var c checker
+	c.id("workspace_id", req.GetWorkspaceId())
+	if req.GetConnectorId() != "" {
+		c.id("connector_id", req.GetConnectorId())
+	}
+	if req.GetSessionId() == "" {
+		c.add("session_id", "required")
+	}
+	c.sessionID(req.GetSessionId())
+	if err := c.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	var closed []registry.SessionInfo
+	if req.GetConnectorId() == "" {
+		closed = s.reg.CloseSession(req.GetWorkspaceId(), req.GetSessionId(), 0)
+	} else {
+		id, held, err := s.heldConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		if held { // one the registry does not hold has no sessions
+			closed = s.reg.CloseSession(req.GetWorkspaceId(), req.GetSessionId(), id)
+		}
+	}
+	resp := &connectorv1.CloseSessionResponse{Closed: int32(len(closed))}
+	for _, in := range closed {
+		resp.Sessions = append(resp.Sessions, sessionToProto(in))
+	}
+	return resp, nil
+}
+
+// heldConnector returns the registry id of a workspace's connector and
+// whether the registry holds it, as it does every active connector whose
+// secrets opened. Only a connector it does not hold goes to the store,
+// which returns store.ErrConnectorNotFound if the workspace has no such
+// connector.
+func (s *Server) heldConnector(ctx context.Context, workspaceID, connectorID string) (int64, bool, error) {
+	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
+		return id, true, nil
+	}
+	_, err := s.db.GetConnector(ctx, workspaceID, connectorID)
+	return 0, false, err
+}
+
+// sessionID checks a caller's session id; empty is checked by the caller,
+// since only some requests need one.
+func (c *checker) sessionID(v string) {
+	switch {
+	case len(v) > maxSessionIDLen:
+		c.add("session_id", "longer than %d bytes", maxSessionIDLen)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		c.add("session_id", "contains a control character")
+	}
+}
+
+// sessionRequired refuses a call without a session id to a per_session
+// connector.
+func sessionRequired() *invalidError {
+	return &invalidError{violations: []violation{{field: "session_id",
+		problem: "required: the connector's session_mode is SESSION_MODE_PER_SESSION, so each caller session gets its own connection"}}}
+}
+
+func sessionToProto(in registry.SessionInfo) *connectorv1.Session {
+	return &connectorv1.Session{
+		SessionId:    in.SessionID,
+		ConnectorId:  in.ConnectorExternal,
+		OpenTime:     timestamppb.New(in.OpenedAt),
+		LastUsedTime: timestamppb.New(in.LastUsed),
+		CallCount:    in.Calls,
+		ErrorCount:   in.Errors,
+		State:        healthStates[string(in.State)],
+		Pid:          int32(in.PID),
+	}
+}

@@ -1,0 +1,17 @@
+// Package telemetry is the service's OpenTelemetry set-up and its admin
+// HTTP listener. It imports no other package of the service, so that any
+// of them may use it.
+//   - metrics.go and admin.go: the meter provider built from
+//     OTEL_METRICS_EXPORTER (Prometheus, OTLP or none), and /metrics,
+//     /healthz, /readyz and, when switched on, pprof on the admin address.
+//     The packages that record metrics take a metric.MeterProvider and know
+//     nothing of exporters.
+//   - traces.go: the tracer provider from OTEL_TRACES_EXPORTER and the
+//     standard OTEL_* environment (SetupTracing), and the W3C trace context
+//     sent to the HTTP servers the service calls (Traceparent). The
+//     packages that make spans take a trace.TracerProvider.
+//
+// The gRPC server has one otelgrpc stats handler (server.NewGRPCServer), for
+// its spans; RPC metrics, if wanted, come from that handler given a meter
+// provider, not from a second one.
+package telemetry
