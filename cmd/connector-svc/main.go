@@ -210,6 +210,11 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		Egress:                policy,
 		Auth:                  cfg.Auth,
 	})
+	defer func() { // after the gRPC server stopped: the last queries' counters
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+		defer cancel()
+		srv.Close(ctx)
+	}()
 	g, hs := server.NewGRPCServer(srv, creds...)
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {

@@ -9,6 +9,7 @@ var ParsePlan = parsePlan
 // enabled tools, used of maxTools calls are spent. It returns the
 // arguments to run the tool with, or why it must not run.
 func CheckCall(tools []Tool, maxTools, used int, name, arguments string) (map[string]any, string) {
-	r := &run{req: Request{Tools: tools, MaxTools: maxTools}, catalog: newCatalog(tools), used: used}
+	c := NewConnector(Profile{}, tools)
+	r := &run{req: Request{Connector: c, MaxTools: maxTools}, conn: c, used: used}
 	return r.check(openai.ToolCall{Function: openai.FunctionCall{Name: name, Arguments: arguments}})
 }

@@ -23,10 +23,10 @@ func newQueries(mp metric.MeterProvider) metric.Int64Counter {
 	return c
 }
 
-// countQuery counts a run of req that ended with res or err.
-func (a *Agent) countQuery(ctx context.Context, req Request, res *Result, err error) {
-	a.queries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", req.WorkspaceID),
-		attribute.String("connector", req.ExternalID), attribute.String("status", runStatus(res, err)))))
+// countQuery counts a run for c that ended with res or err.
+func (a *Agent) countQuery(ctx context.Context, c *Connector, res *Result, err error) {
+	a.queries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", c.WorkspaceID),
+		attribute.String("connector", c.ExternalID), attribute.String("status", runStatus(res, err)))))
 }
 
 // runStatus is the status label of a run.

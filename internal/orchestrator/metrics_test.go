@@ -23,8 +23,8 @@ func TestMetricsCountQueriesByStatus(t *testing.T) {
 	m := telemetrytest.New(t)
 	tc, catalog := newTools(t)
 	f := &fixture{llm: srv, tools: tc, agent: orchestrator.New(model, tc, orchestrator.Config{MeterProvider: m.Provider}, nil),
-		req: orchestrator.Request{ConnectorID: 1, WorkspaceID: "acme", ExternalID: "shop", ConnectorName: "Shop",
-			Tools: catalog, Query: "q", MaxTools: 10}}
+		req: orchestrator.Request{Connector: orchestrator.NewConnector(orchestrator.Profile{ID: 1, WorkspaceID: "acme", ExternalID: "shop", Name: "Shop"}, catalog),
+			Query: "q", MaxTools: 10}}
 	if _, err := f.run(t); err != nil {
 		t.Fatal(err)
 	}

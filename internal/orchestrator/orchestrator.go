@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,17 +74,11 @@ type Tool struct {
 
 // Request is one query.
 type Request struct {
-	ConnectorID   int64
-	WorkspaceID   string // with ExternalID, the connector as callers name it: the labels of its metrics, its spans' attributes
-	ExternalID    string
-	ConnectorName string
-	Description   string
-	Model         string // empty: the ChatModel's default
-	Tools         []Tool // enabled tools only
-	Query         string
-	Context       string
-	MaxTools      int // 1..MaxMaxTools
-	PlanOnly      bool
+	Connector *Connector // the connector's live agent (NewConnector)
+	Query     string
+	Context   string
+	MaxTools  int // 1..MaxMaxTools
+	PlanOnly  bool
 }
 
 // Status is how a run ended.
@@ -204,29 +199,31 @@ func New(model ChatModel, tools ToolCaller, cfg Config, logger *slog.Logger) *Ag
 // the call's started and finished events. The context bounds everything:
 // cancelling it cancels the tool calls in flight. A tool that fails is not
 // an error of the run: the model sees the failure and may recover. Errors
-// are the ChatModel's, the context's, ErrBadPlan or ErrPanic.
+// are the ChatModel's, the context's, ErrBadPlan or ErrPanic; with an
+// error, the result is still there, with what the run did and spent
+// (steps, usage) before it failed.
 func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Result, err error) {
+	c := req.Connector
 	ctx, span := a.tracer.Start(ctx, "connector.query", trace.WithAttributes(
-		attribute.String("connector.workspace_id", req.WorkspaceID), attribute.String("connector.id", req.ExternalID),
-		attribute.Int64("connector.row_id", req.ConnectorID), attribute.Int("query.max_tools", req.MaxTools),
+		attribute.String("connector.workspace_id", c.WorkspaceID), attribute.String("connector.id", c.ExternalID),
+		attribute.Int64("connector.row_id", c.ID), attribute.Int("query.max_tools", req.MaxTools),
 		attribute.Bool("query.plan_only", req.PlanOnly)))
 	start := time.Now()
+	r := &run{agent: a, req: req, conn: c, emit: serialize(emit), res: &Result{}, progress: emit != nil}
 	defer func() {
-		if r := recover(); r != nil {
-			a.logger.ErrorContext(ctx, "query run panicked", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
-			res, err = nil, ErrPanic
-		}
-		if res != nil {
-			res.Duration = time.Since(start)
+		if p := recover(); p != nil {
+			a.logger.ErrorContext(ctx, "query run panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = ErrPanic
 		}
 		if err != nil {
+			res = r.res
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
+		res.Duration = time.Since(start)
 		span.End()
-		a.countQuery(ctx, req, res, err)
+		a.countQuery(ctx, c, res, err)
 	}()
-	r := &run{agent: a, req: req, emit: serialize(emit), res: &Result{}, catalog: newCatalog(req.Tools), progress: emit != nil}
 	if req.PlanOnly {
 		return r.plan(ctx)
 	}
@@ -248,26 +245,30 @@ func serialize(emit func(Event)) func(Event) {
 
 // run is the state of one query.
 type run struct {
-	agent   *Agent
-	req     Request
-	emit    func(Event)
-	res     *Result
-	catalog *catalog
-	used    int        // tool calls run so far
-	ctxMu   sync.Mutex // guards res.Contexts during a step
+	agent *Agent
+	req   Request
+	conn  *Connector
+	emit  func(Event)
+	res   *Result
+	used  int        // tool calls run so far
+	ctxMu sync.Mutex // guards res.Contexts during a step
 
 	// progress asks tool calls for progress: someone listens to events.
 	progress bool
 }
 
 // chat sends one request to the model in its own span and counts tokens.
-func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, withTools bool, choice any) (openai.ChatCompletionMessage, error) {
+// With tools, the connector's tools are offered, if it has any (a
+// tool_choice without tools is an error for some endpoints); without, none
+// is offered at all: a model that ignores tool_choice (Ollama) cannot
+// call one then.
+func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, withTools bool) (openai.ChatCompletionMessage, error) {
 	ctx, span := r.agent.tracer.Start(ctx, "llm.chat", trace.WithAttributes(attribute.Int("llm.messages", len(msgs))))
 	defer span.End()
-	creq := openai.ChatCompletionRequest{Model: r.req.Model, Messages: msgs}
-	if withTools {
-		creq.Tools = r.catalog.openAITools()
-		creq.ToolChoice = choice
+	creq := openai.ChatCompletionRequest{Model: r.conn.Model, Messages: msgs}
+	if withTools && len(r.conn.defs) > 0 {
+		creq.Tools = r.conn.defs
+		creq.ToolChoice = "auto"
 	}
 	resp, err := r.agent.model.Chat(ctx, creq)
 	if err != nil {
@@ -286,19 +287,19 @@ func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, wit
 // limit forces an answer.
 func (r *run) loop(ctx context.Context) (*Result, error) {
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.req, r.catalog)},
+		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.conn, r.req.MaxTools)},
 		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
 	}
 	for turn := 0; ; turn++ {
 		if turn >= r.agent.cfg.MaxTurns || r.used >= r.req.MaxTools {
 			return r.synthesize(ctx, msgs)
 		}
-		msg, err := r.chat(ctx, msgs, true, "auto")
+		msg, err := r.chat(ctx, msgs, true)
 		if err != nil {
 			return nil, err
 		}
 		if len(msg.ToolCalls) == 0 {
-			return r.finish(msg.Content, StatusCompleted), nil
+			return r.finish(ctx, msg.Content, StatusCompleted), nil
 		}
 		msgs = append(msgs, msg)
 		results, err := r.step(ctx, turn, msg.ToolCalls)
@@ -309,30 +310,66 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 	}
 }
 
-// synthesize makes one last call with tool use off.
+// synthesize makes one last call that offers no tools: the answer from
+// the results so far. Tool calls that come back anyway are not run.
 func (r *run) synthesize(ctx context.Context, msgs []openai.ChatCompletionMessage) (*Result, error) {
 	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser,
 		Content: "The tool budget for this query is used up. Answer the original question now from the tool results above, without calling tools."})
-	msg, err := r.chat(ctx, msgs, true, "none")
+	msg, err := r.chat(ctx, msgs, false)
 	if err != nil {
 		return nil, err
 	}
-	return r.finish(msg.Content, StatusBudgetExhausted), nil
+	return r.finish(ctx, msg.Content, StatusBudgetExhausted), nil
 }
 
-func (r *run) finish(answer string, status Status) *Result {
+// finish ends a run with the model's answer. An answer the model left
+// empty is never passed on as if it were one: the caller gets a note that
+// says so, with the tool results the run got.
+func (r *run) finish(ctx context.Context, answer string, status Status) *Result {
+	if status != StatusPlanned && strings.TrimSpace(answer) == "" {
+		r.agent.logger.WarnContext(ctx, "the model gave an empty answer; answering with the tool results",
+			slog.String("workspace_id", r.conn.WorkspaceID), slog.String("connector_id", r.conn.ExternalID), slog.Int("steps", len(r.res.Steps)))
+		answer = noAnswer(r.res.Steps)
+	}
 	r.res.Answer, r.res.Status = answer, status
 	r.emit(Event{Kind: EventAnswer, Answer: answer})
 	return r.res
 }
 
+// noAnswer is the answer of a run whose model answered with no text.
+func noAnswer(steps []Step) string {
+	var b strings.Builder
+	b.WriteString("[no answer: the model returned no text]")
+	n := 0
+	for _, st := range steps {
+		for _, c := range st.Calls {
+			if c.RejectedReason != "" {
+				continue
+			}
+			if n == 0 {
+				b.WriteString(" The tool results were:")
+			}
+			n++
+			status := "result"
+			if c.IsError {
+				status = "error"
+			}
+			fmt.Fprintf(&b, "\n- %s (%s): %s", c.Tool, status, c.ResultExcerpt)
+		}
+	}
+	if n == 0 {
+		b.WriteString(" No tool was called.")
+	}
+	return b.String()
+}
+
 // plan asks which tools the query needs, in order, and runs nothing.
 func (r *run) plan(ctx context.Context) (*Result, error) {
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.req, r.catalog) + "\n\n" + planInstructions},
+		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.conn, r.req.MaxTools) + "\n\n" + planInstructions},
 		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
 	}
-	msg, err := r.chat(ctx, msgs, false, nil)
+	msg, err := r.chat(ctx, msgs, false)
 	if err != nil {
 		return nil, err
 	}
@@ -341,13 +378,13 @@ func (r *run) plan(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	for _, p := range plan {
-		if _, ok := r.catalog.tools[p.Tool]; !ok {
+		if _, ok := r.conn.tools[p.Tool]; !ok {
 			r.agent.logger.WarnContext(ctx, "plan names an unknown tool; dropped", slog.String("tool", p.Tool))
 			continue
 		}
 		r.res.Plan = append(r.res.Plan, p)
 	}
-	return r.finish("", StatusPlanned), nil
+	return r.finish(ctx, "", StatusPlanned), nil
 }
 
 // maxPlanCandidates bounds how many '{' of a reply parsePlan tries.
@@ -366,23 +403,57 @@ func parsePlan(content string) ([]PlannedTool, error) {
 		}
 		rest, tries = rest[i:], tries+1
 		var out struct {
-			Plan *[]struct {
-				Tool    string `json:"tool"`
-				Purpose string `json:"purpose"`
-			} `json:"plan"`
+			Plan *[]planEntry `json:"plan"`
 		}
 		err := json.NewDecoder(strings.NewReader(rest)).Decode(&out)
 		if err == nil && out.Plan != nil {
-			plan := make([]PlannedTool, 0, len(*out.Plan))
-			for _, p := range *out.Plan {
-				plan = append(plan, PlannedTool{Tool: p.Tool, Purpose: p.Purpose})
-			}
-			return plan, nil
+			return plannedTools(*out.Plan), nil
 		}
 		if err == nil {
 			err = errors.New(`a JSON object without a "plan" list`)
 		}
 		lastErr, rest = err, rest[1:]
 	}
+	if plan, ok := bareArrayPlan(content); ok {
+		return plan, nil
+	}
 	return nil, fmt.Errorf("%w: %v", ErrBadPlan, lastErr)
+}
+
+// planEntry is a step of a plan as the model writes it.
+type planEntry struct {
+	Tool    string `json:"tool"`
+	Purpose string `json:"purpose"`
+}
+
+func plannedTools(entries []planEntry) []PlannedTool {
+	plan := make([]PlannedTool, 0, len(entries))
+	for _, e := range entries {
+		plan = append(plan, PlannedTool{Tool: e.Tool, Purpose: e.Purpose})
+	}
+	return plan
+}
+
+// bareArrayPlan reads a plan a model gave as a bare JSON array of steps,
+// without the object around it: the first array whose every entry names a
+// tool, or a reply that is just "[]".
+func bareArrayPlan(content string) ([]PlannedTool, bool) {
+	if strings.TrimSpace(content) == "[]" {
+		return []PlannedTool{}, true
+	}
+	rest := content
+	for tries := 0; tries < maxPlanCandidates; tries++ {
+		i := strings.IndexByte(rest, '[')
+		if i < 0 {
+			break
+		}
+		rest = rest[i:]
+		var steps []planEntry
+		if json.NewDecoder(strings.NewReader(rest)).Decode(&steps) == nil && len(steps) > 0 &&
+			!slices.ContainsFunc(steps, func(e planEntry) bool { return e.Tool == "" }) {
+			return plannedTools(steps), true
+		}
+		rest = rest[1:]
+	}
+	return nil, false
 }

@@ -159,8 +159,8 @@ func setup(t *testing.T, steps ...llmtest.Step) *fixture {
 	return &fixture{
 		llm: srv, tools: tc,
 		agent: orchestrator.New(model, tc, orchestrator.Config{ResultLimit: 1000}, nil),
-		req: orchestrator.Request{ConnectorID: 1, ConnectorName: "Shop", Description: "The shop's backend.",
-			Tools: catalog, Query: "How many orders does Ada have?", MaxTools: 10},
+		req: orchestrator.Request{Connector: orchestrator.NewConnector(orchestrator.Profile{ID: 1, Name: "Shop", Description: "The shop's backend."}, catalog),
+			Query: "How many orders does Ada have?", MaxTools: 10},
 	}
 }
 
@@ -204,8 +204,8 @@ func TestOneToolThenAnswer(t *testing.T) {
 	if first.Messages[1].Content != "Context:\nThe user is testing.\n\nQuery:\nHow many orders does Ada have?" {
 		t.Errorf("user message = %q", first.Messages[1].Content)
 	}
-	if len(first.Tools) != len(f.req.Tools) || first.Tools[0].Function.Parameters == nil {
-		t.Errorf("offered %d tools, want %d with schemas", len(first.Tools), len(f.req.Tools))
+	if len(first.Tools) != len(f.req.Connector.Tools()) || first.Tools[0].Function.Parameters == nil {
+		t.Errorf("offered %d tools, want %d with schemas", len(first.Tools), len(f.req.Connector.Tools()))
 	}
 	tm := toolMessages(reqs[1])
 	if len(tm) != 1 || tm[0].ToolCallID != "call_1" || tm[0].Content != "ping" {
@@ -317,9 +317,77 @@ func TestBudgetForcesSynthesis(t *testing.T) {
 	if !strings.Contains(res.Steps[0].Calls[2].RejectedReason, "budget") {
 		t.Errorf("third call = %+v", res.Steps[0].Calls[2])
 	}
+	// The forced answer offers no tool at all: a model that ignores
+	// tool_choice (Ollama) cannot call one.
 	last := f.llm.Requests()[1]
-	if last.ToolChoice != "none" {
-		t.Errorf("synthesis request tool_choice = %v, want none", last.ToolChoice)
+	if last.ToolChoice != nil || len(last.Tools) != 0 {
+		t.Errorf("synthesis request offers %d tools, tool_choice %v; want none", len(last.Tools), last.ToolChoice)
+	}
+}
+
+// A model that ignores tool_choice and answers the forced final request
+// with tool calls and no text: the calls do not run, and the caller gets an
+// answer that says so, with the results the run got, never an empty one.
+func TestForcedAnswerWithToolCallsIsNeverEmpty(t *testing.T) {
+	f := setup(t,
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"ping"}`}),
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"again"}`}))
+	f.req.MaxTools = 1
+	res, err := f.run(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.tools.count("echo"); n != 1 {
+		t.Errorf("echo ran %d times, want 1", n)
+	}
+	if res.Status != orchestrator.StatusBudgetExhausted || !strings.HasPrefix(res.Answer, "[no answer: the model returned no text]") ||
+		!strings.Contains(res.Answer, "echo (result): ping") {
+		t.Errorf("result = %q (%v)", res.Answer, res.Status)
+	}
+}
+
+// A model that answers with nothing at all, tool use or not.
+func TestEmptyAnswerIsNeverPassedOn(t *testing.T) {
+	f := setup(t, llmtest.Answer(""))
+	res, err := f.run(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != orchestrator.StatusCompleted || res.Answer != "[no answer: the model returned no text] No tool was called." {
+		t.Errorf("answer = %q", res.Answer)
+	}
+}
+
+// A connector with no enabled tool: no tools and no tool_choice are sent
+// (some endpoints refuse a tool_choice without tools), and the prompt says
+// there is none.
+func TestNoEnabledToolsSendsNoToolChoice(t *testing.T) {
+	f := setup(t, llmtest.Answer("I have no tool for that."))
+	f.req.Connector = orchestrator.NewConnector(f.req.Connector.Profile, nil)
+	res, err := f.run(t)
+	if err != nil || res.Answer != "I have no tool for that." {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	req := f.llm.Requests()[0]
+	if req.ToolChoice != nil || len(req.Tools) != 0 {
+		t.Errorf("request offers %d tools, tool_choice %v", len(req.Tools), req.ToolChoice)
+	}
+	if !strings.Contains(req.Messages[0].Content, "no enabled tools") {
+		t.Errorf("system prompt = %q", req.Messages[0].Content)
+	}
+}
+
+// The tokens of a run that fails are still the run's: the result that
+// comes with the error carries them.
+func TestFailedRunKeepsItsUsage(t *testing.T) {
+	f := setup(t, llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"ping"}`}),
+		llmtest.Fail(http.StatusBadRequest, "no", nil))
+	res, err := f.run(t)
+	if err == nil {
+		t.Fatal("a run whose model failed succeeded")
+	}
+	if res == nil || res.Usage.TotalTokens != 120 || len(res.Steps) != 1 {
+		t.Fatalf("result with the error = %+v, want the first request's 120 tokens and its step", res)
 	}
 }
 
@@ -364,7 +432,7 @@ func TestLLMDown(t *testing.T) {
 	}
 	tc, catalog := newTools(t)
 	agent := orchestrator.New(model, tc, orchestrator.Config{}, nil)
-	_, err = agent.Run(context.Background(), orchestrator.Request{Tools: catalog, Query: "q", MaxTools: 5}, nil)
+	_, err = agent.Run(context.Background(), orchestrator.Request{Connector: orchestrator.NewConnector(orchestrator.Profile{}, catalog), Query: "q", MaxTools: 5}, nil)
 	var lerr *llm.Error
 	if !errors.As(err, &lerr) || !lerr.Temporary() {
 		t.Errorf("err = %v, want an unreachable *llm.Error", err)
@@ -415,6 +483,29 @@ func TestPlanOnlyRunsNothing(t *testing.T) {
 	bad.req.PlanOnly = true
 	if _, err := bad.run(t); !errors.Is(err, orchestrator.ErrBadPlan) {
 		t.Errorf("a prose plan: err = %v, want ErrBadPlan", err)
+	}
+}
+
+// Models also answer a plan as a bare JSON array, without the object
+// around it; a one-step plan must not come back empty.
+func TestPlanAsABareArray(t *testing.T) {
+	for reply, want := range map[string][]orchestrator.PlannedTool{
+		`[{"tool":"lookup_user","purpose":"find Ada's id"}]`: {{Tool: "lookup_user", Purpose: "find Ada's id"}},
+		"Plan:\n```json\n[{\"tool\":\"echo\",\"purpose\":\"a\"},{\"tool\":\"get_orders\"}]\n```": {
+			{Tool: "echo", Purpose: "a"}, {Tool: "get_orders"}},
+		"[]": {},
+		// An object with a plan wins over an array before it.
+		`See [1]. {"plan":[{"tool":"echo","purpose":"b"}]}`: {{Tool: "echo", Purpose: "b"}},
+	} {
+		got, err := orchestrator.ParsePlan(reply)
+		if err != nil || !slices.Equal(got, want) || got == nil {
+			t.Errorf("ParsePlan(%q) = %v, %v; want %v", reply, got, err, want)
+		}
+	}
+	for _, reply := range []string{`[1, 2]`, `[{"purpose":"no tool"}]`, `["echo"]`} {
+		if _, err := orchestrator.ParsePlan(reply); !errors.Is(err, orchestrator.ErrBadPlan) {
+			t.Errorf("ParsePlan(%q): err = %v, want ErrBadPlan", reply, err)
+		}
 	}
 }
 

@@ -5,13 +5,17 @@ import (
 	"strings"
 )
 
-// systemPrompt tells the model what connector it serves, its enabled tools
-// and the rules of a run.
-func systemPrompt(req Request, c *catalog) string {
+// promptHead tells the model what connector it serves and its enabled
+// tools: the part of the system prompt that is the same for every query.
+func promptHead(p Profile, c *Connector) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "You are the agent of the %q connector.", req.ConnectorName)
-	if d := strings.TrimSpace(req.Description); d != "" {
+	fmt.Fprintf(&b, "You are the agent of the %q connector.", p.Name)
+	if d := strings.TrimSpace(p.Description); d != "" {
 		fmt.Fprintf(&b, " %s", d)
+	}
+	if len(c.order) == 0 {
+		b.WriteString("\nThis connector has no enabled tools now: answer from the query and its context alone, and say that no tool could be used.\n")
+		return b.String()
 	}
 	b.WriteString("\nYou answer one query with this connector's tools:\n")
 	for _, name := range c.order {
@@ -22,15 +26,23 @@ func systemPrompt(req Request, c *catalog) string {
 		}
 		fmt.Fprintf(&b, "- %s: %s\n", t.Name, desc)
 	}
-	fmt.Fprintf(&b, `
+	return b.String()
+}
+
+// systemPrompt is the connector's prompt head and the rules of a run of at
+// most maxTools tool calls.
+func systemPrompt(c *Connector, maxTools int) string {
+	if len(c.order) == 0 {
+		return c.prompt
+	}
+	return c.prompt + fmt.Sprintf(`
 Rules:
 - Use only the tools listed above.
 - Call tools that do not depend on each other together, in the same turn.
 - When a call needs another call's result, make it in a later turn.
 - You may make at most %d tool calls for this query.
 - Stop calling tools as soon as you can answer the query.
-- Answer from the tool results, and say which tool each fact came from.`, req.MaxTools)
-	return b.String()
+- Answer from the tool results, and say which tool each fact came from.`, maxTools)
 }
 
 // userMessage is the caller's context, then the query.

@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,98 +14,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
-
-// catalog is the enabled tools of a run, with their schemas compiled once.
-type catalog struct {
-	tools map[string]Tool
-	order []string
-
-	mu      sync.Mutex
-	schemas map[string]*jsonschema.Schema // nil entry: no usable schema
-}
-
-func newCatalog(tools []Tool) *catalog {
-	c := &catalog{tools: make(map[string]Tool, len(tools)), schemas: map[string]*jsonschema.Schema{}}
-	for _, t := range tools {
-		if _, dup := c.tools[t.Name]; !dup {
-			c.order = append(c.order, t.Name)
-		}
-		c.tools[t.Name] = t
-	}
-	return c
-}
-
-func (c *catalog) openAITools() []openai.Tool {
-	out := make([]openai.Tool, 0, len(c.order))
-	for _, name := range c.order {
-		t := c.tools[name]
-		schema := t.InputSchema
-		if len(bytes.TrimSpace(schema)) == 0 {
-			schema = json.RawMessage(`{"type":"object"}`)
-		}
-		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: t.Name, Description: t.Description, Parameters: schema}})
-	}
-	return out
-}
-
-// validate checks args against the tool's JSON schema. A schema that does
-// not compile is not enforced (the server will judge the arguments).
-func (c *catalog) validate(name string, args map[string]any) error {
-	c.mu.Lock()
-	sch, done := c.schemas[name]
-	if !done {
-		sch = compileSchema(name, c.tools[name].InputSchema)
-		c.schemas[name] = sch
-	}
-	c.mu.Unlock()
-	if sch == nil {
-		return nil
-	}
-	// Validate the JSON form, as the server will see it.
-	b, _ := json.Marshal(args)
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	return sch.Validate(v)
-}
-
-func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil
-	}
-	url := "mem://tools/" + name + ".json"
-	comp := jsonschema.NewCompiler()
-	comp.UseLoader(loadNothing{})
-	if err := comp.AddResource(url, doc); err != nil {
-		return nil
-	}
-	sch, err := comp.Compile(url)
-	if err != nil {
-		return nil
-	}
-	return sch
-}
-
-// loadNothing refuses every document a schema refers to. Schemas come from
-// MCP servers: a "$ref" to file:///… or http://… must not make the service
-// read its own files (whose content would show in validation errors) or
-// fetch URLs. The JSON Schema meta-schemas are built in and still load.
-type loadNothing struct{}
-
-func (loadNothing) Load(url string) (any, error) {
-	return nil, fmt.Errorf("a tool schema may not load %s", url)
-}
 
 // step checks and runs the tool calls of one model turn and returns the
 // tool messages for the model, in the order of the calls. Valid calls run
@@ -178,10 +89,11 @@ func (r *run) check(tc openai.ToolCall) (map[string]any, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("the arguments of %q are not a JSON object: %v", name, err)
 	}
-	if _, ok := r.catalog.tools[name]; !ok {
-		return args, fmt.Sprintf("there is no tool %q; the available tools are: %s", name, strings.Join(r.catalog.order, ", "))
+	t, ok := r.conn.tools[name]
+	if !ok {
+		return args, r.conn.missing(name)
 	}
-	if err := r.catalog.validate(name, args); err != nil {
+	if err := t.validate(args); err != nil {
 		return args, fmt.Sprintf("invalid arguments for %q: %v. Fix the arguments and call it again.", name, err)
 	}
 	if r.used >= r.req.MaxTools {
@@ -224,7 +136,7 @@ func (r *run) withProgress(ctx context.Context, index int, call Call) context.Co
 // runCall runs one tool and returns what the model sees and the traced call.
 func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
 	start := time.Now()
-	res, err := r.agent.tools.CallTool(ctx, r.req.ConnectorID, call.Tool, call.Arguments)
+	res, err := r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments)
 	call.Duration = time.Since(start)
 	var text string
 	switch {

@@ -18,7 +18,7 @@ import (
 // the operators' flags. It is never changed once published: every change
 // publishes a new one with a higher version, so a reader holds a
 // consistent view without locks, and what is derived from it can be keyed
-// by its version.
+// by its version (unique in the registry: see Catalog).
 type catalog struct {
 	version  uint64
 	tools    []mcp.Tool     // sorted by name
@@ -162,10 +162,7 @@ func (c *conn) publishCatalog(next *catalog, seq uint64) {
 	if c.cat != nil && next.hash == c.cat.hash && maps.Equal(next.disabled, c.cat.disabled) {
 		return // nothing new: keep the version
 	}
-	next.version = 1
-	if c.cat != nil {
-		next.version = c.cat.version + 1
-	}
+	next.version = c.reg.catVersions.Add(1)
 	c.cat = next
 }
 
@@ -177,7 +174,7 @@ func (c *conn) setEnabled(name string, enabled bool) {
 		return // the first sync reads the flags from the source
 	}
 	next := c.cat.withEnabled(name, enabled)
-	next.version = c.cat.version + 1
+	next.version = c.reg.catVersions.Add(1)
 	c.cat = next
 	// A sync that started before this change read the old flag: it must
 	// not publish over it.

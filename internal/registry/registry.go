@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -172,6 +173,9 @@ type Registry struct {
 	wake chan struct{}
 	sem  chan struct{}
 	bg   sync.WaitGroup // jobs, late closes and refreshes
+
+	// catVersions numbers the catalogs of every connection (see Catalog).
+	catVersions atomic.Uint64
 }
 
 // New returns a Registry over source. It starts nothing: call Run.
@@ -385,15 +389,55 @@ func (r *Registry) Check(ctx context.Context, id int64) (Health, error) {
 // included: it waits for a connect under way and fails fast (ErrUnavailable
 // with the last error) when the connector is down.
 func (r *Registry) Ready(ctx context.Context, id int64) error {
+	_, err := r.Catalog(ctx, id)
+	return err
+}
+
+// Catalog is a connector's tool catalog at one version: the tools its
+// server listed, with the operators' flags. It never changes; a change is
+// a new Catalog with a higher version. Versions are unique across the
+// registry, a replaced connection's included, so what is derived from a
+// catalog can be kept as long as the version it was derived from is
+// current.
+type Catalog struct{ cat *catalog }
+
+// Version identifies the catalog.
+func (c Catalog) Version() uint64 { return c.cat.version }
+
+// Enabled returns the tools that may be called, sorted by name.
+func (c Catalog) Enabled() []mcp.Tool {
+	if len(c.cat.disabled) == 0 {
+		return c.cat.tools
+	}
+	out := make([]mcp.Tool, 0, len(c.cat.tools))
+	for _, t := range c.cat.tools {
+		if !c.cat.disabled[t.Name] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Catalog returns connector id's current catalog once it can take calls:
+// like Ready, it waits for a connect under way and fails fast when the
+// connector is down.
+func (r *Registry) Catalog(ctx context.Context, id int64) (Catalog, error) {
 	for {
 		c, err := r.get(id)
 		if err != nil {
-			return err
+			return Catalog{}, err
 		}
-		_, _, _, err = c.ready(ctx)
-		if !errors.Is(err, errReplaced) {
-			return err
+		_, _, cat, err := c.ready(ctx)
+		switch {
+		case errors.Is(err, errReplaced):
+			continue
+		case err != nil:
+			return Catalog{}, err
+		case cat == nil:
+			// READY implies a synced catalog; this is a defect, not a state.
+			return Catalog{}, unavailable(errors.New("the connector has no tool catalog yet"))
 		}
+		return Catalog{cat: cat}, nil
 	}
 }
 

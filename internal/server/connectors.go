@@ -49,6 +49,7 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "connector created", connectorAttrs(c)...)
+	s.rowChanged(c)
 	if c.Active {
 		s.connect(ctx, c)
 	}
@@ -156,6 +157,7 @@ func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateCon
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "connector updated", append(connectorAttrs(updated), slog.Any("paths", paths))...)
+	s.rowChanged(updated)
 	if updated.Active && slices.ContainsFunc(paths, changesConnection) {
 		// The new client connects first, then replaces the old one.
 		if spec, err := s.source.spec(updated); err == nil {
@@ -273,6 +275,7 @@ func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteCon
 		return nil, s.toStatus(ctx, err)
 	}
 	s.reg.Remove(id)
+	s.agents.forget(id)
 	s.logger.InfoContext(ctx, "connector deleted",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()))
 	return &connectorv1.DeleteConnectorResponse{}, nil
@@ -306,6 +309,7 @@ func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string,
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "connector desired state set", append(connectorAttrs(c), slog.Bool("active", active))...)
+	s.rowChanged(c)
 	switch {
 	case !active:
 		s.reg.Remove(c.ID)
@@ -326,9 +330,25 @@ func (s *Server) connect(ctx context.Context, c *store.Connector) {
 	s.reg.Add(spec)
 }
 
+// rowChanged tells the connector's live agent that the server wrote its
+// row: the next query uses the new settings without reading them again.
+func (s *Server) rowChanged(c *store.Connector) {
+	if c.Active {
+		s.agents.settle(c)
+	} else {
+		s.agents.forget(c.ID)
+	}
+}
+
 // render is a connector for a response, with the registry's live health
 // and open sessions when it holds the connector.
+// The counters include the query counts not written to the store yet.
 func (s *Server) render(c *store.Connector) *connectorv1.Connector {
+	if d := s.counts.unwritten(c.ID); d != (store.Counters{}) {
+		withCounts := *c
+		withCounts.Counters = merge(c.Counters, d)
+		c = &withCounts
+	}
 	p := connectorToProto(c)
 	if h, err := s.reg.Health(c.ID); err == nil && c.Active {
 		p.Health = liveHealthToProto(h)

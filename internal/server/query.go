@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -60,8 +59,9 @@ func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorReque
 		})
 }
 
-// query validates, checks the connector can be used now, runs the agent and
-// records the run's counters.
+// query validates, checks the connector can be used now, runs its live
+// agent and counts the run. Nothing is read from the store on the way,
+// once the connector's settings are known (agents).
 func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
 	maxTools, err := validateQuery(req)
 	if err != nil {
@@ -70,10 +70,17 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if s.agent == nil {
 		return nil, llm.ErrNotConfigured
 	}
-	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
 		return nil, err
 	}
+	la, err := s.agents.settings(id, func() (*store.Connector, error) {
+		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := la.row
 	// Checked before the model runs: its tool calls would each fail. A
 	// plan runs no tool, so it needs no session.
 	if c.Config.SessionMode == registry.SessionPerSession && req.GetSessionId() == "" && !req.GetPlanOnly() {
@@ -82,18 +89,14 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if !s.limits.allow(c.ID, c.Config.RateLimit) {
 		return nil, newStatus(codes.ResourceExhausted, ReasonRateLimited, "the connector's query rate limit is exceeded; try again shortly")
 	}
-	if err := s.reg.Ready(ctx, c.ID); err != nil {
-		return nil, err
-	}
-	tools, err := s.enabledTools(ctx, c)
+	cat, err := s.reg.Catalog(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	// The agent's tool calls run on the session's connection, for a
 	// per_session connector.
 	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
-		ConnectorID: c.ID, WorkspaceID: c.WorkspaceID, ExternalID: c.ExternalID, ConnectorName: c.Name, Description: c.Description, Model: c.Config.Model,
-		Tools: tools, Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
+		Connector: la.connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 	}, emit)
 	s.countQuery(c, res, err)
 	if err != nil {
@@ -125,22 +128,8 @@ func validateQuery(req queryRequest) (int, error) {
 	return n, c.err()
 }
 
-// enabledTools is the connector's catalog as the agent may use it.
-func (s *Server) enabledTools(ctx context.Context, c *store.Connector) ([]orchestrator.Tool, error) {
-	stored, err := s.db.ConnectorTools(ctx, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	var tools []orchestrator.Tool
-	for _, t := range stored {
-		if t.Enabled {
-			tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
-		}
-	}
-	return tools, nil
-}
-
-// countQuery records a run in the connector's counters.
+// countQuery counts a run in the connector's counters, the tokens of a
+// failed run included; they reach the store in the background.
 func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error) {
 	now := time.Now()
 	d := store.Counters{Queries: 1, LastUsedAt: &now}
@@ -150,11 +139,7 @@ func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr
 	if res != nil {
 		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens, res.Usage.CompletionTokens
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.db.AddCounters(ctx, c.ID, d); err != nil {
-		s.logger.Error("count query", append(connectorAttrs(c), slog.String("error", err.Error()))...)
-	}
+	s.counts.add(c.ID, d)
 }
 
 // limiter keeps a token bucket per connector, rebuilt when its rate limit

@@ -80,6 +80,10 @@ type Server struct {
 	keys   *auth.Keys
 	source *Source
 	limits limiter
+	// agents are the connectors' live agents; counts, their queries'
+	// counters on their way to the store.
+	agents agents
+	counts *queryCounts
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.TracerProvider
@@ -128,7 +132,17 @@ func New(d Deps, cfg Config) *Server {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
-		source: NewSource(d.DB, d.Box, d.Logger), cfg: cfg, logger: d.Logger, tracer: d.TracerProvider}
+		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
+		cfg: cfg, logger: d.Logger, tracer: d.TracerProvider}
+}
+
+// countsInterval is how often query counters are written to the store.
+const countsInterval = time.Second
+
+// Close writes the counters of the queries run so far, within ctx. Call it
+// once the gRPC server has stopped; the Server serves no query after.
+func (s *Server) Close(ctx context.Context) {
+	s.counts.Close(ctx)
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service

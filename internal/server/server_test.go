@@ -70,6 +70,7 @@ type fixture struct {
 	reg    *registry.Registry
 	logs   *syncBuffer
 	keys   *auth.Keys
+	srv    *server.Server
 }
 
 type options struct {
@@ -131,6 +132,7 @@ func setup(t *testing.T, opts ...options) *fixture {
 	keys := auth.NewKeys(db, auth.Config{}, logger)
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth})
+	t.Cleanup(func() { srv.Close(context.Background()) }) // after the gRPC server stops (cleanups run last first)
 	g, _ := server.NewGRPCServer(srv)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = g.Serve(lis) }()
@@ -142,7 +144,7 @@ func setup(t *testing.T, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs, keys: keys}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs, keys: keys, srv: srv}
 }
 
 func ctx(t *testing.T) context.Context {

@@ -1,0 +1,123 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Profile is who a connector is, as its agent tells the model and labels
+// its spans and metrics.
+type Profile struct {
+	ID          int64  // the store's row id, which the ToolCaller takes
+	WorkspaceID string // with ExternalID, the connector as callers name it
+	ExternalID  string
+	Name        string
+	Description string
+	Model       string // empty: the ChatModel's default
+}
+
+// Connector is one connector's live agent: its profile and its enabled
+// tools made ready for the model once — the OpenAI tool definitions, the
+// compiled argument validators and the system prompt's head. The service
+// keeps one per connector between queries and builds a new one only when
+// the connector's settings or tool catalog change. It is never changed
+// once built, so concurrent queries read it without locks.
+type Connector struct {
+	Profile
+	tools  map[string]*tool
+	order  []string      // tool names, as listed
+	defs   []openai.Tool // the tools as the model is offered them
+	prompt string        // the system prompt up to the per-query rules
+}
+
+// tool is an enabled tool with its compiled schema; a nil schema is not
+// enforced (the server will judge the arguments).
+type tool struct {
+	Tool
+	schema *jsonschema.Schema
+}
+
+// NewConnector prepares a connector's agent for tools, its enabled tools.
+// A tool listed twice keeps its last entry.
+func NewConnector(p Profile, tools []Tool) *Connector {
+	c := &Connector{Profile: p, tools: make(map[string]*tool, len(tools))}
+	for _, t := range tools {
+		if _, dup := c.tools[t.Name]; !dup {
+			c.order = append(c.order, t.Name)
+		}
+		c.tools[t.Name] = &tool{Tool: t, schema: compileSchema(t.Name, t.InputSchema)}
+	}
+	c.defs = make([]openai.Tool, 0, len(c.order))
+	for _, name := range c.order {
+		t := c.tools[name]
+		c.defs = append(c.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: t.Name, Description: t.Description, Parameters: parameters(t.InputSchema)}})
+	}
+	c.prompt = promptHead(p, c)
+	return c
+}
+
+// Tools returns the names of the enabled tools, in order.
+func (c *Connector) Tools() []string { return c.order }
+
+// parameters is a tool's input schema as the model gets it: compact JSON,
+// passed through as is; no schema, or one that is not JSON, offers an
+// object of any shape.
+func parameters(schema json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if len(bytes.TrimSpace(schema)) == 0 || json.Compact(&b, schema) != nil {
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	return b.Bytes()
+}
+
+// validate checks args, as decodeArguments read them (numbers as
+// json.Number: the JSON form the server will see), against the tool's
+// schema.
+func (t *tool) validate(args map[string]any) error {
+	if t.schema == nil {
+		return nil
+	}
+	return t.schema.Validate(args)
+}
+
+func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil
+	}
+	url := "mem://tools/" + name + ".json"
+	comp := jsonschema.NewCompiler()
+	comp.UseLoader(loadNothing{})
+	if err := comp.AddResource(url, doc); err != nil {
+		return nil
+	}
+	sch, err := comp.Compile(url)
+	if err != nil {
+		return nil
+	}
+	return sch
+}
+
+// loadNothing refuses every document a schema refers to. Schemas come from
+// MCP servers: a "$ref" to file:///… or http://… must not make the service
+// read its own files (whose content would show in validation errors) or
+// fetch URLs. The JSON Schema meta-schemas are built in and still load.
+type loadNothing struct{}
+
+func (loadNothing) Load(url string) (any, error) {
+	return nil, fmt.Errorf("a tool schema may not load %s", url)
+}
+
+// missing is what a call to a tool outside the catalog is told.
+func (c *Connector) missing(name string) string {
+	return fmt.Sprintf("there is no tool %q; the available tools are: %s", name, strings.Join(c.order, ", "))
+}

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// agents keeps each connector's live agent between queries: the stored
+// settings a query needs (session mode, rate limit, model, name) and the
+// orchestrator.Connector built from them and the registry's catalog. A
+// query reads both from memory. The settings come from the store once, and
+// again after the server changes the connector's row (settle, forget); the
+// agent is rebuilt when the registry publishes a new catalog version (a
+// tool listed, changed, enabled or disabled).
+type agents struct {
+	mu   sync.Mutex
+	byID map[int64]*liveAgent
+	// gens counts the changes of each connector's row, so a row read from
+	// the store before a change is not kept after it.
+	gens map[int64]uint64
+}
+
+// liveAgent is one connector's: its settings, which never change (a change
+// makes a new liveAgent), and its agent for the newest catalog seen.
+type liveAgent struct {
+	row *store.Connector
+
+	mu      sync.Mutex
+	agent   *orchestrator.Connector
+	version uint64 // of the catalog agent was built from
+}
+
+// settings returns connector id's live agent, reading its row with load
+// if it is not known yet.
+func (a *agents) settings(id int64, load func() (*store.Connector, error)) (*liveAgent, error) {
+	a.mu.Lock()
+	la, gen := a.byID[id], a.gens[id]
+	a.mu.Unlock()
+	if la != nil {
+		return la, nil
+	}
+	row, err := load()
+	if err != nil {
+		return nil, err
+	}
+	la = &liveAgent{row: row}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gens[id] != gen {
+		return la, nil // changed meanwhile: use it this once, keep nothing
+	}
+	if kept := a.byID[id]; kept != nil {
+		return kept, nil
+	}
+	if a.byID == nil {
+		a.byID = map[int64]*liveAgent{}
+	}
+	a.byID[id] = la
+	return la, nil
+}
+
+// settle makes row the connector's settings, after the server wrote it.
+func (a *agents) settle(row *store.Connector) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.bump(row.ID)
+	a.byID[row.ID] = &liveAgent{row: row}
+}
+
+// forget drops a connector's live agent: deactivated or deleted.
+func (a *agents) forget(id int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.bump(id)
+	delete(a.byID, id)
+}
+
+func (a *agents) bump(id int64) {
+	if a.byID == nil {
+		a.byID = map[int64]*liveAgent{}
+	}
+	if a.gens == nil {
+		a.gens = map[int64]uint64{}
+	}
+	a.gens[id]++
+}
+
+// connector returns the agent for cat, built now if cat is newer than the
+// one the agent has (an older one, read by a query that raced a change,
+// gets the newer agent). Building is CPU work only, done once per version
+// while the connector's other queries wait for it.
+func (la *liveAgent) connector(cat registry.Catalog) *orchestrator.Connector {
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if la.agent == nil || cat.Version() > la.version {
+		la.agent = orchestrator.NewConnector(profile(la.row), agentTools(cat))
+		la.version = cat.Version()
+	}
+	return la.agent
+}
+
+func profile(c *store.Connector) orchestrator.Profile {
+	return orchestrator.Profile{ID: c.ID, WorkspaceID: c.WorkspaceID, ExternalID: c.ExternalID, Name: c.Name,
+		Description: c.Description, Model: c.Config.Model}
+}
+
+// agentTools are the enabled tools of cat as the agent offers them. A tool
+// whose schema does not read is offered without one.
+func agentTools(cat registry.Catalog) []orchestrator.Tool {
+	enabled := cat.Enabled()
+	tools := make([]orchestrator.Tool, 0, len(enabled))
+	for _, t := range enabled {
+		spec, _ := toolSpec(t)
+		tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: spec.InputSchema})
+	}
+	return tools
+}

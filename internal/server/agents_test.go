@@ -1,0 +1,65 @@
+package server_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// A connector's agent lives between queries: its settings are not read
+// from the store again (a change made behind the server's back is not
+// seen), a change made through the API is seen by the next query, so is a
+// tool switched off, and a warm connector answers with Postgres gone.
+func TestQueryUsesTheLiveAgent(t *testing.T) {
+	f, model, _ := queryFixture(t, llmtest.Answer("one"), llmtest.Answer("two"), llmtest.Answer("three"),
+		llmtest.Answer("four"), llmtest.Answer("five"))
+	prompt := func(i int) string { return model.Requests()[i].Messages[0].Content }
+	ask := func(want string) {
+		t.Helper()
+		res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "q"})
+		if err != nil || res.GetAnswer() != want {
+			t.Fatalf("query = %v, %v; want answer %q", res, err, want)
+		}
+	}
+
+	ask("one")
+	if !strings.Contains(prompt(0), `"m" connector`) || !slices.Contains(offeredTools(model, 0), "echo") {
+		t.Fatalf("first request: prompt %q, tools %v", prompt(0), offeredTools(model, 0))
+	}
+
+	if _, err := f.db.UpdateConnector(ctx(t), "ws", "m", func(c *store.Connector) error { c.Name = "behind-the-back"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ask("two")
+	if strings.Contains(prompt(1), "behind-the-back") {
+		t.Error("the query read the connector's row from the store again")
+	}
+
+	no := false
+	if _, err := f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "echo", Enabled: &no}); err != nil {
+		t.Fatal(err)
+	}
+	ask("three")
+	if tools := offeredTools(model, 2); slices.Contains(tools, "echo") || len(tools) != len(offeredTools(model, 0))-1 {
+		t.Errorf("after disabling echo, offered %v", tools)
+	}
+
+	if _, err := f.client.UpdateConnector(ctx(t), &connectorv1.UpdateConnectorRequest{WorkspaceId: "ws",
+		Connector:  &connectorv1.Connector{ConnectorId: "m", Name: "Shop"},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"name"}}}); err != nil {
+		t.Fatal(err)
+	}
+	ask("four")
+	if !strings.Contains(prompt(3), `"Shop" connector`) {
+		t.Errorf("after UpdateConnector, prompt %q", prompt(3))
+	}
+
+	f.db.Close()
+	ask("five")
+}

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// queryCounts gathers the counters of query runs in memory and writes them
+// to the store in the background, one statement per connector per
+// interval, so no query waits for a write. Close writes what is left. A
+// write that fails is kept and tried again with the next one.
+type queryCounts struct {
+	db       *store.DB
+	logger   *slog.Logger
+	interval time.Duration
+
+	mu      sync.Mutex
+	pending map[int64]store.Counters
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newQueryCounts(db *store.DB, interval time.Duration, logger *slog.Logger) *queryCounts {
+	q := &queryCounts{db: db, logger: logger, interval: interval, pending: map[int64]store.Counters{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go q.loop()
+	return q
+}
+
+// add counts d for connector id.
+func (q *queryCounts) add(id int64, d store.Counters) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending[id] = merge(q.pending[id], d)
+}
+
+// unwritten returns what is counted for connector id but not written yet,
+// so a connector's rendering is exact at once.
+func (q *queryCounts) unwritten(id int64) store.Counters {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pending[id]
+}
+
+func (q *queryCounts) loop() {
+	defer close(q.done)
+	tick := time.NewTicker(q.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			q.flush(context.Background())
+		case <-q.stop:
+			return
+		}
+	}
+}
+
+// flush writes what is pending.
+func (q *queryCounts) flush(ctx context.Context) {
+	q.mu.Lock()
+	batch := q.pending
+	q.pending = make(map[int64]store.Counters, len(batch))
+	q.mu.Unlock()
+	for id, d := range batch {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := q.db.AddCounters(wctx, id, d)
+		cancel()
+		if err != nil {
+			q.logger.Error("write query counters; kept for the next try", slog.Int64("connector_row_id", id), slog.String("error", err.Error()))
+			q.add(id, d)
+		}
+	}
+}
+
+// Close stops the background writes and writes what is left, within ctx.
+func (q *queryCounts) Close(ctx context.Context) {
+	q.once.Do(func() {
+		close(q.stop)
+		<-q.done
+		q.flush(ctx)
+	})
+}
+
+// merge adds d to c; the later last-used time wins.
+func merge(c, d store.Counters) store.Counters {
+	c.Calls += d.Calls
+	c.Errors += d.Errors
+	c.Reconnects += d.Reconnects
+	c.Reinitializations += d.Reinitializations
+	c.Queries += d.Queries
+	c.QueryErrors += d.QueryErrors
+	c.PromptTokens += d.PromptTokens
+	c.CompletionTokens += d.CompletionTokens
+	if d.LastUsedAt != nil && (c.LastUsedAt == nil || d.LastUsedAt.After(*c.LastUsedAt)) {
+		c.LastUsedAt = d.LastUsedAt
+	}
+	return c
+}

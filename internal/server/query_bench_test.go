@@ -1,0 +1,260 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	openai "github.com/sashabaranov/go-openai"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/benchgoal"
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+// BenchmarkQueryOverhead measures what the service adds to a query beyond
+// its parts: one QueryConnector (the model asks for one echo call, then
+// answers) side by side, in turn, with the same parts made directly — the
+// gRPC hop (a health check on the same connection), the model's two
+// requests (the very bodies the agent sent, posted again to the instant
+// fake model, and its answers decoded) and the echo call on an mcp-go
+// client of the same server. Making the request bodies is the service's
+// work, so it counts in the overhead. The overhead is the query's p50 less the p50 of the
+// parts' sum. With 500 tools, the same, and the size of a model request.
+func BenchmarkQueryOverhead(b *testing.B) {
+	for _, tools := range []int{1, 500} {
+		b.Run(fmt.Sprintf("tools-%d", tools), func(b *testing.B) {
+			benchQueryOverhead(b, tools)
+		})
+	}
+}
+
+func benchQueryOverhead(b *testing.B, tools int) {
+	ctx := context.Background()
+	mcpURL := benchMCP(b, tools-1)
+	model := newInstantModel(b)
+	conn, svc := serveAgentOverTCP(b, model.url())
+	if _, err := svc.CreateConnector(ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws",
+		Connector: mcpConnector("m", mcpURL)}); err != nil {
+		b.Fatal(err)
+	}
+	query := &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "Echo hi."}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := svc.QueryConnector(ctx, query)
+		if err == nil && len(res.GetResult().GetToolsUsed()) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no query succeeded: %v, %v", res, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sent := model.sent() // the two requests of the last query
+
+	health := healthpb.NewHealthClient(conn)
+	mc := benchMCPClient(b, mcpURL)
+	var echo mcp.CallToolRequest
+	echo.Params.Name = "echo"
+	echo.Params.Arguments = map[string]any{"text": "hi"}
+
+	var latQuery, latParts []time.Duration
+	timed := func(f func() error) time.Duration {
+		start := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	parts := func() time.Duration {
+		d := timed(func() error { _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); return err })
+		for _, req := range sent {
+			d += timed(func() error { return model.post(req) })
+		}
+		d += timed(func() error { _, err := mc.CallTool(ctx, echo); return err })
+		return d
+	}
+	runQuery := func() time.Duration {
+		return timed(func() error { _, err := svc.QueryConnector(ctx, query); return err })
+	}
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			latQuery = append(latQuery, runQuery())
+			latParts = append(latParts, parts())
+		} else {
+			latParts = append(latParts, parts())
+			latQuery = append(latQuery, runQuery())
+		}
+	}
+	slices.Sort(latQuery)
+	slices.Sort(latParts)
+	p50q, p50p := latQuery[len(latQuery)/2], latParts[len(latParts)/2]
+	b.ReportMetric(float64(p50q.Nanoseconds())/1e3, "query-p50-µs")
+	b.ReportMetric(float64(p50p.Nanoseconds())/1e3, "parts-p50-µs")
+	b.ReportMetric(float64(len(sent[0]))/1024, "KiB/llm-request")
+	overhead := float64((p50q - p50p).Nanoseconds()) / 1e3
+	if tools == 1 {
+		benchgoal.Report(b, "query-agent-overhead-p50", overhead, "overhead-µs", benchgoal.AtMost, 200)
+	} else {
+		b.ReportMetric(overhead, "overhead-µs")
+	}
+}
+
+// serveAgentOverTCP runs the whole service with an agent on the model at
+// llmURL, auth off, on a loopback port.
+func serveAgentOverTCP(b *testing.B, llmURL string) (*grpc.ClientConn, connectorv1.ConnectorServiceClient) {
+	db := storetest.NewDB(b)
+	reg := registry.New(server.NewSource(db, nil, nil), registry.Config{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	model, err := llm.New(llm.Config{BaseURL: llmURL, Model: "fake-model"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent := orchestrator.New(model, reg, orchestrator.Config{}, nil)
+	srv := server.New(server.Deps{DB: db, Registry: reg, Agent: agent, Keys: auth.NewKeys(db, auth.Config{}, nil)},
+		server.Config{Auth: auth.ModeNone})
+	g, hs := server.NewGRPCServer(srv)
+	server.SetServing(hs, true)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	b.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return conn, connectorv1.NewConnectorServiceClient(conn)
+}
+
+// benchMCP serves echo and extra tools of realistic size (a description
+// and four parameters each) over streamable HTTP.
+func benchMCP(b *testing.B, extra int) string {
+	m := mcpserver.NewMCPServer("bench", "1.0", mcpserver.WithToolCapabilities(true))
+	m.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echoes text"), mcp.WithString("text", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(req.GetString("text", "")), nil
+		})
+	for i := range extra {
+		m.AddTool(mcp.NewTool(fmt.Sprintf("tool_%03d", i),
+			mcp.WithDescription(fmt.Sprintf("Tool %d of the bench catalog: lists, filters and sorts the records of collection %d by owner, state and date.", i, i)),
+			mcp.WithString("owner", mcp.Required(), mcp.Description("The owner's login, e.g. ada")),
+			mcp.WithString("state", mcp.Enum("open", "closed", "all"), mcp.Description("Which records to list")),
+			mcp.WithNumber("limit", mcp.Description("At most this many records, 1 to 100")),
+			mcp.WithString("since", mcp.Description("Only records changed after this RFC 3339 time"))),
+			func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("[]"), nil
+			})
+	}
+	h := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
+	b.Cleanup(h.Close)
+	return h.URL + "/mcp"
+}
+
+func benchMCPClient(b *testing.B, url string) *client.Client {
+	ctx := context.Background()
+	c, err := client.NewStreamableHttpClient(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var init mcp.InitializeRequest
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// instantModel is an OpenAI-compatible endpoint that answers at once: a
+// request whose last message is the user's asks for one echo call, one
+// that ends with a tool result is answered. It keeps the last two
+// requests.
+type instantModel struct {
+	http *httptest.Server
+
+	mu   sync.Mutex
+	last [][]byte
+}
+
+func newInstantModel(b *testing.B) *instantModel {
+	m := &instantModel{}
+	m.http = httptest.NewServer(http.HandlerFunc(m.handle))
+	b.Cleanup(m.http.Close)
+	return m
+}
+
+func (m *instantModel) url() string { return m.http.URL + "/v1" }
+
+func (m *instantModel) handle(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req openai.ChatCompletionRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant}
+	if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+		msg.Content = "It said hi (echo)."
+	} else {
+		msg.ToolCalls = []openai.ToolCall{{ID: "call_1", Type: openai.ToolTypeFunction,
+			Function: openai.FunctionCall{Name: "echo", Arguments: `{"text":"hi"}`}}}
+	}
+	m.mu.Lock()
+	if len(m.last) == 2 {
+		m.last = nil
+	}
+	m.last = append(m.last, body)
+	m.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(openai.ChatCompletionResponse{ID: "x", Object: "chat.completion", Model: req.Model,
+		Choices: []openai.ChatCompletionChoice{{Message: msg, FinishReason: openai.FinishReasonStop}},
+		Usage:   openai.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}})
+}
+
+// sent returns the request bodies of the last query.
+func (m *instantModel) sent() [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.last)
+}
+
+// post sends body as a chat completion request and decodes the answer, as
+// a client does.
+func (m *instantModel) post(body []byte) error {
+	resp, err := http.Post(m.url()+"/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var out openai.ChatCompletionResponse
+	return json.NewDecoder(resp.Body).Decode(&out)
+}
