@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -147,6 +148,37 @@ func TestQueryLLMDown(t *testing.T) {
 	if c := got.GetConnector().GetCounters(); c.GetQueryCount() != 1 || c.GetQueryErrorCount() != 1 {
 		t.Errorf("counters after a failed query = %v", c)
 	}
+}
+
+// Every token the model served is counted, a failed run's included: one
+// query that completes (240 tokens) and one whose second model request
+// fails after the first served 120. The counts reach the store (written
+// in the background, and at Close), and GetConnector shows them at once.
+func TestQueryCountsEveryToken(t *testing.T) {
+	f, _, _ := queryFixture(t,
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"a"}`}), llmtest.Answer("a"),
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"b"}`}), llmtest.Fail(http.StatusBadRequest, "no", nil))
+	if _, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "q"}); err == nil {
+		t.Fatal("the second query succeeded")
+	}
+	want := func(c *connectorv1.ConnectorCounters, where string) {
+		t.Helper()
+		if c.GetQueryCount() != 2 || c.GetQueryErrorCount() != 1 || c.GetPromptTokens() != 300 || c.GetCompletionTokens() != 60 {
+			t.Errorf("%s: counters = %v, want 2 queries, 1 error, 300 + 60 tokens", where, c)
+		}
+	}
+	got, _ := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
+	want(got.GetConnector().GetCounters(), "GetConnector")
+	f.srv.Close(ctx(t))
+	row, err := f.db.GetConnector(ctx(t), "ws", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(&connectorv1.ConnectorCounters{QueryCount: row.Counters.Queries, QueryErrorCount: row.Counters.QueryErrors,
+		PromptTokens: row.Counters.PromptTokens, CompletionTokens: row.Counters.CompletionTokens}, "the store after Close")
 }
 
 func TestPlanOnly(t *testing.T) {
