@@ -27,10 +27,12 @@ test:
 	@scripts/tools.sh grpcurl || echo "!!! could not install grpcurl; the README test will skip" >&2
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-## bench: the benchmarks in the README, side by side in one run.
+## bench: the benchmarks in the README, side by side in one run, ending
+## with the table of their goals: each one's value and whether it is met.
+## BENCH='-bench Query' runs some of them.
 bench:
 	@scripts/ensure-postgres.sh
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/registry ./internal/server ./internal/auth
+	scripts/bench.sh $(BENCH)
 
 ## fuzz: each fuzz target for FUZZTIME inputs (default 20000x). `go test
 ## -fuzz` takes one target of one package per run, so this loops over them;
