@@ -19,6 +19,9 @@ type Profile struct {
 	Name        string
 	Description string
 	Model       string // empty: the ChatModel's default
+	// NarrowAbove overrides Config.NarrowAbove for this connector; 0
+	// keeps the agent's.
+	NarrowAbove int
 }
 
 // Connector is one connector's live agent: its profile and its enabled
@@ -31,8 +34,11 @@ type Connector struct {
 	Profile
 	tools  map[string]*tool
 	order  []string      // tool names, as listed
-	defs   []openai.Tool // the tools as the model is offered them
-	prompt string        // the system prompt up to the per-query rules
+	list   []*tool       // the tools in that order
+	defs   []openai.Tool // the tools as the model is offered them, in that order
+	prompt string        // the system prompt up to the per-query rules, all tools offered
+	index  *index        // ranks the tools for a query (narrowing, search_tools)
+	search string        // the name of the search_tools meta-tool: one no tool of the connector has
 }
 
 // tool is an enabled tool with its compiled schema; a nil schema is not
@@ -55,10 +61,16 @@ func NewConnector(p Profile, tools []Tool) *Connector {
 	c.defs = make([]openai.Tool, 0, len(c.order))
 	for _, name := range c.order {
 		t := c.tools[name]
+		c.list = append(c.list, t)
 		c.defs = append(c.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
 			Name: t.Name, Description: t.Description, Parameters: parameters(t.InputSchema)}})
 	}
-	c.prompt = promptHead(p, c)
+	c.prompt = promptHead(p, c, c.order, false)
+	c.index = newIndex(c.list)
+	c.search = "search_tools"
+	for c.tools[c.search] != nil {
+		c.search = "_" + c.search
+	}
 	return c
 }
 
