@@ -272,7 +272,8 @@ func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, t
 	}
 	logger.Info("LLM configured", slog.String("base_url", secret.RedactText(cfg.LLMBaseURL)), slog.String("model", cfg.LLMModel),
 		slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
-	return orchestrator.New(model, reg, orchestrator.Config{MeterProvider: meters, TracerProvider: tp}, logger), nil
+	return orchestrator.New(model, reg, orchestrator.Config{NarrowAbove: cfg.NarrowToolsAbove, NarrowTo: cfg.NarrowToolsTo,
+		MeterProvider: meters, TracerProvider: tp}, logger), nil
 }
 
 // flushTraces exports the spans still buffered, within grace.

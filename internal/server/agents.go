@@ -104,7 +104,7 @@ func (la *liveAgent) connector(cat registry.Catalog) *orchestrator.Connector {
 
 func profile(c *store.Connector) orchestrator.Profile {
 	return orchestrator.Profile{ID: c.ID, WorkspaceID: c.WorkspaceID, ExternalID: c.ExternalID, Name: c.Name,
-		Description: c.Description, Model: c.Config.Model}
+		Description: c.Description, Model: c.Config.Model, NarrowAbove: c.Config.NarrowToolsAbove}
 }
 
 // agentTools are the enabled tools of cat as the agent offers them. A tool
