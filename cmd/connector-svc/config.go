@@ -31,6 +31,7 @@ type config struct {
 	LLMBaseURL           string
 	LLMAPIKey            string // environment only
 	LLMModel             string
+	EmbeddingsModel      string // on the LLM endpoint; "" is none
 	QueryTimeout         time.Duration
 	// Narrowing of large catalogs: a query of a connector with more enabled
 	// tools than NarrowToolsAbove is offered the NarrowToolsTo best.
@@ -81,6 +82,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
 	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
 	fs.StringVar(&cfg.LLMModel, "llm-model", "", "default model of the connector agents (LLM_MODEL)")
+	fs.StringVar(&cfg.EmbeddingsModel, "embeddings-model", "",
+		"embeddings model on the LLM endpoint, for ranking the tools of large catalogs by meaning too; empty ranks by words (EMBEDDINGS_MODEL)")
 	fs.StringVar(&queryTimeout, "query-timeout", "2m", "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
 	fs.IntVar(&cfg.NarrowToolsAbove, "narrow-tools-above", orchestrator.DefaultNarrowAbove,
 		"a query of a connector with more enabled tools than this is offered only the best-fitting ones, and search_tools (NARROW_TOOLS_ABOVE)")
@@ -112,6 +115,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", queryTimeout); err != nil {
 		return config{}, nil, err
+	}
+	if cfg.EmbeddingsModel != "" && cfg.LLMBaseURL == "" {
+		return config{}, nil, fmt.Errorf("EMBEDDINGS_MODEL needs LLM_BASE_URL: the embeddings come from the same endpoint")
 	}
 	if (cfg.LLMBaseURL == "") != (cfg.LLMModel == "") {
 		return config{}, nil, fmt.Errorf("set both LLM_BASE_URL and LLM_MODEL, or neither (queries are then disabled)")

@@ -38,7 +38,10 @@ type Connector struct {
 	defs   []openai.Tool // the tools as the model is offered them, in that order
 	prompt string        // the system prompt up to the per-query rules, all tools offered
 	index  *index        // ranks the tools for a query (narrowing, search_tools)
-	search string        // the name of the search_tools meta-tool: one no tool of the connector has
+	// vectors are the tools' embeddings, in list order (nil where not
+	// known); nil when there are none (WithVectors).
+	vectors [][]float32
+	search  string // the name of the search_tools meta-tool: one no tool of the connector has
 }
 
 // tool is an enabled tool with its compiled schema; a nil schema is not
@@ -72,6 +75,23 @@ func NewConnector(p Profile, tools []Tool) *Connector {
 		c.search = "_" + c.search
 	}
 	return c
+}
+
+// WithVectors returns c with its tools' embeddings, by tool name, for the
+// semantic ranking; the rest of c is shared.
+func (c *Connector) WithVectors(byName map[string][]float32) *Connector {
+	next := *c
+	next.vectors = make([][]float32, len(c.list))
+	for i, t := range c.list {
+		next.vectors[i] = byName[t.Name]
+	}
+	return &next
+}
+
+// EmbeddingText is what a tool's embedding is made of: its name,
+// description and parameters, as the lexical ranking reads them.
+func EmbeddingText(t Tool) string {
+	return strings.TrimSpace(t.Name + ": " + t.Description + "\n" + schemaText(t.InputSchema))
 }
 
 // Tools returns the names of the enabled tools, in order.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"math"
 	"strings"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -29,7 +32,7 @@ func (r *run) selectTools(ctx context.Context) {
 		r.head, r.defs, r.res.ToolsOffered = c.prompt, c.defs, c.order
 		return
 	}
-	order := rank(c.index.scores(r.req.Query + "\n" + r.req.Context))
+	order, _ := r.rank(ctx, r.req.Query+"\n"+r.req.Context)
 	r.offered = map[string]bool{}
 	r.defs = make([]openai.Tool, 0, r.agent.cfg.NarrowTo+r.agent.cfg.SearchResults+1)
 	r.defs = append(r.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
@@ -42,6 +45,71 @@ func (r *run) selectTools(ctx context.Context) {
 	r.head = promptHead(c.Profile, c, r.res.ToolsOffered, true)
 	r.res.Narrowed = true
 	r.agent.counters.narrowed.Add(ctx, 1, connectorAttrs(c))
+}
+
+// rank orders the connector's tools for text, best first, and returns
+// their scores (0: no match). Lexically (BM25) alone, or, with an Embedder
+// and the tools' vectors, fused with the semantic ranking (cosine
+// similarity of the embeddings) by reciprocal rank: a tool scores
+// 1/(60+rank) in each ranking it is in — the lexical one if it shares a
+// word with text, the semantic one if it has a vector — and the sums
+// decide. If the text cannot be embedded, the lexical ranking stands.
+func (r *run) rank(ctx context.Context, text string) ([]int, []float64) {
+	c := r.conn
+	lex := c.index.scores(text)
+	order := rank(lex)
+	if r.agent.cfg.Embedder == nil || c.vectors == nil {
+		return order, lex
+	}
+	ectx, cancel := context.WithTimeout(ctx, embedTimeout)
+	defer cancel()
+	q, err := r.agent.cfg.Embedder.Embed(ectx, []string{Truncate(text, maxEmbedText)})
+	if err != nil {
+		r.agent.logger.WarnContext(ctx, "embed the query; ranking the tools by their words alone",
+			slog.String("connector_id", c.ExternalID), slog.String("error", err.Error()))
+		return order, lex
+	}
+	sem := make([]float64, len(c.list))
+	for i, v := range c.vectors {
+		sem[i] = cosine(q[0], v)
+	}
+	const k = 60
+	fused := make([]float64, len(c.list))
+	for pos, i := range order {
+		if lex[i] > 0 {
+			fused[i] += 1 / float64(k+pos+1)
+		}
+	}
+	for pos, i := range rank(sem) {
+		if c.vectors[i] != nil {
+			fused[i] += 1 / float64(k+pos+1)
+		}
+	}
+	return rank(fused), fused
+}
+
+// Bounds of a query's embedding: it must not hold a query up for long.
+const (
+	embedTimeout = 2 * time.Second
+	maxEmbedText = 8000
+)
+
+// cosine is the cosine similarity of a and b; -1 when either is missing
+// or they differ in length.
+func cosine(a, b []float32) float64 {
+	if len(a) == 0 || len(a) != len(b) {
+		return -1
+	}
+	var dot, na, nb float64
+	for i := range a {
+		dot += float64(a[i]) * float64(b[i])
+		na += float64(a[i]) * float64(a[i])
+		nb += float64(b[i]) * float64(b[i])
+	}
+	if na == 0 || nb == 0 {
+		return -1
+	}
+	return dot / math.Sqrt(na*nb)
 }
 
 // offer adds the connector's tool i to what the model is offered.
@@ -72,9 +140,9 @@ func (r *run) search(ctx context.Context, arguments string) string {
 	if err != nil || strings.TrimSpace(phrase) == "" {
 		return fmt.Sprintf(`Error: call %s with {"query": "<what the tool does>"}`, r.conn.search)
 	}
-	scores := r.conn.index.scores(phrase)
+	order, scores := r.rank(ctx, phrase)
 	var found []string
-	for _, i := range rank(scores) {
+	for _, i := range order {
 		if len(found) == r.agent.cfg.SearchResults || scores[i] == 0 {
 			break
 		}

@@ -41,6 +41,12 @@ type ToolCaller interface {
 	CallTool(ctx context.Context, connectorID int64, name string, args map[string]any) (*mcp.CallToolResult, error)
 }
 
+// Embedder turns texts into embedding vectors, in order. It is an
+// interface here so the agent can use any OpenAI-compatible endpoint's.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
 // ErrPanic means a run panicked; the service keeps serving.
 var ErrPanic = errors.New("the query run panicked")
 
@@ -72,6 +78,9 @@ type Config struct {
 	NarrowTo    int // 16
 	// SearchResults is how many tools one search_tools call finds; 8.
 	SearchResults int
+	// Embedder, when set, adds a semantic ranking to narrowing: the
+	// query's embedding against the tools' (Connector.WithVectors).
+	Embedder Embedder
 	// MeterProvider records the runs (see metrics.go); nil records none.
 	MeterProvider metric.MeterProvider
 	// TracerProvider makes the spans of queries and model calls; nil means

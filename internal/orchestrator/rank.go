@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -102,7 +103,7 @@ func rank(scores []float64) []int {
 }
 
 // schemaText is the names and descriptions of a JSON schema's properties,
-// nested ones included.
+// nested ones included, in name order (the text is the same every time).
 func schemaText(raw json.RawMessage) string {
 	var schema map[string]any
 	if json.Unmarshal(raw, &schema) != nil {
@@ -115,7 +116,8 @@ func schemaText(raw json.RawMessage) string {
 			return
 		}
 		props, _ := s["properties"].(map[string]any)
-		for name, p := range props {
+		for _, name := range slices.Sorted(maps.Keys(props)) {
+			p := props[name]
 			b.WriteString(name)
 			b.WriteByte(' ')
 			if ps, ok := p.(map[string]any); ok {
