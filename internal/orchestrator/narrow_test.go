@@ -143,7 +143,7 @@ const (
 func TestNarrowingRecall(t *testing.T) {
 	tools, queries := loadSet(t)
 	c := orchestrator.NewConnector(orchestrator.Profile{ID: 1, Name: "Everything"}, tools)
-	for _, k := range []int{8, orchestrator.DefaultNarrowTo, 24, 32} {
+	for _, k := range []int{8, 16, orchestrator.DefaultNarrowTo, 32} {
 		r, missed := recall(c, queries, k)
 		t.Logf("recall@%d = %.3f (%d of %d queries)", k, r, len(queries)-len(missed), len(queries))
 		if k != orchestrator.DefaultNarrowTo {

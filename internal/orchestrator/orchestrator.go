@@ -62,7 +62,7 @@ const (
 // Narrowing defaults (Config.NarrowAbove, Config.NarrowTo).
 const (
 	DefaultNarrowAbove = 32
-	DefaultNarrowTo    = 16
+	DefaultNarrowTo    = 24
 )
 
 // Config tunes the agent; zero fields take defaults.
@@ -75,7 +75,7 @@ type Config struct {
 	// search_tools to find the others); 32. A connector's Profile may
 	// override it.
 	NarrowAbove int
-	NarrowTo    int // 16
+	NarrowTo    int // 24
 	// SearchResults is how many tools one search_tools call finds; 8.
 	SearchResults int
 	// Embedder, when set, adds a semantic ranking to narrowing: the

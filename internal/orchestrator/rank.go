@@ -6,16 +6,19 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 )
 
 // index ranks a connector's tools for a query with BM25 (Okapi, k1 = 1.2,
 // b = 0.75) over each tool's words: its name (counted three times: a name
-// says most about a tool), its description, and its parameters' names and
-// descriptions. Words are lower-cased, split at anything but letters and
-// digits and at camelCase humps, stripped of a few English endings
-// ("issues", "listing" and "listed" match "issue" and "list") and of
-// common words. It is built once per catalog and read without locks.
+// says most about a tool), its description, and its parameters' names,
+// descriptions and allowed values. Words (words) are lower-cased, split at
+// anything but letters and digits and at camelCase humps, stripped of a
+// few English endings ("issues", "closing" and "closed" match "issue" and
+// "close") and of common words, and the tool vocabulary's synonyms are
+// read as one word ("remove" is "delete", "PR" is "pull request"). It is
+// built once per catalog and read without locks.
 type index struct {
 	postings map[string][]posting
 	lengths  []float64 // words per tool, in catalog order
@@ -125,6 +128,13 @@ func schemaText(raw json.RawMessage) string {
 					b.WriteString(d)
 					b.WriteByte(' ')
 				}
+				enum, _ := ps["enum"].([]any)
+				for _, v := range enum {
+					if v, ok := v.(string); ok {
+						b.WriteString(v)
+						b.WriteByte(' ')
+					}
+				}
 				walk(ps, depth+1)
 				if items, ok := ps["items"].(map[string]any); ok {
 					walk(items, depth+1)
@@ -139,35 +149,46 @@ func schemaText(raw json.RawMessage) string {
 // words splits text into the index's words.
 func words(text string) []string {
 	var out []string
-	var cur []rune
-	flush := func() {
-		if len(cur) > 0 {
-			if w := stem(strings.ToLower(string(cur))); w != "" && !stopWords[w] {
-				out = append(out, w)
-			}
-			cur = cur[:0]
+	runes := []rune(text)
+	start := -1
+	flush := func(end int) {
+		if start < 0 {
+			return
+		}
+		w := stem(strings.ToLower(string(runes[start:end])))
+		start = -1
+		if len(w) < 2 || stopWords[w] {
+			return
+		}
+		if syn, ok := vocabulary()[w]; ok {
+			out = append(out, syn...)
+			return
+		}
+		out = append(out, w)
+	}
+	for i, r := range runes {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+			flush(i)
+			continue
+		}
+		// Humps: "listIssues" is "list" and "issues", "CPUUtilization"
+		// is "cpu" and "utilization".
+		if i > 0 && unicode.IsUpper(r) && (unicode.IsLower(runes[i-1]) ||
+			unicode.IsUpper(runes[i-1]) && i+1 < len(runes) && unicode.IsLower(runes[i+1])) {
+			flush(i)
+		}
+		if start < 0 {
+			start = i
 		}
 	}
-	var prev rune
-	for _, r := range text {
-		switch {
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			// A hump: "listIssues" is "list" and "issues".
-			if unicode.IsUpper(r) && unicode.IsLower(prev) {
-				flush()
-			}
-			cur = append(cur, r)
-		default:
-			flush()
-		}
-		prev = r
-	}
-	flush()
+	flush(len(runes))
 	return out
 }
 
 // stem strips a few English endings, enough for the words tools are
-// described with: plural, -ing and -ed forms meet their stem.
+// described with: plural, -ing, -ed and -ee forms, and a final e, meet
+// their stem ("closes", "closing", "closed" and "close" are "clos";
+// "assignee" and "assigned" are "assign").
 func stem(w string) string {
 	if len(w) <= 3 {
 		return w
@@ -181,9 +202,15 @@ func stem(w string) string {
 		return trimDouble(w[:len(w)-3])
 	case strings.HasSuffix(w, "ed") && len(w) > 4:
 		return trimDouble(w[:len(w)-2])
+	case strings.HasSuffix(w, "ee") && len(w) > 5:
+		return w[:len(w)-2]
 	case strings.HasSuffix(w, "es") && (strings.HasSuffix(w, "ches") || strings.HasSuffix(w, "shes") || strings.HasSuffix(w, "xes")):
 		return w[:len(w)-2]
+	case strings.HasSuffix(w, "es") && len(w) > 4:
+		return w[:len(w)-2] // "closes" is "clos", as "close" is
 	case strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") && !strings.HasSuffix(w, "us") && !strings.HasSuffix(w, "is"):
+		return w[:len(w)-1]
+	case strings.HasSuffix(w, "e") && len(w) > 4:
 		return w[:len(w)-1]
 	}
 	return w
@@ -199,12 +226,69 @@ func trimDouble(w string) string {
 	return w
 }
 
-var stopWords = map[string]bool{}
+// stopWords are words too common to tell tools apart.
+var stopWords = setOf(`a an and are as at be by can do doe for from how in into is it its
+	me my of on or our please so that the their them then there these this to up us was we what when where
+	which who will with you your all any some one`)
 
-func init() {
-	for _, w := range strings.Fields(`a an and are as at be by can do doe for from how i in into is it its
-		me my of on or our please so that the their them then there these this to up us was we what when where
-		which who will with you your all any some one`) {
-		stopWords[w] = true
+func setOf(list string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.Fields(list) {
+		out[w] = true
 	}
+	return out
 }
+
+// synonyms are the tool vocabulary's words that mean the same, each group
+// read as its first entry: the verbs of every API and the nouns and
+// abbreviations of the services MCP servers front. It is general, not fit
+// to one server: a word belongs here only if it means the same in every
+// catalog.
+var synonyms = [][]string{
+	{"delete", "remove", "erase", "destroy", "drop", "trash", "rm"},
+	{"create", "new", "make", "add"},
+	{"update", "edit", "change", "modify", "set", "rename"},
+	{"get", "fetch", "retrieve", "read", "show", "view", "see", "display"},
+	{"search", "find", "lookup", "locate", "query"},
+	{"send", "post", "tell", "notify", "announce"},
+	{"stop", "halt", "shutdown", "kill", "terminate"},
+	{"start", "launch", "boot", "run"},
+	{"merge", "combine", "squash"},
+	{"remind", "reminder", "ping", "nudge"},
+	{"share", "invite", "grant"},
+	{"latest", "newest", "recent", "last", "current"},
+	{"event", "meeting", "appointment"},
+	{"comment", "reply", "respond", "response"},
+	{"instance", "vm", "server", "machine"},
+	{"document", "doc"},
+	{"database", "db"},
+	{"repository", "repo"},
+	{"email", "mail", "gmail"},
+	{"configuration", "config", "settings"},
+	{"permission", "access", "role", "privilege"},
+	{"spreadsheet", "sheet"},
+	{"user", "person", "member", "people", "account"},
+	{"pull request", "pr", "mr"},
+	{"direct message", "dm"},
+	{"out of office", "ooo", "vacation", "away"},
+}
+
+// vocabulary maps each word of synonyms, stemmed, to its group's first
+// entry, split into words and stemmed.
+var vocabulary = sync.OnceValue(func() map[string][]string {
+	out := map[string][]string{}
+	for _, group := range synonyms {
+		var canon []string
+		for _, w := range strings.Fields(group[0]) {
+			if w = stem(w); !stopWords[w] {
+				canon = append(canon, w)
+			}
+		}
+		for _, w := range group {
+			if !strings.Contains(w, " ") {
+				out[stem(w)] = canon
+			}
+		}
+	}
+	return out
+})
