@@ -129,13 +129,15 @@ func recall(c *orchestrator.Connector, queries []labelled, k int) (float64, []la
 }
 
 // recallGoal is issue 13's goal for recall at the default K with the
-// lexical ranking alone. The ranking falls short of it for now (0.713 on
-// this set when the set was written, the misses logged by -v), so the test
-// fails only below recallFloor, against a regression, and logs that the
-// goal is missed: raise recallFloor to recallGoal once rank.go reaches it.
+// lexical ranking alone. The ranking falls short of it (0.713 at 16 when
+// the set was written; 0.894 at 24, the default, after rank.go learned
+// enum values, more endings and the tool vocabulary's synonyms; the misses
+// are logged by -v): most misses share no word with the tool they need.
+// So the test fails only below recallFloor, against a regression, and
+// logs that the goal is missed.
 const (
 	recallGoal  = 0.95
-	recallFloor = 0.70 // temporarily: see recallGoal
+	recallFloor = 0.85
 )
 
 // Narrowing with the lexical ranking alone offers every tool a query needs

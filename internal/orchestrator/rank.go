@@ -270,7 +270,7 @@ var synonyms = [][]string{
 	{"user", "person", "member", "people", "account"},
 	{"pull request", "pr", "mr"},
 	{"direct message", "dm"},
-	{"out of office", "ooo", "vacation", "away"},
+	{"vacation", "ooo"},
 }
 
 // vocabulary maps each word of synonyms, stemmed, to its group's first
