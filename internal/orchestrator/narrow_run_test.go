@@ -14,6 +14,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 )
 
 // recorder is a ToolCaller that answers every call with the tool's name.
@@ -40,7 +41,7 @@ func bigCatalog(n int) []orchestrator.Tool {
 	return tools
 }
 
-func narrowFixture(t *testing.T, tools []orchestrator.Tool, steps ...llmtest.Step) (*llmtest.Server, *recorder, *orchestrator.Agent, orchestrator.Request) {
+func narrowFixture(t *testing.T, tools []orchestrator.Tool, steps ...llmtest.Step) (*llmtest.Server, *recorder, *orchestrator.Agent, orchestrator.Request, *telemetrytest.Meters) {
 	t.Helper()
 	srv := llmtest.New(t, steps...)
 	model, err := llm.New(llm.Config{BaseURL: srv.URL(), Model: "fake-model", BackoffBase: time.Millisecond})
@@ -48,10 +49,11 @@ func narrowFixture(t *testing.T, tools []orchestrator.Tool, steps ...llmtest.Ste
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	agent := orchestrator.New(model, rec, orchestrator.Config{}, nil)
-	req := orchestrator.Request{Connector: orchestrator.NewConnector(orchestrator.Profile{ID: 1, Name: "Shop"}, tools),
+	meters := telemetrytest.New(t)
+	agent := orchestrator.New(model, rec, orchestrator.Config{MeterProvider: meters.Provider}, nil)
+	req := orchestrator.Request{Connector: orchestrator.NewConnector(orchestrator.Profile{ID: 1, WorkspaceID: "acme", ExternalID: "shop", Name: "Shop"}, tools),
 		Query: "Send the March invoice to ACME.", MaxTools: 10}
-	return srv, rec, agent, req
+	return srv, rec, agent, req, meters
 }
 
 // A connector above the threshold offers the best-fitting tools and
@@ -59,7 +61,7 @@ func narrowFixture(t *testing.T, tools []orchestrator.Tool, steps ...llmtest.Ste
 // turn; one that is neither offered nor found is refused, so the model can
 // search.
 func TestNarrowedRunAndSearchTools(t *testing.T) {
-	srv, rec, agent, req := narrowFixture(t, bigCatalog(40),
+	srv, rec, agent, req, meters := narrowFixture(t, bigCatalog(40),
 		llmtest.CallTools(llmtest.Call{Tool: "manage_widget_30", Args: `{}`}),
 		llmtest.CallTools(llmtest.Call{Tool: "search_tools", Args: `{"query":"widget 30 of the factory"}`}),
 		llmtest.CallTools(llmtest.Call{Tool: "manage_widget_30", Args: `{}`}, llmtest.Call{Tool: "send_invoice", Args: `{"customer":"acme"}`}),
@@ -100,12 +102,16 @@ func TestNarrowedRunAndSearchTools(t *testing.T) {
 		len(res.ToolsOffered) <= orchestrator.DefaultNarrowTo || !slices.Equal(res.ToolsUsed, []string{"manage_widget_30", "send_invoice"}) {
 		t.Errorf("result: narrowed %v, total %d, offered %v, used %v", res.Narrowed, res.ToolsTotal, res.ToolsOffered, res.ToolsUsed)
 	}
+	attrs := telemetrytest.Attrs("workspace", "acme", "connector", "shop")
+	if n, s := meters.Value(t, "connector.queries.narrowed", attrs...), meters.Value(t, "connector.search_tools.calls", attrs...); n != 1 || s != 1 {
+		t.Errorf("counted %v narrowed queries and %v searches, want 1 and 1", n, s)
+	}
 }
 
 // At or below the threshold nothing changes: every tool, no search_tools.
 // A connector's own threshold overrides the agent's.
 func TestNoNarrowingAtTheThreshold(t *testing.T) {
-	srv, _, agent, req := narrowFixture(t, bigCatalog(orchestrator.DefaultNarrowAbove), llmtest.Answer("a"), llmtest.Answer("b"))
+	srv, _, agent, req, _ := narrowFixture(t, bigCatalog(orchestrator.DefaultNarrowAbove), llmtest.Answer("a"), llmtest.Answer("b"))
 	res, err := agent.Run(context.Background(), req, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +128,7 @@ func TestNoNarrowingAtTheThreshold(t *testing.T) {
 
 // plan_only plans with the same selection and says which tools it was.
 func TestNarrowedPlan(t *testing.T) {
-	srv, _, agent, req := narrowFixture(t, bigCatalog(40),
+	srv, _, agent, req, _ := narrowFixture(t, bigCatalog(40),
 		llmtest.Answer(`{"plan":[{"tool":"send_invoice","purpose":"send it"}]}`))
 	req.PlanOnly = true
 	res, err := agent.Run(context.Background(), req, nil)
