@@ -99,3 +99,32 @@ func TestNarrowingWithEmbeddings(t *testing.T) {
 		t.Errorf("after the rebuild, %d tool texts embedded in all, want the 5 stored ones reused", n)
 	}
 }
+
+// A disabled tool stays out of reach when the connector narrows: search
+// cannot find it, and a call to it is refused, not run.
+func TestSearchNeverFindsADisabledTool(t *testing.T) {
+	model := llmtest.New(t,
+		llmtest.CallTools(llmtest.Call{Tool: "search_tools", Args: `{"query":"structured weather"}`}),
+		llmtest.CallTools(llmtest.Call{Tool: "weather", Args: `{}`}),
+		llmtest.Answer("No weather tool."))
+	f := setup(t, options{llmURL: model.URL(), narrowTo: 1})
+	srv := newTestMCP(t)
+	spec := mcpConnector("m", srv.url())
+	spec.NarrowToolsAbove = 1
+	f.create(t, "ws", spec)
+	f.waitReady(t, "ws", "m")
+	no := false
+	if _, err := f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "weather", Enabled: &no}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "weather in Oslo?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := res.GetSteps()
+	if len(steps) != 2 || strings.Contains(steps[0].GetCalls()[0].GetResultExcerpt(), "- weather") ||
+		steps[1].GetCalls()[0].GetRejectedReason() == "" || slices.Contains(res.GetToolsUsed(), "weather") ||
+		res.GetToolsTotal() != 4 || slices.Contains(res.GetToolsOffered(), "weather") {
+		t.Errorf("result: %v", res)
+	}
+}
