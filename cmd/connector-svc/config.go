@@ -11,6 +11,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/server"
 )
 
@@ -30,8 +31,12 @@ type config struct {
 	LLMBaseURL           string
 	LLMAPIKey            string // environment only
 	LLMModel             string
+	EmbeddingsModel      string // on the LLM endpoint; "" is none
 	QueryTimeout         time.Duration
-	LogLevel             slog.Level
+	// Narrowing of large catalogs: a query of a connector with more enabled
+	// tools than NarrowToolsAbove is offered the NarrowToolsTo best.
+	NarrowToolsAbove, NarrowToolsTo int
+	LogLevel                        slog.Level
 	// Egress CIDRs: Deny always wins; Allow opens default-refused ranges.
 	EgressAllow, EgressDeny []netip.Prefix
 	// Auth is when callers need API keys (AUTH).
@@ -77,7 +82,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
 	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
 	fs.StringVar(&cfg.LLMModel, "llm-model", "", "default model of the connector agents (LLM_MODEL)")
+	fs.StringVar(&cfg.EmbeddingsModel, "embeddings-model", "",
+		"embeddings model on the LLM endpoint, for ranking the tools of large catalogs by meaning too; empty ranks by words (EMBEDDINGS_MODEL)")
 	fs.StringVar(&queryTimeout, "query-timeout", "2m", "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
+	fs.IntVar(&cfg.NarrowToolsAbove, "narrow-tools-above", orchestrator.DefaultNarrowAbove,
+		"a query of a connector with more enabled tools than this is offered only the best-fitting ones, and search_tools (NARROW_TOOLS_ABOVE)")
+	fs.IntVar(&cfg.NarrowToolsTo, "narrow-tools-to", orchestrator.DefaultNarrowTo, "how many tools a narrowed query is offered (NARROW_TOOLS_TO)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error (LOG_LEVEL)")
 	fs.StringVar(&egressAllow, "egress-allow-cidrs", "", "comma-separated CIDRs HTTP connectors may reach though refused by default (EGRESS_ALLOW_CIDRS)")
 	fs.StringVar(&egressDeny, "egress-deny-cidrs", "", "comma-separated CIDRs HTTP connectors may never reach; wins over the allow list (EGRESS_DENY_CIDRS)")
@@ -106,6 +116,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", queryTimeout); err != nil {
 		return config{}, nil, err
 	}
+	if cfg.EmbeddingsModel != "" && cfg.LLMBaseURL == "" {
+		return config{}, nil, fmt.Errorf("EMBEDDINGS_MODEL needs LLM_BASE_URL: the embeddings come from the same endpoint")
+	}
 	if (cfg.LLMBaseURL == "") != (cfg.LLMModel == "") {
 		return config{}, nil, fmt.Errorf("set both LLM_BASE_URL and LLM_MODEL, or neither (queries are then disabled)")
 	}
@@ -120,6 +133,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if cfg.MaxSessions <= 0 {
 		return config{}, nil, fmt.Errorf("MAX_SESSIONS_PER_CONNECTOR %d: want a positive number", cfg.MaxSessions)
+	}
+	if cfg.NarrowToolsAbove <= 0 || cfg.NarrowToolsTo <= 0 {
+		return config{}, nil, fmt.Errorf("NARROW_TOOLS_ABOVE %d, NARROW_TOOLS_TO %d: want positive numbers", cfg.NarrowToolsAbove, cfg.NarrowToolsTo)
 	}
 	if cfg.Auth, err = auth.ParseMode(authMode); err != nil {
 		return config{}, nil, err

@@ -195,11 +195,12 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	if err := reg.Load(ctx); err != nil {
 		return err
 	}
-	agent, err := newAgent(cfg, reg, obs.meters, tp, logger)
+	agent, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp}, server.Config{
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp,
+		Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
@@ -259,20 +260,27 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 }
 
 // newAgent returns the connector agent, or nil when no LLM is configured:
-// then the query RPCs refuse and everything else works.
+// then the query RPCs refuse and everything else works. With an
+// embeddings model, it also returns the embedder the agent ranks tools
+// with.
 func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, tp trace.TracerProvider,
-	logger *slog.Logger) (*orchestrator.Agent, error) {
-	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey, Model: cfg.LLMModel, MeterProvider: meters})
+	logger *slog.Logger) (*orchestrator.Agent, orchestrator.Embedder, error) {
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey, Model: cfg.LLMModel,
+		EmbeddingModel: cfg.EmbeddingsModel, MeterProvider: meters})
 	if errors.Is(err, llm.ErrNotConfigured) {
 		logger.Info("no LLM configured: QueryConnector and StreamQueryConnector are disabled; set LLM_BASE_URL and LLM_MODEL")
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	logger.Info("LLM configured", slog.String("base_url", secret.RedactText(cfg.LLMBaseURL)), slog.String("model", cfg.LLMModel),
-		slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
-	return orchestrator.New(model, reg, orchestrator.Config{MeterProvider: meters, TracerProvider: tp}, logger), nil
+		slog.String("embeddings_model", cfg.EmbeddingsModel), slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
+	acfg := orchestrator.Config{NarrowAbove: cfg.NarrowToolsAbove, NarrowTo: cfg.NarrowToolsTo, MeterProvider: meters, TracerProvider: tp}
+	if cfg.EmbeddingsModel != "" {
+		acfg.Embedder = model
+	}
+	return orchestrator.New(model, reg, acfg, logger), acfg.Embedder, nil
 }
 
 // flushTraces exports the spans still buffered, within grace.

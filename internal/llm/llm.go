@@ -22,6 +22,9 @@ import (
 	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
+// ErrNoEmbeddings means no embeddings model is set.
+var ErrNoEmbeddings = errors.New("no embeddings model is configured: set EMBEDDINGS_MODEL")
+
 // ErrNotConfigured means no endpoint or model is set.
 var ErrNotConfigured = errors.New("no LLM is configured: set LLM_BASE_URL and LLM_MODEL (and LLM_API_KEY if the endpoint needs one)")
 
@@ -48,6 +51,9 @@ type Config struct {
 	BaseURL string // e.g. http://localhost:11434/v1
 	APIKey  string // may be empty for local servers
 	Model   string // default model
+	// EmbeddingModel is the embeddings model on the same endpoint
+	// (/v1/embeddings); empty: none, and Embed refuses.
+	EmbeddingModel string
 	// MaxRetries bounds retries of one request; default 4.
 	MaxRetries int
 	// BackoffBase is the first retry delay without Retry-After; default 500ms.
@@ -62,9 +68,10 @@ type Config struct {
 
 // Client is a chat model. Safe for concurrent use.
 type Client struct {
-	api     *openai.Client
-	model   string
-	metrics *metrics
+	api            *openai.Client
+	model          string
+	embeddingModel string
+	metrics        *metrics
 }
 
 // New returns a Client, or ErrNotConfigured if BaseURL or Model is empty.
@@ -86,7 +93,8 @@ func New(cfg Config) (*Client, error) {
 	oc := openai.DefaultConfig(cfg.APIKey)
 	oc.BaseURL = cfg.BaseURL
 	oc.HTTPClient = &retrying{next: &hc, retries: cfg.MaxRetries, base: cfg.BackoffBase}
-	return &Client{api: openai.NewClientWithConfig(oc), model: cfg.Model, metrics: newMetrics(cfg.MeterProvider)}, nil
+	return &Client{api: openai.NewClientWithConfig(oc), model: cfg.Model, embeddingModel: cfg.EmbeddingModel,
+		metrics: newMetrics(cfg.MeterProvider)}, nil
 }
 
 // Model is the default model.
@@ -100,26 +108,57 @@ func (c *Client) Chat(ctx context.Context, req openai.ChatCompletionRequest) (re
 	}
 	defer func(start time.Time) { c.metrics.record(ctx, req.Model, start, resp, err) }(time.Now())
 	resp, err = c.api.CreateChatCompletion(ctx, req)
-	if err == nil {
-		if len(resp.Choices) == 0 {
-			return resp, &Error{Status: http.StatusBadGateway, Msg: "the response has no choices"}
-		}
-		return resp, nil
+	if err != nil {
+		return resp, apiError(ctx, err)
 	}
+	if len(resp.Choices) == 0 {
+		return resp, &Error{Status: http.StatusBadGateway, Msg: "the response has no choices"}
+	}
+	return resp, nil
+}
+
+// Embed returns the embeddings of texts, in order, from the embeddings
+// model (Config.EmbeddingModel; ErrNoEmbeddings without one). Errors are
+// *Error or the context's error.
+func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if c.embeddingModel == "" {
+		return nil, ErrNoEmbeddings
+	}
+	resp, err := c.api.CreateEmbeddings(ctx, openai.EmbeddingRequest{Input: texts, Model: openai.EmbeddingModel(c.embeddingModel)})
+	if err != nil {
+		return nil, apiError(ctx, err)
+	}
+	out := make([][]float32, len(texts))
+	for _, e := range resp.Data {
+		if e.Index < 0 || e.Index >= len(out) {
+			return nil, &Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("an embedding for input %d of %d", e.Index, len(texts))}
+		}
+		out[e.Index] = e.Embedding
+	}
+	for i, v := range out {
+		if len(v) == 0 {
+			return nil, &Error{Status: http.StatusBadGateway, Msg: fmt.Sprintf("no embedding for input %d of %d", i, len(texts))}
+		}
+	}
+	return out, nil
+}
+
+// apiError is err, from go-openai, as an *Error (or the context's error).
+func apiError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return resp, ctx.Err()
+		return ctx.Err()
 	}
 	var apiErr *openai.APIError
 	var reqErr *openai.RequestError
 	switch {
 	case errors.As(err, &apiErr):
-		return resp, &Error{Status: apiErr.HTTPStatusCode, Msg: apiErr.Message}
+		return &Error{Status: apiErr.HTTPStatusCode, Msg: apiErr.Message}
 	case errors.As(err, &reqErr):
-		return resp, &Error{Status: reqErr.HTTPStatusCode, Msg: http.StatusText(reqErr.HTTPStatusCode)}
+		return &Error{Status: reqErr.HTTPStatusCode, Msg: http.StatusText(reqErr.HTTPStatusCode)}
 	default:
 		// The HTTP client's errors name the URL: its query values stay
 		// out of logs and spans.
-		return resp, &Error{Msg: secret.RedactText(err.Error())}
+		return &Error{Msg: secret.RedactText(err.Error())}
 	}
 }
 

@@ -19,6 +19,9 @@ type Profile struct {
 	Name        string
 	Description string
 	Model       string // empty: the ChatModel's default
+	// NarrowAbove overrides Config.NarrowAbove for this connector; 0
+	// keeps the agent's.
+	NarrowAbove int
 }
 
 // Connector is one connector's live agent: its profile and its enabled
@@ -31,8 +34,14 @@ type Connector struct {
 	Profile
 	tools  map[string]*tool
 	order  []string      // tool names, as listed
-	defs   []openai.Tool // the tools as the model is offered them
-	prompt string        // the system prompt up to the per-query rules
+	list   []*tool       // the tools in that order
+	defs   []openai.Tool // the tools as the model is offered them, in that order
+	prompt string        // the system prompt up to the per-query rules, all tools offered
+	index  *index        // ranks the tools for a query (narrowing, search_tools)
+	// vectors are the tools' embeddings, in list order (nil where not
+	// known); nil when there are none (WithVectors).
+	vectors [][]float32
+	search  string // the name of the search_tools meta-tool: one no tool of the connector has
 }
 
 // tool is an enabled tool with its compiled schema; a nil schema is not
@@ -55,11 +64,34 @@ func NewConnector(p Profile, tools []Tool) *Connector {
 	c.defs = make([]openai.Tool, 0, len(c.order))
 	for _, name := range c.order {
 		t := c.tools[name]
+		c.list = append(c.list, t)
 		c.defs = append(c.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
 			Name: t.Name, Description: t.Description, Parameters: parameters(t.InputSchema)}})
 	}
-	c.prompt = promptHead(p, c)
+	c.prompt = promptHead(p, c, c.order, false)
+	c.index = newIndex(c.list)
+	c.search = "search_tools"
+	for c.tools[c.search] != nil {
+		c.search = "_" + c.search
+	}
 	return c
+}
+
+// WithVectors returns c with its tools' embeddings, by tool name, for the
+// semantic ranking; the rest of c is shared.
+func (c *Connector) WithVectors(byName map[string][]float32) *Connector {
+	next := *c
+	next.vectors = make([][]float32, len(c.list))
+	for i, t := range c.list {
+		next.vectors[i] = byName[t.Name]
+	}
+	return &next
+}
+
+// EmbeddingText is what a tool's embedding is made of: its name,
+// description and parameters, as the lexical ranking reads them.
+func EmbeddingText(t Tool) string {
+	return strings.TrimSpace(t.Name + ": " + t.Description + "\n" + schemaText(t.InputSchema))
 }
 
 // Tools returns the names of the enabled tools, in order.

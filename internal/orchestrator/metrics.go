@@ -9,23 +9,38 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// newQueries makes the counter of runs on mp (nil: no-op), labelled with
-// the connector as callers name it and how the run ended: never the query.
-// The name is a constant, checked by the tests; the SDK returns a working
-// instrument with any error.
-func newQueries(mp metric.MeterProvider) metric.Int64Counter {
+// counters are the agent's instruments on a meter provider (nil: no-op),
+// labelled with the connector as callers name it and, for queries, how the
+// run ended: never the query. The names are constants, checked by the
+// tests; the SDK returns a working instrument with any error.
+type counters struct {
+	queries  metric.Int64Counter
+	narrowed metric.Int64Counter
+	searches metric.Int64Counter
+}
+
+func newCounters(mp metric.MeterProvider) counters {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	c, _ := mp.Meter("github.com/connector-svc/connector-svc/internal/orchestrator").Int64Counter("connector.queries",
-		metric.WithUnit("{query}"),
+	m := mp.Meter("github.com/connector-svc/connector-svc/internal/orchestrator")
+	var c counters
+	c.queries, _ = m.Int64Counter("connector.queries", metric.WithUnit("{query}"),
 		metric.WithDescription("Query runs, by status: completed, budget_exhausted, planned, timeout, canceled or failed."))
+	c.narrowed, _ = m.Int64Counter("connector.queries.narrowed", metric.WithUnit("{query}"),
+		metric.WithDescription("Query runs that offered the model a selection of the connector's tools, not all of them."))
+	c.searches, _ = m.Int64Counter("connector.search_tools.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls of the search_tools meta-tool by the model, in narrowed runs."))
 	return c
+}
+
+func connectorAttrs(c *Connector) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", c.WorkspaceID), attribute.String("connector", c.ExternalID)))
 }
 
 // countQuery counts a run for c that ended with res or err.
 func (a *Agent) countQuery(ctx context.Context, c *Connector, res *Result, err error) {
-	a.queries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", c.WorkspaceID),
+	a.counters.queries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", c.WorkspaceID),
 		attribute.String("connector", c.ExternalID), attribute.String("status", runStatus(res, err)))))
 }
 

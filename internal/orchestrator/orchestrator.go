@@ -41,6 +41,12 @@ type ToolCaller interface {
 	CallTool(ctx context.Context, connectorID int64, name string, args map[string]any) (*mcp.CallToolResult, error)
 }
 
+// Embedder turns texts into embedding vectors, in order. It is an
+// interface here so the agent can use any OpenAI-compatible endpoint's.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
 // ErrPanic means a run panicked; the service keeps serving.
 var ErrPanic = errors.New("the query run panicked")
 
@@ -53,11 +59,28 @@ const (
 	MaxMaxTools     = 50
 )
 
+// Narrowing defaults (Config.NarrowAbove, Config.NarrowTo).
+const (
+	DefaultNarrowAbove = 32
+	DefaultNarrowTo    = 24
+)
+
 // Config tunes the agent; zero fields take defaults.
 type Config struct {
 	MaxTurns    int // model turns with tools before a forced answer; 8
 	ResultLimit int // characters of one tool result sent to the model; 8000
 	ExcerptSize int // characters of a result kept in the trace; 500
+	// NarrowAbove is how many enabled tools a connector may have before a
+	// query is offered only the NarrowTo best-ranked for it (and
+	// search_tools to find the others); 32. A connector's Profile may
+	// override it.
+	NarrowAbove int
+	NarrowTo    int // 24
+	// SearchResults is how many tools one search_tools call finds; 8.
+	SearchResults int
+	// Embedder, when set, adds a semantic ranking to narrowing: the
+	// query's embedding against the tools' (Connector.WithVectors).
+	Embedder Embedder
 	// MeterProvider records the runs (see metrics.go); nil records none.
 	MeterProvider metric.MeterProvider
 	// TracerProvider makes the spans of queries and model calls; nil means
@@ -130,11 +153,17 @@ type Result struct {
 	Status    Status
 	Answer    string
 	ToolsUsed []string
-	Steps     []Step
-	Plan      []PlannedTool
-	Contexts  []Context
-	Usage     Usage
-	Duration  time.Duration
+	// ToolsTotal is how many enabled tools the connector has; ToolsOffered
+	// are the ones the model was offered (those search_tools found
+	// included), all of them unless Narrowed.
+	ToolsTotal   int
+	ToolsOffered []string
+	Narrowed     bool
+	Steps        []Step
+	Plan         []PlannedTool
+	Contexts     []Context
+	Usage        Usage
+	Duration     time.Duration
 }
 
 // EventKind says what an Event reports.
@@ -168,8 +197,8 @@ type Agent struct {
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.Tracer
-	// queries counts runs, on Config.MeterProvider.
-	queries metric.Int64Counter
+	// counters count runs, on Config.MeterProvider.
+	counters counters
 }
 
 // New returns an Agent.
@@ -186,11 +215,20 @@ func New(model ChatModel, tools ToolCaller, cfg Config, logger *slog.Logger) *Ag
 	if cfg.ExcerptSize <= 0 {
 		cfg.ExcerptSize = 500
 	}
+	if cfg.NarrowAbove <= 0 {
+		cfg.NarrowAbove = DefaultNarrowAbove
+	}
+	if cfg.NarrowTo <= 0 {
+		cfg.NarrowTo = DefaultNarrowTo
+	}
+	if cfg.SearchResults <= 0 {
+		cfg.SearchResults = 8
+	}
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
 	}
 	return &Agent{model: model, tools: tools, cfg: cfg, logger: logger, tracer: cfg.TracerProvider.Tracer("connector-svc/orchestrator"),
-		queries: newQueries(cfg.MeterProvider)}
+		counters: newCounters(cfg.MeterProvider)}
 }
 
 // Run answers one query. emit, if not nil, receives progress events one at
@@ -210,6 +248,7 @@ func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Re
 		attribute.Bool("query.plan_only", req.PlanOnly)))
 	start := time.Now()
 	r := &run{agent: a, req: req, conn: c, emit: serialize(emit), res: &Result{}, progress: emit != nil}
+	r.selectTools(ctx)
 	defer func() {
 		if p := recover(); p != nil {
 			a.logger.ErrorContext(ctx, "query run panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
@@ -253,6 +292,12 @@ type run struct {
 	used  int        // tool calls run so far
 	ctxMu sync.Mutex // guards res.Contexts during a step
 
+	// The tools offered (see narrow.go): the prompt's head and the
+	// definitions the model gets; offered is nil when all are.
+	head    string
+	defs    []openai.Tool
+	offered map[string]bool
+
 	// progress asks tool calls for progress: someone listens to events.
 	progress bool
 }
@@ -266,8 +311,8 @@ func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, wit
 	ctx, span := r.agent.tracer.Start(ctx, "llm.chat", trace.WithAttributes(attribute.Int("llm.messages", len(msgs))))
 	defer span.End()
 	creq := openai.ChatCompletionRequest{Model: r.conn.Model, Messages: msgs}
-	if withTools && len(r.conn.defs) > 0 {
-		creq.Tools = r.conn.defs
+	if withTools && len(r.defs) > 0 {
+		creq.Tools = r.defs
 		creq.ToolChoice = "auto"
 	}
 	resp, err := r.agent.model.Chat(ctx, creq)
@@ -287,7 +332,7 @@ func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, wit
 // limit forces an answer.
 func (r *run) loop(ctx context.Context) (*Result, error) {
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.conn, r.req.MaxTools)},
+		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.head, r.conn, r.req.MaxTools)},
 		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
 	}
 	for turn := 0; ; turn++ {
@@ -366,7 +411,7 @@ func noAnswer(steps []Step) string {
 // plan asks which tools the query needs, in order, and runs nothing.
 func (r *run) plan(ctx context.Context) (*Result, error) {
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.conn, r.req.MaxTools) + "\n\n" + planInstructions},
+		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.head, r.conn, r.req.MaxTools) + "\n\n" + planInstructions},
 		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
 	}
 	msg, err := r.chat(ctx, msgs, false)

@@ -24,26 +24,31 @@ import (
 // concurrently; the others get an error message instead of running.
 func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]openai.ChatCompletionMessage, error) {
 	step := Step{Index: index, Calls: make([]Call, len(calls))}
+	outputs := make([]string, len(calls))
 	var runnable []int
 	for i, tc := range calls {
 		call := Call{ID: tc.ID, Tool: tc.Function.Name}
-		call.Arguments, call.RejectedReason = r.check(tc)
-		if call.RejectedReason != "" {
-			call.IsError = true
-		} else {
-			r.used++
-			runnable = append(runnable, i)
+		switch {
+		case r.isSearch(tc.Function.Name):
+			// Answered here, at once; it is no tool call of the budget.
+			call.Arguments, _ = decodeArguments(tc.Function.Arguments)
+			outputs[i] = r.search(ctx, tc.Function.Arguments)
+			call.ResultExcerpt = Truncate(outputs[i], r.agent.cfg.ExcerptSize)
+			call.IsError = strings.HasPrefix(outputs[i], "Error: ")
+		default:
+			call.Arguments, call.RejectedReason = r.check(tc)
+			if call.RejectedReason != "" {
+				call.IsError = true
+				outputs[i] = "Error: " + call.RejectedReason
+			} else {
+				r.used++
+				runnable = append(runnable, i)
+			}
 		}
 		step.Calls[i] = call
 	}
 	r.emit(Event{Kind: EventStepPlanned, Step: cloneStep(step)})
 
-	outputs := make([]string, len(calls))
-	for i, c := range step.Calls {
-		if c.RejectedReason != "" {
-			outputs[i] = "Error: " + c.RejectedReason
-		}
-	}
 	var wg sync.WaitGroup
 	var panicked atomic.Bool
 	for _, i := range runnable {
@@ -90,7 +95,10 @@ func (r *run) check(tc openai.ToolCall) (map[string]any, string) {
 		return nil, fmt.Sprintf("the arguments of %q are not a JSON object: %v", name, err)
 	}
 	t, ok := r.conn.tools[name]
-	if !ok {
+	switch {
+	case !r.isOffered(name):
+		return args, r.notOffered(name)
+	case !ok:
 		return args, r.conn.missing(name)
 	}
 	if err := t.validate(args); err != nil {

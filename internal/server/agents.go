@@ -91,20 +91,33 @@ func (a *agents) bump(id int64) {
 // connector returns the agent for cat, built now if cat is newer than the
 // one the agent has (an older one, read by a query that raced a change,
 // gets the newer agent). Building is CPU work only, done once per version
-// while the connector's other queries wait for it.
-func (la *liveAgent) connector(cat registry.Catalog) *orchestrator.Connector {
+// while the connector's other queries wait for it; the tools' embeddings
+// come later, from emb.
+func (la *liveAgent) connector(cat registry.Catalog, emb *embeddings) *orchestrator.Connector {
 	la.mu.Lock()
 	defer la.mu.Unlock()
 	if la.agent == nil || cat.Version() > la.version {
-		la.agent = orchestrator.NewConnector(profile(la.row), agentTools(cat))
+		tools := agentTools(cat)
+		la.agent = orchestrator.NewConnector(profile(la.row), tools)
 		la.version = cat.Version()
+		emb.fill(la, la.version, tools)
 	}
 	return la.agent
 }
 
+// attach gives the agent of catalog version its tools' embeddings, unless
+// a newer catalog replaced it meanwhile.
+func (la *liveAgent) attach(version uint64, byName map[string][]float32) {
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if la.version == version {
+		la.agent = la.agent.WithVectors(byName)
+	}
+}
+
 func profile(c *store.Connector) orchestrator.Profile {
 	return orchestrator.Profile{ID: c.ID, WorkspaceID: c.WorkspaceID, ExternalID: c.ExternalID, Name: c.Name,
-		Description: c.Description, Model: c.Config.Model}
+		Description: c.Description, Model: c.Config.Model, NarrowAbove: c.Config.NarrowToolsAbove}
 }
 
 // agentTools are the enabled tools of cat as the agent offers them. A tool

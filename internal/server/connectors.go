@@ -121,7 +121,7 @@ func (s *Server) ListConnectors(ctx context.Context, req *connectorv1.ListConnec
 var updatePaths = []string{
 	"name", "description", "transport", "stdio", "stdio.command", "stdio.args", "stdio.env",
 	"http", "http.url", "http.headers", "connect_timeout", "call_timeout", "session_mode",
-	"model", "rate_limit", "disable_new_tools",
+	"model", "rate_limit", "disable_new_tools", "narrow_tools_above",
 }
 
 // UpdateConnector implements connector.v1.ConnectorService. The stored
@@ -260,6 +260,8 @@ func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplac
 			dst.RateLimit = src.GetRateLimit()
 		case "disable_new_tools":
 			dst.DisableNewTools = src.GetDisableNewTools()
+		case "narrow_tools_above":
+			dst.NarrowToolsAbove = src.GetNarrowToolsAbove()
 		}
 	}
 	return secretsReplaced, c.err()
@@ -362,7 +364,7 @@ func (s *Server) render(c *store.Connector) *connectorv1.Connector {
 // are replaced, and its open sessions close.
 func changesConnection(path string) bool {
 	switch path {
-	case "name", "description", "model", "rate_limit", "disable_new_tools":
+	case "name", "description", "model", "rate_limit", "disable_new_tools", "narrow_tools_above":
 		return false
 	}
 	return true

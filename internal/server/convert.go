@@ -57,22 +57,23 @@ func key[K comparable, V comparable](m map[K]V, v V) K {
 // before query values were sealed.)
 func connectorToProto(c *store.Connector) *connectorv1.Connector {
 	p := &connectorv1.Connector{
-		WorkspaceId:     c.WorkspaceID,
-		ConnectorId:     c.ExternalID,
-		Name:            c.Name,
-		Description:     c.Description,
-		Transport:       key(transports, c.Transport),
-		ConnectTimeout:  durationpb.New(time.Duration(c.Config.ConnectTimeout)),
-		CallTimeout:     durationpb.New(time.Duration(c.Config.CallTimeout)),
-		SessionMode:     key(sessionModes, c.Config.SessionMode),
-		Model:           c.Config.Model,
-		DisableNewTools: c.Config.DisableNewTools,
-		Active:          c.Active,
-		Health:          healthToProto(c),
-		ToolCount:       int32(c.ToolCount),
-		Counters:        countersToProto(c.Counters),
-		CreateTime:      timestamppb.New(c.CreatedAt),
-		UpdateTime:      timestamppb.New(c.UpdatedAt),
+		WorkspaceId:      c.WorkspaceID,
+		ConnectorId:      c.ExternalID,
+		Name:             c.Name,
+		Description:      c.Description,
+		Transport:        key(transports, c.Transport),
+		ConnectTimeout:   durationpb.New(time.Duration(c.Config.ConnectTimeout)),
+		CallTimeout:      durationpb.New(time.Duration(c.Config.CallTimeout)),
+		SessionMode:      key(sessionModes, c.Config.SessionMode),
+		Model:            c.Config.Model,
+		DisableNewTools:  c.Config.DisableNewTools,
+		NarrowToolsAbove: int32(c.Config.NarrowToolsAbove),
+		Active:           c.Active,
+		Health:           healthToProto(c),
+		ToolCount:        int32(c.ToolCount),
+		Counters:         countersToProto(c.Counters),
+		CreateTime:       timestamppb.New(c.CreatedAt),
+		UpdateTime:       timestamppb.New(c.UpdatedAt),
 	}
 	if p.SessionMode == connectorv1.SessionMode_SESSION_MODE_UNSPECIFIED {
 		p.SessionMode = connectorv1.SessionMode_SESSION_MODE_SHARED
@@ -126,11 +127,12 @@ func countersToProto(c store.Counters) *connectorv1.ConnectorCounters {
 // its query parameters' names, their values redacted.
 func configFromProto(p *connectorv1.Connector) store.Config {
 	cfg := store.Config{
-		ConnectTimeout:  store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
-		CallTimeout:     store.Duration(orDefault(p.GetCallTimeout(), DefaultCallTimeout)),
-		SessionMode:     sessionModes[p.GetSessionMode()],
-		Model:           p.GetModel(),
-		DisableNewTools: p.GetDisableNewTools(),
+		ConnectTimeout:   store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
+		CallTimeout:      store.Duration(orDefault(p.GetCallTimeout(), DefaultCallTimeout)),
+		SessionMode:      sessionModes[p.GetSessionMode()],
+		Model:            p.GetModel(),
+		DisableNewTools:  p.GetDisableNewTools(),
+		NarrowToolsAbove: int(p.GetNarrowToolsAbove()),
 	}
 	if s := p.GetStdio(); s != nil {
 		cfg.Command, cfg.Args = s.GetCommand(), s.GetArgs()

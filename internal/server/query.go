@@ -96,7 +96,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	// The agent's tool calls run on the session's connection, for a
 	// per_session connector.
 	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
-		Connector: la.connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
+		Connector: la.connector(cat, s.emb), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 	}, emit)
 	s.countQuery(c, res, err)
 	if err != nil {
@@ -187,6 +187,9 @@ func (s *Server) resultToProto(c *store.Connector, r *orchestrator.Result) *conn
 		ConnectorId:   c.ExternalID,
 		ConnectorName: c.Name,
 		ToolsUsed:     r.ToolsUsed,
+		ToolsTotal:    int32(r.ToolsTotal),
+		ToolsOffered:  r.ToolsOffered,
+		Narrowed:      r.Narrowed,
 		Usage: &connectorv1.TokenUsage{PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
 			TotalTokens: r.Usage.TotalTokens},
 		Duration: durationpb.New(r.Duration),

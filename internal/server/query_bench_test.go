@@ -40,22 +40,36 @@ import (
 // fake model, and its answers decoded) and the echo call on an mcp-go
 // client of the same server. Making the request bodies is the service's
 // work, so it counts in the overhead. The overhead is the query's p50 less the p50 of the
-// parts' sum. With 500 tools, the same, and the size of a model request.
+// parts' sum. With 500 tools, the same with every tool offered and
+// narrowed to the ones that fit the query, with the size of a model
+// request.
 func BenchmarkQueryOverhead(b *testing.B) {
-	for _, tools := range []int{1, 500} {
-		b.Run(fmt.Sprintf("tools-%d", tools), func(b *testing.B) {
-			benchQueryOverhead(b, tools)
-		})
-	}
+	b.Run("tools-1", func(b *testing.B) {
+		benchQueryOverhead(b, 1, 0)
+	})
+	var all, narrowed float64 // bytes per model request
+	b.Run("tools-500-all", func(b *testing.B) {
+		all = benchQueryOverhead(b, 500, 100000)
+	})
+	b.Run("tools-500-narrowed", func(b *testing.B) {
+		narrowed = benchQueryOverhead(b, 500, 0)
+		if all > 0 {
+			benchgoal.Report(b, "narrowed-request-bytes-vs-all", narrowed/all, "x-bytes", benchgoal.AtMost, 0.1)
+		}
+	})
 }
 
-func benchQueryOverhead(b *testing.B, tools int) {
+// benchQueryOverhead runs the benchmark on a connector with tools tools
+// and narrowAbove as its narrowing threshold (0: the default), and returns
+// the size of the first model request of a query.
+func benchQueryOverhead(b *testing.B, tools, narrowAbove int) float64 {
 	ctx := context.Background()
 	mcpURL := benchMCP(b, tools-1)
 	model := newInstantModel(b)
 	conn, svc := serveAgentOverTCP(b, model.url())
-	if _, err := svc.CreateConnector(ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws",
-		Connector: mcpConnector("m", mcpURL)}); err != nil {
+	spec := mcpConnector("m", mcpURL)
+	spec.NarrowToolsAbove = int32(narrowAbove)
+	if _, err := svc.CreateConnector(ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: spec}); err != nil {
 		b.Fatal(err)
 	}
 	query := &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "Echo hi."}
@@ -112,12 +126,18 @@ func benchQueryOverhead(b *testing.B, tools int) {
 	b.ReportMetric(float64(p50q.Nanoseconds())/1e3, "query-p50-µs")
 	b.ReportMetric(float64(p50p.Nanoseconds())/1e3, "parts-p50-µs")
 	b.ReportMetric(float64(len(sent[0]))/1024, "KiB/llm-request")
+	// The model reads about 4 bytes of JSON per token.
+	b.ReportMetric(float64(len(sent[0]))/4, "est-tokens/llm-request")
 	overhead := float64((p50q - p50p).Nanoseconds()) / 1e3
-	if tools == 1 {
+	switch {
+	case tools == 1:
 		benchgoal.Report(b, "query-agent-overhead-p50", overhead, "overhead-µs", benchgoal.AtMost, 200)
-	} else {
+	case narrowAbove == 0:
+		benchgoal.Report(b, "narrowed-500-tools-service-time-p50", overhead, "overhead-µs", benchgoal.AtMost, 1000)
+	default:
 		b.ReportMetric(overhead, "overhead-µs")
 	}
+	return float64(len(sent[0]))
 }
 
 // serveAgentOverTCP runs the whole service with an agent on the model at

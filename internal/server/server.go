@@ -84,6 +84,7 @@ type Server struct {
 	// counters on their way to the store.
 	agents agents
 	counts *queryCounts
+	emb    *embeddings // nil: no embeddings model
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.TracerProvider
@@ -102,8 +103,13 @@ type Deps struct {
 	Agent *orchestrator.Agent
 	// Keys are the API keys; nil means none, and auth stays off whatever
 	// Config.Auth says.
-	Keys   *auth.Keys
-	Logger *slog.Logger
+	Keys *auth.Keys
+	// Embedder and EmbeddingModel, when set, give the agents' narrowing
+	// its semantic ranking: tool embeddings are computed with them and
+	// stored per model. The agent must have the same Embedder.
+	Embedder       orchestrator.Embedder
+	EmbeddingModel string
+	Logger         *slog.Logger
 	// TracerProvider makes the RPCs' server spans; nil means otel's global
 	// one. A caller's W3C trace context (otel's global propagator) is
 	// continued.
@@ -133,15 +139,18 @@ func New(d Deps, cfg Config) *Server {
 	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
 		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
+		emb: newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),
 		cfg: cfg, logger: d.Logger, tracer: d.TracerProvider}
 }
 
 // countsInterval is how often query counters are written to the store.
 const countsInterval = time.Second
 
-// Close writes the counters of the queries run so far, within ctx. Call it
+// Close stops the background work (tool embeddings) and writes the
+// counters of the queries run so far, within ctx. Call it
 // once the gRPC server has stopped; the Server serves no query after.
 func (s *Server) Close(ctx context.Context) {
+	s.emb.Close()
 	s.counts.Close(ctx)
 }
 

@@ -80,6 +80,10 @@ type options struct {
 	egress      *egress.Policy // nil: the default policy
 	auth        auth.Mode
 	tracer      trace.TracerProvider // nil: otel's global one
+	// embeddings gives the agent the fake LLM's embeddings model; narrowTo
+	// is how many tools a narrowed query is offered (0: the default).
+	embeddings bool
+	narrowTo   int
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -121,16 +125,25 @@ func setup(t *testing.T, opts ...options) *fixture {
 		}
 	})
 	var agent *orchestrator.Agent
+	var embedder orchestrator.Embedder
+	var embeddingModel string
 	if o.llmURL != "" {
+		if o.embeddings {
+			embeddingModel = "fake-embeddings"
+		}
 		model, err := llm.New(llm.Config{BaseURL: o.llmURL, APIKey: distinctive + "-llm", Model: "fake-model",
-			MaxRetries: 1, BackoffBase: time.Millisecond})
+			EmbeddingModel: embeddingModel, MaxRetries: 1, BackoffBase: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer}, logger)
+		if o.embeddings {
+			embedder = model
+		}
+		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
 	}
 	keys := auth.NewKeys(db, auth.Config{}, logger)
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer},
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
+		Embedder: embedder, EmbeddingModel: embeddingModel},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth})
 	t.Cleanup(func() { srv.Close(context.Background()) }) // after the gRPC server stops (cleanups run last first)
 	g, _ := server.NewGRPCServer(srv)

@@ -54,6 +54,8 @@ const (
 	maxNameLen        = 200
 	maxDescriptionLen = 4000
 	maxTimeout        = time.Hour
+
+	maxNarrowToolsAbove = 100000
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -109,6 +111,9 @@ func (c *checker) connector(p *connectorv1.Connector) {
 	}
 	if len(p.GetModel()) > maxNameLen {
 		c.add("connector.model", "longer than %d characters", maxNameLen)
+	}
+	if n := p.GetNarrowToolsAbove(); n < 0 || n > maxNarrowToolsAbove {
+		c.add("connector.narrow_tools_above", "must be between 0 and %d (0 uses the service's default)", maxNarrowToolsAbove)
 	}
 	if rl := p.GetRateLimit(); rl != nil {
 		if rps := rl.GetRequestsPerSecond(); rps < 0 || math.IsNaN(rps) || math.IsInf(rps, 0) {

@@ -54,6 +54,8 @@ type Config struct {
 	RateLimit      *RateLimit `json:"rate_limit,omitempty"`
 	// DisableNewTools makes tools found by a later sync start disabled.
 	DisableNewTools bool `json:"disable_new_tools,omitempty"`
+	// NarrowToolsAbove overrides the agent's narrowing threshold; 0 keeps it.
+	NarrowToolsAbove int `json:"narrow_tools_above,omitempty"`
 }
 
 // RateLimit is a token bucket for queries.

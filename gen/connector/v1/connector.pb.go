@@ -627,9 +627,14 @@ type Connector struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Output only: per-session connections open now (SESSION_MODE_PER_SESSION
 	// connectors only).
-	OpenSessions  int32 `protobuf:"varint,20,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OpenSessions int32 `protobuf:"varint,20,opt,name=open_sessions,json=openSessions,proto3" json:"open_sessions,omitempty"`
+	// When the connector has more enabled tools than this, a query offers
+	// the model only the ones that fit it best, and a search_tools meta-tool
+	// that finds the others; 0 uses the service's NARROW_TOOLS_ABOVE (32).
+	// At most 100000.
+	NarrowToolsAbove int32 `protobuf:"varint,22,opt,name=narrow_tools_above,json=narrowToolsAbove,proto3" json:"narrow_tools_above,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Connector) Reset() {
@@ -809,6 +814,13 @@ func (x *Connector) GetUpdateTime() *timestamppb.Timestamp {
 func (x *Connector) GetOpenSessions() int32 {
 	if x != nil {
 		return x.OpenSessions
+	}
+	return 0
+}
+
+func (x *Connector) GetNarrowToolsAbove() int32 {
+	if x != nil {
+		return x.NarrowToolsAbove
 	}
 	return 0
 }
@@ -1157,7 +1169,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x11query_error_count\x18\x06 \x01(\x03R\x0fqueryErrorCount\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x03R\x10completionTokens\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xb3\a\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xe1\a\n" +
 	"\tConnector\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
@@ -1183,7 +1195,8 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12#\n" +
-	"\ropen_sessions\x18\x14 \x01(\x05R\fopenSessionsB\f\n" +
+	"\ropen_sessions\x18\x14 \x01(\x05R\fopenSessions\x12,\n" +
+	"\x12narrow_tools_above\x18\x16 \x01(\x05R\x10narrowToolsAboveB\f\n" +
 	"\n" +
 	"connection\"\xcc\x02\n" +
 	"\aSession\x12\x1d\n" +

@@ -850,10 +850,18 @@ type QueryResult struct {
 	ToolsUsed []string `protobuf:"bytes,5,rep,name=tools_used,json=toolsUsed,proto3" json:"tools_used,omitempty"`
 	Steps     []*Step  `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
 	// plan_only: the planned tools, in order.
-	Plan          []*PlannedTool       `protobuf:"bytes,7,rep,name=plan,proto3" json:"plan,omitempty"`
-	Contexts      []*QueryContext      `protobuf:"bytes,8,rep,name=contexts,proto3" json:"contexts,omitempty"`
-	Usage         *TokenUsage          `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
-	Duration      *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
+	Plan     []*PlannedTool       `protobuf:"bytes,7,rep,name=plan,proto3" json:"plan,omitempty"`
+	Contexts []*QueryContext      `protobuf:"bytes,8,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	Usage    *TokenUsage          `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
+	// How many enabled tools the connector has.
+	ToolsTotal int32 `protobuf:"varint,11,opt,name=tools_total,json=toolsTotal,proto3" json:"tools_total,omitempty"`
+	// The tools the model was offered (or, for plan_only, could plan with),
+	// those search_tools found included: all of them unless narrowed.
+	ToolsOffered []string `protobuf:"bytes,12,rep,name=tools_offered,json=toolsOffered,proto3" json:"tools_offered,omitempty"`
+	// The connector has more enabled tools than its narrowing threshold, so
+	// the model was offered a selection.
+	Narrowed      bool `protobuf:"varint,13,opt,name=narrowed,proto3" json:"narrowed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +964,27 @@ func (x *QueryResult) GetDuration() *durationpb.Duration {
 		return x.Duration
 	}
 	return nil
+}
+
+func (x *QueryResult) GetToolsTotal() int32 {
+	if x != nil {
+		return x.ToolsTotal
+	}
+	return 0
+}
+
+func (x *QueryResult) GetToolsOffered() []string {
+	if x != nil {
+		return x.ToolsOffered
+	}
+	return nil
+}
+
+func (x *QueryResult) GetNarrowed() bool {
+	if x != nil {
+		return x.Narrowed
+	}
+	return false
 }
 
 // StepPlanned is sent when the model asks for a turn of tool calls.
@@ -1279,7 +1308,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xb9\x03\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\x9b\x04\n" +
 	"\vQueryResult\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12!\n" +
@@ -1292,7 +1321,11 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\bcontexts\x18\b \x03(\v2\x1a.connector.v1.QueryContextR\bcontexts\x12.\n" +
 	"\x05usage\x18\t \x01(\v2\x18.connector.v1.TokenUsageR\x05usage\x125\n" +
 	"\bduration\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\bduration\"5\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
+	"\vtools_total\x18\v \x01(\x05R\n" +
+	"toolsTotal\x12#\n" +
+	"\rtools_offered\x18\f \x03(\tR\ftoolsOffered\x12\x1a\n" +
+	"\bnarrowed\x18\r \x01(\bR\bnarrowed\"5\n" +
 	"\vStepPlanned\x12&\n" +
 	"\x04step\x18\x01 \x01(\v2\x12.connector.v1.StepR\x04step\"\\\n" +
 	"\x0fToolCallStarted\x12\x1d\n" +

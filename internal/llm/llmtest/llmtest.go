@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
@@ -31,6 +32,8 @@ type Server struct {
 	http *httptest.Server
 
 	mu       sync.Mutex
+	embed    func(text string) []float32
+	embedded []string // every text embedded, in order
 	script   []Step
 	requests []openai.ChatCompletionRequest
 	headers  []http.Header
@@ -41,6 +44,7 @@ func New(t testing.TB, steps ...Step) *Server {
 	s := &Server{t: t, script: steps}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handle)
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	s.http = httptest.NewServer(mux)
 	t.Cleanup(s.http.Close)
 	return s
@@ -153,4 +157,45 @@ func response(msg openai.ChatCompletionMessage) openai.ChatCompletionResponse {
 		Choices: []openai.ChatCompletionChoice{{Index: 0, Message: msg, FinishReason: "stop"}},
 		Usage:   openai.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120},
 	}
+}
+
+// Embeddings makes the server answer /v1/embeddings with embed's vector
+// for each input text; without it, embeddings requests get a 404.
+func (s *Server) Embeddings(embed func(text string) []float32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.embed = embed
+}
+
+// Embedded returns every text the server embedded, in order.
+func (s *Server) Embedded() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.embedded)
+}
+
+func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Input []string `json:"input"`
+	}
+	s.mu.Lock()
+	embed := s.embed
+	s.mu.Unlock()
+	if embed == nil {
+		http.Error(w, "no embeddings here", http.StatusNotFound)
+		return
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp := openai.EmbeddingResponse{Object: "list"}
+	for i, text := range req.Input {
+		resp.Data = append(resp.Data, openai.Embedding{Object: "embedding", Index: i, Embedding: embed(text)})
+	}
+	s.mu.Lock()
+	s.embedded = append(s.embedded, req.Input...)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
 }
