@@ -184,13 +184,14 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	tp := tracing.Provider
 	policy := egress.New(egress.Config{Allow: cfg.EgressAllow, Deny: cfg.EgressDeny})
 	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
-		HealthInterval: cfg.HealthInterval,
-		Concurrency:    cfg.HealthConcurrency,
-		SessionIdleTTL: cfg.SessionIdleTTL,
-		MaxSessions:    cfg.MaxSessions,
-		Egress:         policy,
-		MeterProvider:  obs.meters,
-		TracerProvider: tp,
+		HealthInterval:           cfg.HealthInterval,
+		Concurrency:              cfg.HealthConcurrency,
+		SessionIdleTTL:           cfg.SessionIdleTTL,
+		MaxSessions:              cfg.MaxSessions,
+		MaxIdleConnsPerConnector: cfg.MaxIdleConns,
+		Egress:                   policy,
+		MeterProvider:            obs.meters,
+		TracerProvider:           tp,
 	}, logger)
 	if err := reg.Load(ctx); err != nil {
 		return err

@@ -70,7 +70,7 @@ type usage struct {
 }
 
 func newConn(reg *Registry, spec Spec) *conn {
-	p, hc := newPool(reg.cfg.Egress)
+	p, hc := newPool(reg.cfg.Egress, reg.cfg.MaxIdleConnsPerConnector)
 	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting}}
 	reg.metrics.startCounters(c)
 	return c

@@ -41,6 +41,7 @@ type mcpServer struct {
 	release  chan struct{} // closes to release "block" calls
 	hang     atomic.Bool   // take requests but never answer them
 	calls    atomic.Int64  // tools/call requests
+	accepted atomic.Int64  // TCP connections accepted
 	blocking chan struct{} // receives once per "block" call under way
 
 	// progress, if set, serves mcptest's progress tool and sees what it writes.
@@ -118,7 +119,7 @@ func (s *mcpServer) start(addr string) {
 	}
 	hs := httptest.NewUnstartedServer(s.inspect(h))
 	hs.Listener.Close()
-	hs.Listener = lis
+	hs.Listener = &countingListener{Listener: lis, n: &s.accepted}
 	hs.Start()
 	s.mu.Lock()
 	s.mcp, s.http = m, hs
@@ -212,6 +213,20 @@ func (s *mcpServer) inspect(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// countingListener counts the connections it accepts in n.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 // sessionIDs is a SessionIdManager whose sessions can all be expired.

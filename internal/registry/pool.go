@@ -23,11 +23,17 @@ type pool struct {
 
 // newPool returns a pool whose every connection goes to an address policy
 // allows, checked on the address dialed after resolution: a connector whose
-// DNS answer changes (rebinding) is refused at its next dial. The client
+// DNS answer changes (rebinding) is refused at its next dial. It keeps up
+// to maxIdle idle connections, so that as many concurrent callers reuse
+// theirs instead of opening new ones (http.DefaultTransport keeps 2 per
+// host: 64 callers then open a connection for most calls). The client
 // over it sends each request's trace context (traceparent).
-func newPool(policy *egress.Policy) (*pool, *http.Client) {
+func newPool(policy *egress.Policy, maxIdle int) (*pool, *http.Client) {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.DialContext = policy.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	// A connector's server is one host (an SSE server's endpoint may name
+	// another): the limit is per host, and the total does not cap it.
+	base.MaxIdleConnsPerHost, base.MaxIdleConns = maxIdle, 0
 	p := &pool{base: base}
 	return p, &http.Client{Transport: telemetry.Traceparent(p)}
 }

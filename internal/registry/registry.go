@@ -105,6 +105,11 @@ type Config struct {
 	DiscoverTimeout time.Duration // bound on the 2026-07 server/discover probe; 1s
 	CloseGrace      time.Duration // before a stdio server's process group is killed; 2s
 	UsageInterval   time.Duration // between counter reports; 5s
+	// MaxIdleConnsPerConnector is how many idle HTTP connections an SSE
+	// or streamable-HTTP connector keeps open to its server for reuse: as
+	// many as the calls it runs at once, or calls beyond it open new
+	// connections; 64.
+	MaxIdleConnsPerConnector int
 	// Egress checks every address an HTTP connector connects to (stdio
 	// servers make their own connections, unchecked); nil means the
 	// default policy, egress.New(egress.Config{}).
@@ -135,6 +140,9 @@ func (c *Config) setDefaults() {
 	def(&c.SessionIdleTTL, 15*time.Minute)
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 64
+	}
+	if c.MaxIdleConnsPerConnector <= 0 {
+		c.MaxIdleConnsPerConnector = 64
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16
