@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,46 @@ func BenchmarkCallToolServiceWork(b *testing.B) {
 	b.Logf("protocol %s: p50 grpc echo %.1f µs, direct mcp-go %.1f µs, CallTool %.1f µs", version,
 		p50(lat[0]), p50(lat[1]), p50(lat[2]))
 	benchgoal.Report(b, "calltool-service-work-p50", p50(lat[2])-p50(lat[0])-p50(lat[1]), "service-µs", benchgoal.AtMost, 50)
+}
+
+// BenchmarkProtocolGenerations compares the two protocol generations
+// against one upstream that offers both, in turn: direct mcp-go calls
+// with the classic handshake (2025-11-25) and sessionless (2026-07-28), and
+// CallTool through the service on a connector preferring each.
+func BenchmarkProtocolGenerations(b *testing.B) {
+	srv := newTestMCP(b)
+	svc := serveInProduction(b)
+	args, _ := structpb.NewStruct(map[string]any{"text": "hi"})
+	service := func(pref connectorv1.ProtocolPreference) func() error {
+		id := strings.ToLower(strings.TrimPrefix(pref.String(), "PROTOCOL_PREFERENCE_"))
+		c := mcpConnector(id, srv.url())
+		c.ProtocolPreference = pref
+		if _, err := svc.client.CreateConnector(svc.ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: c}); err != nil {
+			b.Fatal(err)
+		}
+		req := &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: id, ToolName: "echo", Arguments: args}
+		waitCallable(b, svc.client, svc.ctx, req)
+		return func() error {
+			_, err := svc.client.CallTool(svc.ctx, req)
+			return err
+		}
+	}
+	lat := inTurnN(b,
+		directCaller(b, srv.url(), mcp.ProtocolVersion20251125),
+		directCaller(b, srv.url(), mcp.ProtocolVersion20260728),
+		service(connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC),
+		service(connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS))
+	p50 := make([]float64, len(lat))
+	for i, l := range lat {
+		p50[i] = float64(l[len(l)/2].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(p50[0], "p50-direct-classic-µs")
+	b.ReportMetric(p50[1], "p50-direct-sessionless-µs")
+	b.ReportMetric(p50[2], "p50-service-classic-µs")
+	b.ReportMetric(p50[3], "p50-service-sessionless-µs")
+	b.ReportMetric(p50[1]/p50[0], "direct-sessionless/classic")
+	b.ReportMetric(p50[2]/p50[0], "service/direct-classic")
+	b.ReportMetric(p50[3]/p50[1], "service/direct-sessionless")
 }
 
 // directCaller returns a call of the echo tool on an mcp-go client of its
