@@ -49,7 +49,8 @@ type conn struct {
 	busy       bool      // a scheduler job runs for this conn
 	closed     bool
 	replaced   bool       // closed because a new conn took its place
-	legacy     bool       // the server answered only the initialize handshake
+	legacy     bool       // the last session opened with the initialize handshake
+	noClassic  bool       // the server refused the initialize handshake
 	sessions   sessionsOf // per_session connectors: the open sessions
 
 	flight singleflight.Group

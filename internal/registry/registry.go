@@ -36,6 +36,7 @@ type Spec struct {
 	Args        []string
 	Env         map[string]string
 	SessionMode string // SessionShared (or empty) or SessionPerSession
+	Protocol    string // ProtocolAuto (or empty), ProtocolClassic or ProtocolSessionless
 
 	ConnectTimeout time.Duration
 	CallTimeout    time.Duration

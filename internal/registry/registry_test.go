@@ -215,20 +215,28 @@ func TestToolListChangesAreSynced(t *testing.T) {
 	waitFor(t, "fail removed from the catalog", func() bool { return !slices.Contains(src.toolNames(1), "fail") })
 }
 
+// TestProtocolGenerations connects servers of either generation. A
+// connector that prefers the sessionless one probes with server/discover,
+// and falls back to the classic handshake, also when the server ignores
+// the probe; by default a server that offers both gets the classic one.
 func TestProtocolGenerations(t *testing.T) {
 	tests := []struct {
 		name   string
 		opts   []serverOption
+		pref   string
 		modern bool
 	}{
-		{"modern", nil, true},
-		{"legacy", []serverOption{legacyServer}, false},
-		{"legacy ignoring the probe", []serverOption{silentProbe}, false},
+		{"both, by default", nil, "", false},
+		{"both, sessionless preferred", nil, registry.ProtocolSessionless, true},
+		{"legacy", []serverOption{legacyServer}, registry.ProtocolSessionless, false},
+		{"legacy ignoring the probe", []serverOption{silentProbe}, registry.ProtocolSessionless, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newMCPServer(t, tt.opts...)
-			src := newSource(httpSpec(1, srv.url()))
+			spec := httpSpec(1, srv.url())
+			spec.Protocol = tt.pref
+			src := newSource(spec)
 			reg := run(t, src, testConfig())
 			echo(t, reg, 1, "hello")
 			h, _ := reg.Health(1)

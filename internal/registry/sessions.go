@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sync/singleflight"
 )
@@ -335,18 +334,11 @@ func (sc *sessConn) info() SessionInfo {
 	return in
 }
 
-// openBare starts a session for spec and initializes it (with the classic
-// handshake only, if the connector negotiated that before), without
+// openAs starts a session for spec and initializes it, with the classic
+// handshake or else the sessionless one first (see openBare), without
 // listing tools. It returns the protocol version agreed.
-func (c *conn) openBare(ctx context.Context, spec Spec, hc *http.Client) (*session, string, error) {
-	c.mu.Lock()
-	legacy := c.legacy
-	c.mu.Unlock()
-	opts := []client.ClientOption{client.WithDiscoverTimeout(c.reg.cfg.DiscoverTimeout)}
-	if legacy {
-		opts = append(opts, client.WithLegacyProtocolOnly())
-	}
-	s, err := newSession(c.reg.life, spec, hc, opts, c.spec.ConnectTimeout, c.mcpLogger(), c.reg.metrics)
+func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
+	s, err := newSession(c.reg.life, spec, hc, c.clientOptions(classic), c.spec.ConnectTimeout, c.mcpLogger(), c.reg.metrics)
 	if err != nil {
 		return nil, "", err
 	}

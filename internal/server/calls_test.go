@@ -46,10 +46,10 @@ func (s *testMCP) toolCallHeaders() []http.Header {
 	return slices.Clone(s.toolCalls)
 }
 
-func newTestMCP(t *testing.T) *testMCP { t.Helper(); return newTestMCPOn(t, nil) }
+func newTestMCP(t testing.TB) *testMCP { t.Helper(); return newTestMCPOn(t, nil) }
 
 // newTestMCPOn serves on lis, or on a new loopback port if lis is nil.
-func newTestMCPOn(t *testing.T, lis net.Listener, opts ...mcpserver.StreamableHTTPOption) *testMCP {
+func newTestMCPOn(t testing.TB, lis net.Listener, opts ...mcpserver.StreamableHTTPOption) *testMCP {
 	t.Helper()
 	m := mcpserver.NewMCPServer("test", "1.0", mcpserver.WithToolCapabilities(true))
 	readOnly := true

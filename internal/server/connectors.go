@@ -121,7 +121,7 @@ func (s *Server) ListConnectors(ctx context.Context, req *connectorv1.ListConnec
 var updatePaths = []string{
 	"name", "description", "transport", "stdio", "stdio.command", "stdio.args", "stdio.env",
 	"http", "http.url", "http.headers", "connect_timeout", "call_timeout", "session_mode",
-	"model", "rate_limit", "disable_new_tools", "narrow_tools_above",
+	"model", "rate_limit", "disable_new_tools", "narrow_tools_above", "protocol_preference",
 }
 
 // UpdateConnector implements connector.v1.ConnectorService. The stored
@@ -254,6 +254,8 @@ func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplac
 			dst.CallTimeout = src.GetCallTimeout()
 		case "session_mode":
 			dst.SessionMode = src.GetSessionMode()
+		case "protocol_preference":
+			dst.ProtocolPreference = src.GetProtocolPreference()
 		case "model":
 			dst.Model = src.GetModel()
 		case "rate_limit":

@@ -33,6 +33,13 @@ var sessionModes = map[connectorv1.SessionMode]string{
 	connectorv1.SessionMode_SESSION_MODE_PER_SESSION: registry.SessionPerSession,
 }
 
+var protocolPreferences = map[connectorv1.ProtocolPreference]string{
+	connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_UNSPECIFIED: registry.ProtocolAuto,
+	connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_AUTO:        registry.ProtocolAuto,
+	connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC:     registry.ProtocolClassic,
+	connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS: registry.ProtocolSessionless,
+}
+
 var healthStates = map[string]connectorv1.ConnectorState{
 	"connecting": connectorv1.ConnectorState_CONNECTOR_STATE_CONNECTING,
 	"ready":      connectorv1.ConnectorState_CONNECTOR_STATE_READY,
@@ -77,6 +84,10 @@ func connectorToProto(c *store.Connector) *connectorv1.Connector {
 	}
 	if p.SessionMode == connectorv1.SessionMode_SESSION_MODE_UNSPECIFIED {
 		p.SessionMode = connectorv1.SessionMode_SESSION_MODE_SHARED
+	}
+	p.ProtocolPreference = key(protocolPreferences, c.Config.ProtocolPreference)
+	if p.ProtocolPreference == connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_UNSPECIFIED {
+		p.ProtocolPreference = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_AUTO
 	}
 	if c.Transport == store.TransportStdio {
 		p.Connection = &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
@@ -127,12 +138,13 @@ func countersToProto(c store.Counters) *connectorv1.ConnectorCounters {
 // its query parameters' names, their values redacted.
 func configFromProto(p *connectorv1.Connector) store.Config {
 	cfg := store.Config{
-		ConnectTimeout:   store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
-		CallTimeout:      store.Duration(orDefault(p.GetCallTimeout(), DefaultCallTimeout)),
-		SessionMode:      sessionModes[p.GetSessionMode()],
-		Model:            p.GetModel(),
-		DisableNewTools:  p.GetDisableNewTools(),
-		NarrowToolsAbove: int(p.GetNarrowToolsAbove()),
+		ConnectTimeout:     store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
+		CallTimeout:        store.Duration(orDefault(p.GetCallTimeout(), DefaultCallTimeout)),
+		SessionMode:        sessionModes[p.GetSessionMode()],
+		ProtocolPreference: protocolPreferences[p.GetProtocolPreference()],
+		Model:              p.GetModel(),
+		DisableNewTools:    p.GetDisableNewTools(),
+		NarrowToolsAbove:   int(p.GetNarrowToolsAbove()),
 	}
 	if s := p.GetStdio(); s != nil {
 		cfg.Command, cfg.Args = s.GetCommand(), s.GetArgs()

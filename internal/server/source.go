@@ -71,6 +71,7 @@ func (s *Source) spec(c *store.Connector) (registry.Spec, error) {
 		Args:           c.Config.Args,
 		Env:            vals.Env,
 		SessionMode:    cmp.Or(c.Config.SessionMode, registry.SessionShared),
+		Protocol:       cmp.Or(c.Config.ProtocolPreference, registry.ProtocolAuto),
 		ConnectTimeout: time.Duration(c.Config.ConnectTimeout),
 		CallTimeout:    time.Duration(c.Config.CallTimeout),
 	}, nil

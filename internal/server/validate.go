@@ -109,6 +109,7 @@ func (c *checker) connector(p *connectorv1.Connector) {
 	if _, ok := connectorv1.SessionMode_name[int32(p.GetSessionMode())]; !ok {
 		c.add("connector.session_mode", "unknown value %d", p.GetSessionMode())
 	}
+	c.protocolPreference(p)
 	if len(p.GetModel()) > maxNameLen {
 		c.add("connector.model", "longer than %d characters", maxNameLen)
 	}
@@ -122,6 +123,25 @@ func (c *checker) connector(p *connectorv1.Connector) {
 		if rl.GetBurst() < 0 {
 			c.add("connector.rate_limit.burst", "must be >= 0")
 		}
+	}
+}
+
+// protocolPreference checks the protocol generation a connector asks for.
+// A per_session connector over streamable HTTP tells its caller sessions
+// apart by MCP session, which the sessionless generation does not have.
+func (c *checker) protocolPreference(p *connectorv1.Connector) {
+	pref := p.GetProtocolPreference()
+	if _, ok := protocolPreferences[pref]; !ok {
+		c.add("connector.protocol_preference", "unknown value %d: use PROTOCOL_PREFERENCE_AUTO, PROTOCOL_PREFERENCE_CLASSIC "+
+			"or PROTOCOL_PREFERENCE_SESSIONLESS", pref)
+		return
+	}
+	if pref == connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS &&
+		p.GetSessionMode() == connectorv1.SessionMode_SESSION_MODE_PER_SESSION &&
+		p.GetTransport() == connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP {
+		c.add("connector.protocol_preference", "PROTOCOL_PREFERENCE_SESSIONLESS has no MCP sessions, and a "+
+			"SESSION_MODE_PER_SESSION connector over streamable HTTP gives each caller session its own MCP session: "+
+			"use PROTOCOL_PREFERENCE_AUTO or PROTOCOL_PREFERENCE_CLASSIC")
 	}
 }
 

@@ -42,16 +42,19 @@ type Connector struct {
 
 // Config is the non-secret configuration, stored as jsonb.
 type Config struct {
-	URL            string     `json:"url,omitempty"`
-	HeaderNames    []string   `json:"header_names,omitempty"`
-	Command        string     `json:"command,omitempty"`
-	Args           []string   `json:"args,omitempty"`
-	EnvKeys        []string   `json:"env_keys,omitempty"`
-	ConnectTimeout Duration   `json:"connect_timeout,omitempty"`
-	CallTimeout    Duration   `json:"call_timeout,omitempty"`
-	SessionMode    string     `json:"session_mode,omitempty"`
-	Model          string     `json:"model,omitempty"`
-	RateLimit      *RateLimit `json:"rate_limit,omitempty"`
+	URL            string   `json:"url,omitempty"`
+	HeaderNames    []string `json:"header_names,omitempty"`
+	Command        string   `json:"command,omitempty"`
+	Args           []string `json:"args,omitempty"`
+	EnvKeys        []string `json:"env_keys,omitempty"`
+	ConnectTimeout Duration `json:"connect_timeout,omitempty"`
+	CallTimeout    Duration `json:"call_timeout,omitempty"`
+	SessionMode    string   `json:"session_mode,omitempty"`
+	// ProtocolPreference is the protocol generation to open with: "auto"
+	// (or empty), "classic" or "sessionless".
+	ProtocolPreference string     `json:"protocol_preference,omitempty"`
+	Model              string     `json:"model,omitempty"`
+	RateLimit          *RateLimit `json:"rate_limit,omitempty"`
 	// DisableNewTools makes tools found by a later sync start disabled.
 	DisableNewTools bool `json:"disable_new_tools,omitempty"`
 	// NarrowToolsAbove overrides the agent's narrowing threshold; 0 keeps it.

@@ -202,6 +202,69 @@ func (SessionMode) EnumDescriptor() ([]byte, []int) {
 	return file_connector_v1_connector_proto_rawDescGZIP(), []int{2}
 }
 
+// ProtocolPreference is the MCP protocol generation a connector opens its
+// connections with where the server offers both. A server that speaks
+// only the other one is still served with that one.
+type ProtocolPreference int32
+
+const (
+	// Same as PROTOCOL_PREFERENCE_AUTO.
+	ProtocolPreference_PROTOCOL_PREFERENCE_UNSPECIFIED ProtocolPreference = 0
+	// The service's choice: today PROTOCOL_PREFERENCE_CLASSIC, which costs
+	// less per call and has the MCP sessions per_session connectors need.
+	ProtocolPreference_PROTOCOL_PREFERENCE_AUTO ProtocolPreference = 1
+	// The initialize handshake (protocol versions up to 2025-11-25), with an
+	// MCP session per connection.
+	ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC ProtocolPreference = 2
+	// The sessionless generation (2026-07-28): server/discover, and no MCP
+	// session. Not for a SESSION_MODE_PER_SESSION connector over streamable
+	// HTTP, whose caller sessions are MCP sessions.
+	ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS ProtocolPreference = 3
+)
+
+// Enum value maps for ProtocolPreference.
+var (
+	ProtocolPreference_name = map[int32]string{
+		0: "PROTOCOL_PREFERENCE_UNSPECIFIED",
+		1: "PROTOCOL_PREFERENCE_AUTO",
+		2: "PROTOCOL_PREFERENCE_CLASSIC",
+		3: "PROTOCOL_PREFERENCE_SESSIONLESS",
+	}
+	ProtocolPreference_value = map[string]int32{
+		"PROTOCOL_PREFERENCE_UNSPECIFIED": 0,
+		"PROTOCOL_PREFERENCE_AUTO":        1,
+		"PROTOCOL_PREFERENCE_CLASSIC":     2,
+		"PROTOCOL_PREFERENCE_SESSIONLESS": 3,
+	}
+)
+
+func (x ProtocolPreference) Enum() *ProtocolPreference {
+	p := new(ProtocolPreference)
+	*p = x
+	return p
+}
+
+func (x ProtocolPreference) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProtocolPreference) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_connector_proto_enumTypes[3].Descriptor()
+}
+
+func (ProtocolPreference) Type() protoreflect.EnumType {
+	return &file_connector_v1_connector_proto_enumTypes[3]
+}
+
+func (x ProtocolPreference) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProtocolPreference.Descriptor instead.
+func (ProtocolPreference) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{3}
+}
+
 // StdioConfig runs a local command. The command must be on the service's
 // STDIO_ALLOWED_COMMANDS list.
 type StdioConfig struct {
@@ -633,8 +696,11 @@ type Connector struct {
 	// that finds the others; 0 uses the service's NARROW_TOOLS_ABOVE (32).
 	// At most 100000.
 	NarrowToolsAbove int32 `protobuf:"varint,22,opt,name=narrow_tools_above,json=narrowToolsAbove,proto3" json:"narrow_tools_above,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The protocol generation to open connections with where the server
+	// offers both; health.protocol_version says what was negotiated.
+	ProtocolPreference ProtocolPreference `protobuf:"varint,23,opt,name=protocol_preference,json=protocolPreference,proto3,enum=connector.v1.ProtocolPreference" json:"protocol_preference,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Connector) Reset() {
@@ -823,6 +889,13 @@ func (x *Connector) GetNarrowToolsAbove() int32 {
 		return x.NarrowToolsAbove
 	}
 	return 0
+}
+
+func (x *Connector) GetProtocolPreference() ProtocolPreference {
+	if x != nil {
+		return x.ProtocolPreference
+	}
+	return ProtocolPreference_PROTOCOL_PREFERENCE_UNSPECIFIED
 }
 
 type isConnector_Connection interface {
@@ -1169,7 +1242,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x11query_error_count\x18\x06 \x01(\x03R\x0fqueryErrorCount\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x03R\x10completionTokens\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xe1\a\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xb4\b\n" +
 	"\tConnector\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
@@ -1196,7 +1269,8 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12#\n" +
 	"\ropen_sessions\x18\x14 \x01(\x05R\fopenSessions\x12,\n" +
-	"\x12narrow_tools_above\x18\x16 \x01(\x05R\x10narrowToolsAboveB\f\n" +
+	"\x12narrow_tools_above\x18\x16 \x01(\x05R\x10narrowToolsAbove\x12Q\n" +
+	"\x13protocol_preference\x18\x17 \x01(\x0e2 .connector.v1.ProtocolPreferenceR\x12protocolPreferenceB\f\n" +
 	"\n" +
 	"connection\"\xcc\x02\n" +
 	"\aSession\x12\x1d\n" +
@@ -1244,7 +1318,12 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\vSessionMode\x12\x1c\n" +
 	"\x18SESSION_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SESSION_MODE_SHARED\x10\x01\x12\x1c\n" +
-	"\x18SESSION_MODE_PER_SESSION\x10\x02BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\x18SESSION_MODE_PER_SESSION\x10\x02*\x9d\x01\n" +
+	"\x12ProtocolPreference\x12#\n" +
+	"\x1fPROTOCOL_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18PROTOCOL_PREFERENCE_AUTO\x10\x01\x12\x1f\n" +
+	"\x1bPROTOCOL_PREFERENCE_CLASSIC\x10\x02\x12#\n" +
+	"\x1fPROTOCOL_PREFERENCE_SESSIONLESS\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_connector_proto_rawDescOnce sync.Once
@@ -1258,56 +1337,58 @@ func file_connector_v1_connector_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_proto_rawDescData
 }
 
-var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_connector_v1_connector_proto_goTypes = []any{
 	(Transport)(0),                // 0: connector.v1.Transport
 	(ConnectorState)(0),           // 1: connector.v1.ConnectorState
 	(SessionMode)(0),              // 2: connector.v1.SessionMode
-	(*StdioConfig)(nil),           // 3: connector.v1.StdioConfig
-	(*HttpConfig)(nil),            // 4: connector.v1.HttpConfig
-	(*RateLimit)(nil),             // 5: connector.v1.RateLimit
-	(*ConnectorHealth)(nil),       // 6: connector.v1.ConnectorHealth
-	(*ConnectorCounters)(nil),     // 7: connector.v1.ConnectorCounters
-	(*Connector)(nil),             // 8: connector.v1.Connector
-	(*Session)(nil),               // 9: connector.v1.Session
-	(*ToolAnnotations)(nil),       // 10: connector.v1.ToolAnnotations
-	(*Tool)(nil),                  // 11: connector.v1.Tool
-	nil,                           // 12: connector.v1.StdioConfig.EnvEntry
-	nil,                           // 13: connector.v1.HttpConfig.HeadersEntry
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 16: google.protobuf.Struct
+	(ProtocolPreference)(0),       // 3: connector.v1.ProtocolPreference
+	(*StdioConfig)(nil),           // 4: connector.v1.StdioConfig
+	(*HttpConfig)(nil),            // 5: connector.v1.HttpConfig
+	(*RateLimit)(nil),             // 6: connector.v1.RateLimit
+	(*ConnectorHealth)(nil),       // 7: connector.v1.ConnectorHealth
+	(*ConnectorCounters)(nil),     // 8: connector.v1.ConnectorCounters
+	(*Connector)(nil),             // 9: connector.v1.Connector
+	(*Session)(nil),               // 10: connector.v1.Session
+	(*ToolAnnotations)(nil),       // 11: connector.v1.ToolAnnotations
+	(*Tool)(nil),                  // 12: connector.v1.Tool
+	nil,                           // 13: connector.v1.StdioConfig.EnvEntry
+	nil,                           // 14: connector.v1.HttpConfig.HeadersEntry
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 17: google.protobuf.Struct
 }
 var file_connector_v1_connector_proto_depIdxs = []int32{
-	12, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
-	13, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
+	13, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
+	14, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
 	1,  // 2: connector.v1.ConnectorHealth.state:type_name -> connector.v1.ConnectorState
-	14, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
-	15, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
-	15, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
+	15, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
+	16, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
+	16, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: connector.v1.Connector.transport:type_name -> connector.v1.Transport
-	3,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
-	4,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
-	14, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	14, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
+	4,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
+	5,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
+	15, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	15, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 11: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
-	5,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
-	6,  // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
-	7,  // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
-	15, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
-	15, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
-	15, // 17: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	15, // 18: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
-	1,  // 19: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
-	16, // 20: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	10, // 21: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
-	15, // 22: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	6,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
+	7,  // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
+	8,  // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
+	16, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
+	16, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 17: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
+	16, // 18: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	16, // 19: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
+	1,  // 20: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
+	17, // 21: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	11, // 22: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
+	16, // 23: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_proto_init() }
@@ -1325,7 +1406,7 @@ func file_connector_v1_connector_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_proto_rawDesc), len(file_connector_v1_connector_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
