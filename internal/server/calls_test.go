@@ -81,9 +81,11 @@ func newTestMCPOn(t testing.TB, lis net.Listener, opts ...mcpserver.StreamableHT
 		})
 	h := mcpserver.NewStreamableHTTPServer(m, opts...)
 	s.http = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u := *r.URL
-		s.last.Store(&http.Request{URL: &u, Header: r.Header.Clone()})
 		if r.Method == http.MethodPost {
+			// Requests, not a replaced client's closing DELETE, which may
+			// come after the new client's calls.
+			u := *r.URL
+			s.last.Store(&http.Request{URL: &u, Header: r.Header.Clone()})
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			var msg struct{ Method string }
