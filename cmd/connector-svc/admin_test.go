@@ -57,10 +57,10 @@ func TestEndToEndMetrics(t *testing.T) {
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	httpConn := &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}
 	for _, c := range []*connectorv1.Connector{
-		{ConnectorId: "echo", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, Connection: httpConn},
-		{ConnectorId: "sess", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, Connection: httpConn,
+		{ConnectorId: "echo", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval, Connection: httpConn},
+		{ConnectorId: "sess", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval, Connection: httpConn,
 			SessionMode: connectorv1.SessionMode_SESSION_MODE_PER_SESSION},
-		{ConnectorId: "local", Transport: connectorv1.Transport_TRANSPORT_STDIO,
+		{ConnectorId: "local", Transport: connectorv1.Transport_TRANSPORT_STDIO, ApprovalPolicy: noApproval,
 			Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: stdio}}},
 	} {
 		if _, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme", Connector: c}); err != nil {

@@ -34,6 +34,8 @@ type config struct {
 	LLMModel             string
 	EmbeddingsModel      string // on the LLM endpoint; "" is none
 	QueryTimeout         time.Duration
+	ApprovalTimeout      time.Duration
+	RunRetention         time.Duration
 	// Narrowing of large catalogs: a query of a connector with more enabled
 	// tools than NarrowToolsAbove is offered the NarrowToolsTo best.
 	NarrowToolsAbove, NarrowToolsTo int
@@ -72,6 +74,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.Usage = func() { printUsage(fs, usage) }
 	var cfg config
 	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
+	var approvalTimeout, runRetention string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
 	fs.StringVar(&allowed, "stdio-allowed-commands", "", "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
@@ -88,6 +91,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&cfg.EmbeddingsModel, "embeddings-model", "",
 		"embeddings model on the LLM endpoint, for ranking the tools of large catalogs by meaning too; empty ranks by words (EMBEDDINGS_MODEL)")
 	fs.StringVar(&queryTimeout, "query-timeout", "2m", "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
+	fs.StringVar(&approvalTimeout, "approval-timeout", "24h", "a query run paused for approval expires when nobody decides for this long (APPROVAL_TIMEOUT)")
+	fs.StringVar(&runRetention, "run-retention", "720h", "a finished query run's record is kept this long (RUN_RETENTION)")
 	fs.IntVar(&cfg.NarrowToolsAbove, "narrow-tools-above", orchestrator.DefaultNarrowAbove,
 		"a query of a connector with more enabled tools than this is offered only the best-fitting ones, and search_tools (NARROW_TOOLS_ABOVE)")
 	fs.IntVar(&cfg.NarrowToolsTo, "narrow-tools-to", orchestrator.DefaultNarrowTo, "how many tools a narrowed query is offered (NARROW_TOOLS_TO)")
@@ -114,6 +119,12 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		return config{}, nil, err
 	}
 	if cfg.ShutdownGrace, err = positiveDuration("SHUTDOWN_GRACE", grace); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.ApprovalTimeout, err = positiveDuration("APPROVAL_TIMEOUT", approvalTimeout); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.RunRetention, err = positiveDuration("RUN_RETENTION", runRetention); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", queryTimeout); err != nil {

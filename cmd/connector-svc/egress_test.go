@@ -26,7 +26,7 @@ func TestEndToEndEgressSettings(t *testing.T) {
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	create := func(id, u string) error {
 		_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
-			Connector: &connectorv1.Connector{ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+			Connector: &connectorv1.Connector{ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval,
 				Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: u}}}})
 		return err
 	}

@@ -87,10 +87,10 @@ func TestLogsShowNoSecrets(t *testing.T) {
 	svc := start(t, databaseURL, env)
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	for _, c := range []*connectorv1.Connector{
-		{ConnectorId: "http", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
+		{ConnectorId: "http", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval, Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
 			Url: mcpURL + "?key=" + secrets["URL query value"], Headers: map[string]string{"Authorization": "Bearer " + secrets["header value"]}}}},
 		// A server that prints its secret to stderr and dies: its last lines reach the health error and the log.
-		{ConnectorId: "stdio", Transport: connectorv1.Transport_TRANSPORT_STDIO, Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
+		{ConnectorId: "stdio", Transport: connectorv1.Transport_TRANSPORT_STDIO, ApprovalPolicy: noApproval, Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
 			Command: "sh", Args: []string{"-c", `echo "token is $TOKEN" >&2; exit 3`}, Env: map[string]string{"TOKEN": secrets["env value"]}}}},
 	} {
 		if _, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme", Connector: c}); err != nil {

@@ -205,6 +205,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
+		ApprovalTimeout:       cfg.ApprovalTimeout,
+		RunRetention:          cfg.RunRetention,
 		MaxToolResultBytes:    cfg.MaxToolResultBytes,
 		MaxToolArgumentsBytes: cfg.MaxToolArgumentsBytes,
 		MaxRecvBytes:          cfg.GRPCMaxRecvBytes,

@@ -129,6 +129,11 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
+// noApproval is the approval policy of the connectors these tests make:
+// they test other things, and call their tools freely. The approval tests
+// name their own.
+const noApproval = connectorv1.ApprovalPolicy_APPROVAL_POLICY_NONE
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -149,7 +154,7 @@ func TestEndToEndSurvivesRestart(t *testing.T) {
 
 	client := connectorv1.NewConnectorServiceClient(conn)
 	_, err = client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
-		Connector: &connectorv1.Connector{ConnectorId: "github", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		Connector: &connectorv1.Connector{ConnectorId: "github", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval,
 			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
 				Url: "http://127.0.0.1:9/mcp", Headers: map[string]string{"Authorization": "Bearer " + distinctive}}}}})
 	if err != nil {
@@ -185,7 +190,7 @@ func TestRunRefusesStoredSecretsWithoutTheirKey(t *testing.T) {
 	url := storetest.NewURL(t)
 	svc := start(t, url, map[string]string{"SECRET_KEY": testKey})
 	_, err := connectorv1.NewConnectorServiceClient(dial(t, svc.addr)).CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{
-		WorkspaceId: "ws", Connector: &connectorv1.Connector{ConnectorId: "s", Transport: connectorv1.Transport_TRANSPORT_SSE,
+		WorkspaceId: "ws", Connector: &connectorv1.Connector{ConnectorId: "s", Transport: connectorv1.Transport_TRANSPORT_SSE, ApprovalPolicy: noApproval,
 			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "http://127.0.0.1:9/sse", Headers: map[string]string{"X-Key": distinctive}}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +348,7 @@ func TestEndToEndQuery(t *testing.T) {
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 
 	_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
-		Connector: &connectorv1.Connector{ConnectorId: "echo", Name: "Echo", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		Connector: &connectorv1.Connector{ConnectorId: "echo", Name: "Echo", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval,
 			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +423,7 @@ func TestEndToEndSessionSettings(t *testing.T) {
 	svc := start(t, storetest.NewURL(t), map[string]string{"MAX_SESSIONS_PER_CONNECTOR": "1", "SESSION_IDLE_TTL": "1s"})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
-		Connector: &connectorv1.Connector{ConnectorId: "p", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		Connector: &connectorv1.Connector{ConnectorId: "p", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval,
 			SessionMode: connectorv1.SessionMode_SESSION_MODE_PER_SESSION,
 			Connection:  &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}}})
 	if err != nil {
@@ -469,7 +474,7 @@ func TestEndToEndSizeSettings(t *testing.T) {
 		"MAX_TOOL_ARGUMENTS_BYTES": "1000", "GRPC_MAX_RECV_BYTES": "2000"})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme",
-		Connector: &connectorv1.Connector{ConnectorId: "t", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		Connector: &connectorv1.Connector{ConnectorId: "t", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval,
 			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpSrv.URL + "/mcp"}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func createWithHeader(t *testing.T, databaseURL, secretKey, id, mcpURL, auth str
 	t.Helper()
 	svc := start(t, databaseURL, map[string]string{"SECRET_KEY": secretKey})
 	_, err := connectorv1.NewConnectorServiceClient(dial(t, svc.addr)).CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{
-		WorkspaceId: "acme", Connector: &connectorv1.Connector{ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
+		WorkspaceId: "acme", Connector: &connectorv1.Connector{ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval,
 			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: mcpURL, Headers: map[string]string{"Authorization": auth}}}}})
 	if err != nil {
 		t.Fatal(err)

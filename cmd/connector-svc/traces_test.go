@@ -37,7 +37,7 @@ func TestEndToEndTraces(t *testing.T) {
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	for id, url := range map[string]string{"echo": mcp.url(), "dead": "http://127.0.0.1:9/mcp"} {
 		_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme", Connector: &connectorv1.Connector{
-			ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
+			ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP, ApprovalPolicy: noApproval, Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
 				Url: url + "?key=" + secret, Headers: map[string]string{"Authorization": "Bearer " + secret}}}}})
 		if err != nil {
 			t.Fatal(err)

@@ -61,6 +61,8 @@ func runStatus(res *Result, err error) string {
 		return "budget_exhausted"
 	case StatusPlanned:
 		return "planned"
+	case StatusAwaitingApproval:
+		return "awaiting_approval"
 	}
 	return "failed"
 }

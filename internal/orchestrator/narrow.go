@@ -33,18 +33,36 @@ func (r *run) selectTools(ctx context.Context) {
 		return
 	}
 	order, _ := r.rank(ctx, r.req.Query+"\n"+r.req.Context)
-	r.offered = map[string]bool{}
-	r.defs = make([]openai.Tool, 0, r.agent.cfg.NarrowTo+r.agent.cfg.SearchResults+1)
-	r.defs = append(r.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-		Name: c.search, Parameters: searchParameters,
-		Description: fmt.Sprintf("Finds more of this connector's tools by what they do: up to %d names and descriptions, "+
-			"callable from your next turn.", r.agent.cfg.SearchResults)}})
+	r.offerSearch()
 	for _, i := range order[:min(r.agent.cfg.NarrowTo, len(order))] {
 		r.offer(i)
 	}
 	r.head = promptHead(c.Profile, c, r.res.ToolsOffered, true)
 	r.res.Narrowed = true
 	r.agent.counters.narrowed.Add(ctx, 1, connectorAttrs(c))
+}
+
+// restoreTools offers a resumed run what it was offered before it paused
+// (the tools search_tools found included), as far as the connector still
+// has them.
+func (r *run) restoreTools() {
+	c := r.conn
+	if !r.res.Narrowed {
+		r.defs = c.defs
+		return
+	}
+	names := r.res.ToolsOffered
+	r.res.ToolsOffered = nil
+	r.offerSearch()
+	pos := make(map[string]int, len(c.list))
+	for i, t := range c.list {
+		pos[t.Name] = i
+	}
+	for _, name := range names {
+		if i, ok := pos[name]; ok {
+			r.offer(i)
+		}
+	}
 }
 
 // rank orders the connector's tools for text, best first, and returns
@@ -110,6 +128,16 @@ func cosine(a, b []float32) float64 {
 		return -1
 	}
 	return dot / math.Sqrt(na*nb)
+}
+
+// offerSearch starts a narrowed offer: search_tools alone.
+func (r *run) offerSearch() {
+	r.offered = map[string]bool{}
+	r.defs = make([]openai.Tool, 0, r.agent.cfg.NarrowTo+r.agent.cfg.SearchResults+1)
+	r.defs = append(r.defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+		Name: r.conn.search, Parameters: searchParameters,
+		Description: fmt.Sprintf("Finds more of this connector's tools by what they do: up to %d names and descriptions, "+
+			"callable from your next turn.", r.agent.cfg.SearchResults)}})
 }
 
 // offer adds the connector's tool i to what the model is offered.

@@ -93,6 +93,11 @@ type Tool struct {
 	Name        string
 	Description string
 	InputSchema json.RawMessage
+	// Annotations are the server's hints, shown with a pending call.
+	Annotations mcp.ToolAnnotation
+	// RequiresApproval makes a run pause before calling the tool, until a
+	// person decides (Agent.Resume).
+	RequiresApproval bool
 }
 
 // Request is one query.
@@ -109,9 +114,10 @@ type Status int
 
 // Statuses.
 const (
-	StatusCompleted       Status = iota + 1 // the model answered on its own
-	StatusBudgetExhausted                   // the answer was forced after the budget or turn limit
-	StatusPlanned                           // plan_only
+	StatusCompleted        Status = iota + 1 // the model answered on its own
+	StatusBudgetExhausted                    // the answer was forced after the budget or turn limit
+	StatusPlanned                            // plan_only
+	StatusAwaitingApproval                   // paused before calls that need approval (Result.Pending)
 )
 
 // Call is one tool call of a run.
@@ -123,12 +129,18 @@ type Call struct {
 	IsError        bool
 	RejectedReason string // set when the call never ran
 	Duration       time.Duration
+	// Pending marks a call that waits for a person's decision.
+	Pending bool
+	// Decision is the decision a call that needed approval got.
+	Decision *Decision
 }
 
 // Step is one model turn with tool calls.
 type Step struct {
 	Index int
 	Calls []Call
+	// Reasoning is what the model said with its calls, if anything.
+	Reasoning string
 }
 
 // PlannedTool is one entry of a plan.
@@ -164,6 +176,10 @@ type Result struct {
 	Contexts     []Context
 	Usage        Usage
 	Duration     time.Duration
+	// Pending are the calls a paused run (StatusAwaitingApproval) waits
+	// on, and State what Resume needs to go on with it.
+	Pending []PendingCall
+	State   *State
 }
 
 // EventKind says what an Event reports.
@@ -176,6 +192,7 @@ const (
 	EventToolCallProgress // per progress notification of a running call, in order
 	EventToolCallFinished
 	EventAnswer
+	EventApprovalRequired // the run paused; Event.Pending says for what
 )
 
 // Event is progress of a run, for streaming.
@@ -188,6 +205,9 @@ type Event struct {
 
 	// Progress is the update of an EventToolCallProgress.
 	Progress registry.Progress
+
+	// Pending are the calls of an EventApprovalRequired.
+	Pending []PendingCall
 }
 
 // Agent runs queries. Safe for concurrent use.
@@ -241,14 +261,26 @@ func New(model ChatModel, tools ToolCaller, cfg Config, logger *slog.Logger) *Ag
 // error, the result is still there, with what the run did and spent
 // (steps, usage) before it failed.
 func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Result, err error) {
-	c := req.Connector
-	ctx, span := a.tracer.Start(ctx, "connector.query", trace.WithAttributes(
+	r := &run{agent: a, req: req, conn: req.Connector, emit: serialize(emit), res: &Result{}, progress: emit != nil}
+	return a.execute(ctx, "connector.query", r, func(ctx context.Context) (*Result, error) {
+		r.selectTools(ctx)
+		if req.PlanOnly {
+			return r.plan(ctx)
+		}
+		return r.loop(ctx, r.start(), 0)
+	})
+}
+
+// execute runs body, the work of run r, in its span: it recovers a panic,
+// keeps the partial result of a failed run, times the run (a resumed
+// run's duration adds up) and counts it.
+func (a *Agent) execute(ctx context.Context, spanName string, r *run, body func(context.Context) (*Result, error)) (res *Result, err error) {
+	c, req := r.conn, r.req
+	ctx, span := a.tracer.Start(ctx, spanName, trace.WithAttributes(
 		attribute.String("connector.workspace_id", c.WorkspaceID), attribute.String("connector.id", c.ExternalID),
 		attribute.Int64("connector.row_id", c.ID), attribute.Int("query.max_tools", req.MaxTools),
 		attribute.Bool("query.plan_only", req.PlanOnly)))
-	start := time.Now()
-	r := &run{agent: a, req: req, conn: c, emit: serialize(emit), res: &Result{}, progress: emit != nil}
-	r.selectTools(ctx)
+	start, before := time.Now(), r.res.Duration
 	defer func() {
 		if p := recover(); p != nil {
 			a.logger.ErrorContext(ctx, "query run panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
@@ -259,14 +291,11 @@ func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Re
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
-		res.Duration = time.Since(start)
+		res.Duration = before + time.Since(start)
 		span.End()
 		a.countQuery(ctx, c, res, err)
 	}()
-	if req.PlanOnly {
-		return r.plan(ctx)
-	}
-	return r.loop(ctx)
+	return body(ctx)
 }
 
 // serialize makes emit safe to call from the concurrent tool calls.
@@ -328,14 +357,18 @@ func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, wit
 	return resp.Choices[0].Message, nil
 }
 
-// loop runs model turns until the model answers, or the budget or turn
-// limit forces an answer.
-func (r *run) loop(ctx context.Context) (*Result, error) {
-	msgs := []openai.ChatCompletionMessage{
+// start is a run's first messages: the system prompt and the query.
+func (r *run) start() []openai.ChatCompletionMessage {
+	return []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: systemPrompt(r.head, r.conn, r.req.MaxTools)},
 		{Role: openai.ChatMessageRoleUser, Content: userMessage(r.req)},
 	}
-	for turn := 0; ; turn++ {
+}
+
+// loop runs model turns from turn on, after msgs, until the model answers,
+// the budget or turn limit forces an answer, or a call needs approval.
+func (r *run) loop(ctx context.Context, msgs []openai.ChatCompletionMessage, turn int) (*Result, error) {
+	for ; ; turn++ {
 		if turn >= r.agent.cfg.MaxTurns || r.used >= r.req.MaxTools {
 			return r.synthesize(ctx, msgs)
 		}
@@ -346,12 +379,16 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 		if len(msg.ToolCalls) == 0 {
 			return r.finish(ctx, msg.Content, StatusCompleted), nil
 		}
+		uniqueCallIDs(msg.ToolCalls, turn)
 		msgs = append(msgs, msg)
-		results, err := r.step(ctx, turn, msg.ToolCalls)
+		outputs, pending, err := r.step(ctx, turn, msg)
 		if err != nil {
 			return nil, err
 		}
-		msgs = append(msgs, results...)
+		if len(pending) > 0 {
+			return r.pause(ctx, msgs, turn, outputs), nil
+		}
+		msgs = append(msgs, toolMessages(msg.ToolCalls, outputs)...)
 	}
 }
 

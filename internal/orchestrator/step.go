@@ -19,12 +19,15 @@ import (
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
-// step checks and runs the tool calls of one model turn and returns the
-// tool messages for the model, in the order of the calls. Valid calls run
-// concurrently; the others get an error message instead of running.
-func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]openai.ChatCompletionMessage, error) {
-	step := Step{Index: index, Calls: make([]Call, len(calls))}
-	outputs := make([]string, len(calls))
+// step checks and runs the tool calls of model turn index, msg, and
+// returns the tool messages' contents for the model, in the order of the
+// calls. Valid calls run concurrently; the others get an error message
+// instead of running. A valid call whose tool needs approval does not run:
+// it is returned in pending, its output left empty.
+func (r *run) step(ctx context.Context, index int, msg openai.ChatCompletionMessage) (outputs []string, pending []int, err error) {
+	calls := msg.ToolCalls
+	step := Step{Index: index, Calls: make([]Call, len(calls)), Reasoning: strings.TrimSpace(msg.Content)}
+	outputs = make([]string, len(calls))
 	var runnable []int
 	for i, tc := range calls {
 		call := Call{ID: tc.ID, Tool: tc.Function.Name}
@@ -37,10 +40,16 @@ func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]o
 			call.IsError = strings.HasPrefix(outputs[i], "Error: ")
 		default:
 			call.Arguments, call.RejectedReason = r.check(tc)
-			if call.RejectedReason != "" {
+			switch {
+			case call.RejectedReason != "":
 				call.IsError = true
 				outputs[i] = "Error: " + call.RejectedReason
-			} else {
+			case r.conn.tools[call.Tool].RequiresApproval:
+				// Its share of the budget is kept for it while it waits.
+				r.used++
+				call.Pending = true
+				pending = append(pending, i)
+			default:
 				r.used++
 				runnable = append(runnable, i)
 			}
@@ -48,10 +57,19 @@ func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]o
 		step.Calls[i] = call
 	}
 	r.emit(Event{Kind: EventStepPlanned, Step: cloneStep(step)})
+	if err := r.runCalls(ctx, &step, outputs, runnable); err != nil {
+		return nil, nil, err
+	}
+	r.res.Steps = append(r.res.Steps, step)
+	return outputs, pending, nil
+}
 
+// runCalls runs the calls of step at indexes, concurrently, and puts what
+// the model sees of each into outputs.
+func (r *run) runCalls(ctx context.Context, step *Step, outputs []string, indexes []int) error {
 	var wg sync.WaitGroup
 	var panicked atomic.Bool
-	for _, i := range runnable {
+	for _, i := range indexes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -61,28 +79,44 @@ func (r *run) step(ctx context.Context, index int, calls []openai.ToolCall) ([]o
 					panicked.Store(true)
 				}
 			}()
-			r.emit(Event{Kind: EventToolCallStarted, Index: index, Call: step.Calls[i]})
-			outputs[i], step.Calls[i] = r.runCall(r.withProgress(ctx, index, step.Calls[i]), step.Calls[i])
-			r.emit(Event{Kind: EventToolCallFinished, Index: index, Call: step.Calls[i]})
+			r.emit(Event{Kind: EventToolCallStarted, Index: step.Index, Call: step.Calls[i]})
+			outputs[i], step.Calls[i] = r.runCall(r.withProgress(ctx, step.Index, step.Calls[i]), step.Calls[i])
+			r.emit(Event{Kind: EventToolCallFinished, Index: step.Index, Call: step.Calls[i]})
 		}()
 	}
 	wg.Wait()
 	if panicked.Load() {
-		return nil, ErrPanic
+		return ErrPanic
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	for _, i := range runnable {
+	for _, i := range indexes {
 		r.res.ToolsUsed = append(r.res.ToolsUsed, step.Calls[i].Tool)
 	}
-	r.res.Steps = append(r.res.Steps, step)
+	return nil
+}
 
+// toolMessages are the answers to a turn's calls, in their order.
+func toolMessages(calls []openai.ToolCall, outputs []string) []openai.ChatCompletionMessage {
 	msgs := make([]openai.ChatCompletionMessage, len(calls))
 	for i, tc := range calls {
 		msgs[i] = openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: outputs[i]}
 	}
-	return msgs, nil
+	return msgs
+}
+
+// uniqueCallIDs gives the calls of turn that have no id, or one an earlier
+// call of the turn has, an id of their own: a decision about a call names
+// it by id, and so does the tool message that answers it.
+func uniqueCallIDs(calls []openai.ToolCall, turn int) {
+	seen := make(map[string]bool, len(calls))
+	for i := range calls {
+		if id := calls[i].ID; id == "" || seen[id] {
+			calls[i].ID = fmt.Sprintf("call_%d_%d", turn, i)
+		}
+		seen[calls[i].ID] = true
+	}
 }
 
 // check returns a call's arguments, or why it must not run: an unknown or

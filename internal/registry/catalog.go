@@ -25,6 +25,9 @@ type catalog struct {
 	byName   map[string]int // index into tools
 	hash     string         // of the listed tools; "" forces the next sync
 	disabled map[string]bool
+	// approval holds the tools whose approval an operator overrode, and
+	// how (see ToolChanges.Approval).
+	approval map[string]bool
 }
 
 // newCatalog indexes tools, as listed by the server; flags come later.
@@ -75,6 +78,27 @@ func (k *catalog) withEnabled(name string, enabled bool) *catalog {
 		next.disabled[name] = true
 	}
 	return &next
+}
+
+// withApproval returns a copy of k with one tool's approval override
+// changed; nil clears it.
+func (k *catalog) withApproval(name string, override *bool) *catalog {
+	next := *k
+	next.approval = maps.Clone(k.approval)
+	if next.approval == nil {
+		next.approval = map[string]bool{}
+	}
+	if override == nil {
+		delete(next.approval, name)
+	} else {
+		next.approval[name] = *override
+	}
+	return &next
+}
+
+// sameFlags reports whether k and o carry the same operator flags.
+func (k *catalog) sameFlags(o *catalog) bool {
+	return maps.Equal(k.disabled, o.disabled) && maps.Equal(k.approval, o.approval)
 }
 
 // listTools lists the tools, re-initializing a lost session once.
@@ -130,7 +154,7 @@ func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*
 	prev := c.cat
 	c.mu.Unlock()
 	if prev != nil && prev.hash == next.hash && !force {
-		next.disabled = prev.disabled
+		next.disabled, next.approval = prev.disabled, prev.approval
 		c.reg.logger.Debug("tool list unchanged", append(c.logAttrs(), slog.Int("tools", len(next.tools)))...)
 		return next, ToolChanges{}, nil
 	}
@@ -141,13 +165,14 @@ func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*
 			return nil, ToolChanges{}, err
 		}
 		c.reg.logger.Error("sync tools; keeping the last known flags", append(c.logAttrs(), slog.String("error", err.Error()))...)
-		next.disabled, next.hash = prev.disabled, ""
+		next.disabled, next.approval, next.hash = prev.disabled, prev.approval, ""
 		return next, ToolChanges{}, err
 	}
 	next.disabled = make(map[string]bool, len(changes.Disabled))
 	for _, name := range changes.Disabled {
 		next.disabled[name] = true
 	}
+	next.approval = changes.Approval
 	c.logChanges(changes)
 	return next, changes, nil
 }
@@ -159,21 +184,21 @@ func (c *conn) publishCatalog(next *catalog, seq uint64) {
 		return
 	}
 	c.catSeq = seq
-	if c.cat != nil && next.hash == c.cat.hash && maps.Equal(next.disabled, c.cat.disabled) {
+	if c.cat != nil && next.hash == c.cat.hash && next.sameFlags(c.cat) {
 		return // nothing new: keep the version
 	}
 	next.version = c.reg.catVersions.Add(1)
 	c.cat = next
 }
 
-// setEnabled publishes an operator's change of a tool's enabled flag.
-func (c *conn) setEnabled(name string, enabled bool) {
+// setFlag publishes an operator's change of a tool's flags, made by with.
+func (c *conn) setFlag(with func(*catalog) *catalog) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cat == nil {
 		return // the first sync reads the flags from the source
 	}
-	next := c.cat.withEnabled(name, enabled)
+	next := with(c.cat)
 	next.version = c.reg.catVersions.Add(1)
 	c.cat = next
 	// A sync that started before this change read the old flag: it must

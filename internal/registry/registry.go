@@ -73,6 +73,10 @@ type Usage struct {
 type ToolChanges struct {
 	Added, Removed, Changed []string
 	Disabled                []string
+	// Approval holds the tools whose approval an operator overrode: true
+	// always asks, false never; a tool not in it follows its connector's
+	// policy.
+	Approval map[string]bool
 }
 
 // Empty reports whether nothing changed.
@@ -256,7 +260,16 @@ func (r *Registry) Lookup(workspaceID, connectorID string) (int64, bool) {
 // the live catalog; the caller has stored it already.
 func (r *Registry) SetToolEnabled(id int64, name string, enabled bool) {
 	if c, err := r.get(id); err == nil {
-		c.setEnabled(name, enabled)
+		c.setFlag(func(k *catalog) *catalog { return k.withEnabled(name, enabled) })
+	}
+}
+
+// SetToolApproval publishes an operator's change of a tool's approval
+// override (nil: none) to the live catalog; the caller has stored it
+// already.
+func (r *Registry) SetToolApproval(id int64, name string, override *bool) {
+	if c, err := r.get(id); err == nil {
+		c.setFlag(func(k *catalog) *catalog { return k.withApproval(name, override) })
 	}
 }
 
@@ -425,6 +438,19 @@ func (c Catalog) Enabled() []mcp.Tool {
 		}
 	}
 	return out
+}
+
+// Tool returns a tool that may be called (listed and enabled) and its
+// approval override (nil: none).
+func (c Catalog) Tool(name string) (mcp.Tool, *bool, bool) {
+	t, err := c.cat.callable(name)
+	if err != nil {
+		return mcp.Tool{}, nil, false
+	}
+	if v, set := c.cat.approval[name]; set {
+		return t, &v, true
+	}
+	return t, nil, true
 }
 
 // Catalog returns connector id's current catalog once it can take calls:

@@ -37,6 +37,10 @@ func accessRules() auth.Rules {
 		connectorv1.ConnectorService_StreamCallTool_FullMethodName:       query,
 		connectorv1.ConnectorService_QueryConnector_FullMethodName:       query,
 		connectorv1.ConnectorService_StreamQueryConnector_FullMethodName: query,
+		connectorv1.ConnectorService_ResumeQuery_FullMethodName:          query,
+		connectorv1.ConnectorService_StreamResumeQuery_FullMethodName:    query,
+		connectorv1.ConnectorService_GetQueryRun_FullMethodName:          query,
+		connectorv1.ConnectorService_ListQueryRuns_FullMethodName:        query,
 		connectorv1.ConnectorService_ListSessions_FullMethodName:         query,
 		connectorv1.ConnectorService_CloseSession_FullMethodName:         query,
 

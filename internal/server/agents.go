@@ -97,7 +97,7 @@ func (la *liveAgent) connector(cat registry.Catalog, emb *embeddings) *orchestra
 	la.mu.Lock()
 	defer la.mu.Unlock()
 	if la.agent == nil || cat.Version() > la.version {
-		tools := agentTools(cat)
+		tools := agentTools(cat, la.row.Config.ApprovalPolicy)
 		la.agent = orchestrator.NewConnector(profile(la.row), tools)
 		la.version = cat.Version()
 		emb.fill(la, la.version, tools)
@@ -120,14 +120,16 @@ func profile(c *store.Connector) orchestrator.Profile {
 		Description: c.Description, Model: c.Config.Model, NarrowAbove: c.Config.NarrowToolsAbove}
 }
 
-// agentTools are the enabled tools of cat as the agent offers them. A tool
-// whose schema does not read is offered without one.
-func agentTools(cat registry.Catalog) []orchestrator.Tool {
+// agentTools are the enabled tools of cat as the agent offers them, each
+// with whether its calls wait for approval under policy. A tool whose
+// schema does not read is offered without one.
+func agentTools(cat registry.Catalog, policy string) []orchestrator.Tool {
 	enabled := cat.Enabled()
 	tools := make([]orchestrator.Tool, 0, len(enabled))
 	for _, t := range enabled {
 		spec, _ := toolSpec(t)
-		tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: spec.InputSchema})
+		tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: spec.InputSchema,
+			Annotations: t.Annotations, RequiresApproval: catalogNeedsApproval(policy, cat, t.Name)})
 	}
 	return tools
 }

@@ -64,6 +64,7 @@ type callRequest interface {
 	GetToolName() string
 	GetArguments() *structpb.Struct
 	GetSessionId() string
+	GetUserApproved() bool
 }
 
 // callTool validates, runs the tool and fits its result into a response.
@@ -79,6 +80,9 @@ func (s *Server) callTool(ctx context.Context, req callRequest) (*connectorv1.Ca
 	}
 	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkApproval(ctx, id, req); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -151,7 +155,7 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	}
 	resp := &connectorv1.RefreshToolsResponse{Added: changes.Added, Removed: changes.Removed, Changed: changes.Changed}
 	for _, t := range tools {
-		resp.Tools = append(resp.Tools, toolToProto(t))
+		resp.Tools = append(resp.Tools, toolToProto(t, c.Config.ApprovalPolicy))
 	}
 	return resp, nil
 }

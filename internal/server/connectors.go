@@ -122,6 +122,7 @@ var updatePaths = []string{
 	"name", "description", "transport", "stdio", "stdio.command", "stdio.args", "stdio.env",
 	"http", "http.url", "http.headers", "connect_timeout", "call_timeout", "session_mode",
 	"model", "rate_limit", "disable_new_tools", "narrow_tools_above", "protocol_preference",
+	"approval_policy",
 }
 
 // UpdateConnector implements connector.v1.ConnectorService. The stored
@@ -256,6 +257,8 @@ func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplac
 			dst.SessionMode = src.GetSessionMode()
 		case "protocol_preference":
 			dst.ProtocolPreference = src.GetProtocolPreference()
+		case "approval_policy":
+			dst.ApprovalPolicy = src.GetApprovalPolicy()
 		case "model":
 			dst.Model = src.GetModel()
 		case "rate_limit":

@@ -89,6 +89,7 @@ func connectorToProto(c *store.Connector) *connectorv1.Connector {
 	if p.ProtocolPreference == connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_UNSPECIFIED {
 		p.ProtocolPreference = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_AUTO
 	}
+	p.ApprovalPolicy = approvalPolicyToProto(c.Config.ApprovalPolicy)
 	if c.Transport == store.TransportStdio {
 		p.Connection = &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
 			Command: c.Config.Command, Args: c.Config.Args, EnvKeys: c.Config.EnvKeys,
@@ -145,6 +146,7 @@ func configFromProto(p *connectorv1.Connector) store.Config {
 		Model:              p.GetModel(),
 		DisableNewTools:    p.GetDisableNewTools(),
 		NarrowToolsAbove:   int(p.GetNarrowToolsAbove()),
+		ApprovalPolicy:     approvalPolicies[p.GetApprovalPolicy()],
 	}
 	if s := p.GetStdio(); s != nil {
 		cfg.Command, cfg.Args = s.GetCommand(), s.GetArgs()
@@ -178,12 +180,15 @@ func names(m map[string]string, stored []string) []string {
 	return out
 }
 
-func toolToProto(t *store.Tool) *connectorv1.Tool {
+// toolToProto renders a tool of a connector whose approval policy is
+// policy.
+func toolToProto(t *store.Tool, policy string) *connectorv1.Tool {
 	p := &connectorv1.Tool{
 		Name:             t.Name,
 		Description:      t.Description,
 		Enabled:          t.Enabled,
-		RequiresApproval: t.RequiresApproval,
+		RequiresApproval: storedNeedsApproval(policy, t),
+		ApprovalOverride: approvalOverrideToProto(t.RequiresApproval),
 		SyncTime:         timestamppb.New(t.SyncedAt),
 		Annotations: &connectorv1.ToolAnnotations{
 			Title:           t.Annotations.Title,

@@ -21,15 +21,12 @@ type queryCounts struct {
 	mu      sync.Mutex
 	pending map[int64]store.Counters
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	bg *periodic
 }
 
 func newQueryCounts(db *store.DB, interval time.Duration, logger *slog.Logger) *queryCounts {
-	q := &queryCounts{db: db, logger: logger, interval: interval, pending: map[int64]store.Counters{},
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go q.loop()
+	q := &queryCounts{db: db, logger: logger, interval: interval, pending: map[int64]store.Counters{}}
+	q.bg = startPeriodic(interval, q.flush)
 	return q
 }
 
@@ -46,20 +43,6 @@ func (q *queryCounts) unwritten(id int64) store.Counters {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.pending[id]
-}
-
-func (q *queryCounts) loop() {
-	defer close(q.done)
-	tick := time.NewTicker(q.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			q.flush(context.Background())
-		case <-q.stop:
-			return
-		}
-	}
 }
 
 // flush writes what is pending.
@@ -80,11 +63,41 @@ func (q *queryCounts) flush(ctx context.Context) {
 }
 
 // Close stops the background writes and writes what is left, within ctx.
-func (q *queryCounts) Close(ctx context.Context) {
-	q.once.Do(func() {
-		close(q.stop)
-		<-q.done
-		q.flush(ctx)
+func (q *queryCounts) Close(ctx context.Context) { q.bg.Close(ctx) }
+
+// periodic runs work every interval in the background, and once more at
+// Close, so that what it writes is not lost at shutdown.
+type periodic struct {
+	work func(context.Context)
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func startPeriodic(interval time.Duration, work func(context.Context)) *periodic {
+	p := &periodic{work: work, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				p.work(context.Background())
+			case <-p.stop:
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// Close stops the loop and runs the work a last time, within ctx.
+func (p *periodic) Close(ctx context.Context) {
+	p.once.Do(func() {
+		close(p.stop)
+		<-p.done
+		p.work(ctx)
 	})
 }
 

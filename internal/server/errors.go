@@ -44,6 +44,11 @@ const (
 	ReasonLLMUnavailable         = "LLM_UNAVAILABLE"
 	ReasonOrchestrationFailed    = "MCP_ORCHESTRATION_FAILED"
 	ReasonInternal               = "INTERNAL"
+	ReasonApprovalRequired       = "APPROVAL_REQUIRED"
+	ReasonRunNotFound            = "RUN_NOT_FOUND"
+	ReasonRunNotAwaiting         = "RUN_NOT_AWAITING_APPROVAL"
+	ReasonRunExpired             = "RUN_EXPIRED"
+	ReasonRunTaken               = "RUN_TAKEN"
 )
 
 // newStatus builds a status error with an ErrorInfo detail.
@@ -99,6 +104,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
 	case errors.Is(err, store.ErrToolNotFound):
 		return newStatus(codes.NotFound, ReasonToolNotFound, "tool not found")
+	case errors.Is(err, store.ErrRunNotFound):
+		return newStatus(codes.NotFound, ReasonRunNotFound, "query run not found in this workspace")
 	case errors.Is(err, store.ErrAPIKeyNotFound):
 		return newStatus(codes.NotFound, ReasonAPIKeyNotFound, "API key not found in this workspace")
 	case errors.Is(err, store.ErrConnectorNotFound):

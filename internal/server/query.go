@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/llm"
@@ -51,12 +53,33 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {
-			res, err := s.query(ctx, req, func(e orchestrator.Event) { send(eventToProto(e)) })
-			if err != nil {
-				return nil, err
-			}
-			return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}, nil
+			res, err := s.query(ctx, req, streamEvents(send))
+			return lastEvents(res, err, send)
 		})
+}
+
+// streamEvents sends a run's events as a stream's messages. A pause is
+// sent by lastEvents instead: after the run's record is written, so a
+// caller who resumes at once finds it.
+func streamEvents(send func(*connectorv1.StreamQueryConnectorResponse)) func(orchestrator.Event) {
+	return func(e orchestrator.Event) {
+		if e.Kind != orchestrator.EventApprovalRequired {
+			send(eventToProto(e))
+		}
+	}
+}
+
+// lastEvents ends a query stream: approval_required if the run paused,
+// then the result.
+func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {
+	if err != nil {
+		return nil, err
+	}
+	if res.Status == connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL {
+		send(&connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ApprovalRequired{
+			ApprovalRequired: &connectorv1.ApprovalRequired{RunId: res.RunId, PendingCalls: res.PendingCalls, ExpireTime: res.ExpireTime}}})
+	}
+	return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}, nil
 }
 
 // query validates, checks the connector can be used now, runs its live
@@ -93,16 +116,40 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if err != nil {
 		return nil, err
 	}
+	run := &store.Run{ID: newRunID(), WorkspaceID: c.WorkspaceID, ConnectorID: c.ID, ConnectorExternalID: c.ExternalID,
+		SessionID: req.GetSessionId(), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, CreatedAt: time.Now()}
 	// The agent's tool calls run on the session's connection, for a
 	// per_session connector.
 	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
 		Connector: la.connector(cat, s.emb), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 	}, emit)
-	s.countQuery(c, res, err)
-	if err != nil {
+	s.countQuery(c, res, err, true)
+	return s.endRun(ctx, run, c, res, err)
+}
+
+// endRun records a run that ended with res and err, and renders its
+// result for the caller.
+func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector, res *orchestrator.Result, runErr error) (*connectorv1.QueryResult, error) {
+	rec, err := s.runRecord(ctx, run, c.Name, res, runErr)
+	if err == nil {
+		err = s.keepRun(ctx, rec)
+	}
+	if err != nil && rec != nil && rec.Status == store.RunAwaitingApproval {
+		// Without its record the run could never be resumed.
 		return nil, err
 	}
-	return s.resultToProto(c, res), nil
+	if err != nil {
+		s.logger.ErrorContext(ctx, "record query run", slog.String("run_id", run.ID), slog.String("error", err.Error()))
+	}
+	if runErr != nil {
+		return nil, runErr
+	}
+	p := s.resultToProto(c.ExternalID, c.Name, res)
+	p.RunId = run.ID
+	if rec != nil && rec.ExpiresAt != nil {
+		p.ExpireTime = timestamppb.New(*rec.ExpiresAt)
+	}
+	return p, nil
 }
 
 func validateQuery(req queryRequest) (int, error) {
@@ -129,10 +176,14 @@ func validateQuery(req queryRequest) (int, error) {
 }
 
 // countQuery counts a run in the connector's counters, the tokens of a
-// failed run included; they reach the store in the background.
-func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error) {
+// failed run included; they reach the store in the background. A resumed
+// run (newQuery false) adds its tokens, not another query.
+func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error, newQuery bool) {
 	now := time.Now()
-	d := store.Counters{Queries: 1, LastUsedAt: &now}
+	d := store.Counters{LastUsedAt: &now}
+	if newQuery {
+		d.Queries = 1
+	}
 	if runErr != nil {
 		d.QueryErrors = 1
 	}
@@ -173,19 +224,20 @@ func (l *limiter) allow(id int64, cfg *store.RateLimit) bool {
 }
 
 var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
-	orchestrator.StatusCompleted:       connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
-	orchestrator.StatusBudgetExhausted: connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
-	orchestrator.StatusPlanned:         connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+	orchestrator.StatusCompleted:        connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
+	orchestrator.StatusBudgetExhausted:  connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
+	orchestrator.StatusPlanned:          connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+	orchestrator.StatusAwaitingApproval: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
 }
 
-// resultToProto converts a run's result. Its contexts are cut to what the
-// response has room for.
-func (s *Server) resultToProto(c *store.Connector, r *orchestrator.Result) *connectorv1.QueryResult {
+// resultToProto converts a run's result, of the connector callers know
+// as connectorID. Its contexts are cut to what the response has room for.
+func (s *Server) resultToProto(connectorID, name string, r *orchestrator.Result) *connectorv1.QueryResult {
 	p := &connectorv1.QueryResult{
 		Status:        queryStatuses[r.Status],
 		Answer:        r.Answer,
-		ConnectorId:   c.ExternalID,
-		ConnectorName: c.Name,
+		ConnectorId:   connectorID,
+		ConnectorName: name,
 		ToolsUsed:     r.ToolsUsed,
 		ToolsTotal:    int32(r.ToolsTotal),
 		ToolsOffered:  r.ToolsOffered,
@@ -200,12 +252,15 @@ func (s *Server) resultToProto(c *store.Connector, r *orchestrator.Result) *conn
 	for _, pt := range r.Plan {
 		p.Plan = append(p.Plan, &connectorv1.PlannedTool{Tool: pt.Tool, Purpose: pt.Purpose})
 	}
+	for _, pc := range r.Pending {
+		p.PendingCalls = append(p.PendingCalls, pendingToProto(pc))
+	}
 	p.Contexts = contextsToProto(r.Contexts, s.contextBudget(proto.Size(p)))
 	return p
 }
 
 func stepToProto(st orchestrator.Step) *connectorv1.Step {
-	p := &connectorv1.Step{Index: int32(st.Index)}
+	p := &connectorv1.Step{Index: int32(st.Index), Reasoning: st.Reasoning}
 	for _, c := range st.Calls {
 		p.Calls = append(p.Calls, callToProto(c))
 	}
@@ -216,6 +271,7 @@ func callToProto(c orchestrator.Call) *connectorv1.ToolCall {
 	return &connectorv1.ToolCall{
 		Id: c.ID, Tool: c.Tool, Arguments: toStruct(c.Arguments), ResultExcerpt: c.ResultExcerpt,
 		IsError: c.IsError, RejectedReason: c.RejectedReason, Duration: durationpb.New(c.Duration),
+		Pending: c.Pending, Decision: decisionToProto(c.Decision),
 	}
 }
 

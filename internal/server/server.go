@@ -5,6 +5,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,13 @@ type Config struct {
 	// Auth is when callers need API keys (accessRules says which); the
 	// empty mode, like auth.ModeNone, asks for none.
 	Auth auth.Mode
+	// ApprovalTimeout is how long a paused run waits for a decision before
+	// it expires; 0 means DefaultApprovalTimeout.
+	ApprovalTimeout time.Duration
+	// RunRetention is how long a finished run's record is kept; 0 means
+	// DefaultRunRetention. RunSweepInterval is how often paused runs
+	// expire and old records are purged; 0 means a minute.
+	RunRetention, RunSweepInterval time.Duration
 }
 
 // Size defaults. A default gRPC client receives at most 4 MiB, so that is
@@ -84,6 +92,7 @@ type Server struct {
 	// counters on their way to the store.
 	agents agents
 	counts *queryCounts
+	runs   *runLog     // query run records on their way to the store
 	emb    *embeddings // nil: no embeddings model
 	cfg    Config
 	logger *slog.Logger
@@ -134,13 +143,17 @@ func New(d Deps, cfg Config) *Server {
 	if cfg.Egress == nil {
 		cfg.Egress = egress.New(egress.Config{})
 	}
+	cfg.ApprovalTimeout = cmp.Or(max(cfg.ApprovalTimeout, 0), DefaultApprovalTimeout)
+	cfg.RunRetention = cmp.Or(max(cfg.RunRetention, 0), DefaultRunRetention)
+	cfg.RunSweepInterval = cmp.Or(max(cfg.RunSweepInterval, 0), sweepInterval)
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
 		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
-		emb: newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),
-		cfg: cfg, logger: d.Logger, tracer: d.TracerProvider}
+		runs: newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, d.Logger),
+		emb:  newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),
+		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider}
 }
 
 // countsInterval is how often query counters are written to the store.
@@ -152,6 +165,7 @@ const countsInterval = time.Second
 func (s *Server) Close(ctx context.Context) {
 	s.emb.Close()
 	s.counts.Close(ctx)
+	s.runs.Close(ctx)
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service

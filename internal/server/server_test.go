@@ -84,6 +84,9 @@ type options struct {
 	// is how many tools a narrowed query is offered (0: the default).
 	embeddings bool
 	narrowTo   int
+	// approvalTimeout, runRetention and runSweep set the server's run
+	// record settings (0: defaults).
+	approvalTimeout, runRetention, runSweep time.Duration
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -144,7 +147,8 @@ func setup(t *testing.T, opts ...options) *fixture {
 	keys := auth.NewKeys(db, auth.Config{}, logger)
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
 		Embedder: embedder, EmbeddingModel: embeddingModel},
-		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth})
+		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
+			ApprovalTimeout: o.approvalTimeout, RunRetention: o.runRetention, RunSweepInterval: o.runSweep})
 	t.Cleanup(func() { srv.Close(context.Background()) }) // after the gRPC server stops (cleanups run last first)
 	g, _ := server.NewGRPCServer(srv)
 	lis := bufconn.Listen(1 << 20)
@@ -178,8 +182,15 @@ func httpConnector(id string) *connectorv1.Connector {
 	}
 }
 
+// create creates c. A connector that names no approval policy gets
+// APPROVAL_POLICY_NONE, not the service's default, so that tests of other
+// things call their tools freely; approval tests name their policy.
 func (f *fixture) create(t *testing.T, ws string, c *connectorv1.Connector) *connectorv1.Connector {
 	t.Helper()
+	if c.GetApprovalPolicy() == connectorv1.ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED {
+		c = proto.CloneOf(c)
+		c.ApprovalPolicy = connectorv1.ApprovalPolicy_APPROVAL_POLICY_NONE
+	}
 	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: ws, Connector: c})
 	if err != nil {
 		t.Fatalf("CreateConnector(%s): %v", c.GetConnectorId(), err)

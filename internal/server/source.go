@@ -91,7 +91,8 @@ func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (reg
 	if err != nil {
 		return registry.ToolChanges{}, err
 	}
-	return registry.ToolChanges{Added: res.Added, Removed: res.Removed, Changed: res.Changed, Disabled: res.Disabled}, nil
+	return registry.ToolChanges{Added: res.Added, Removed: res.Removed, Changed: res.Changed, Disabled: res.Disabled,
+		Approval: res.Approval}, nil
 }
 
 // toolSpec reads a tool's schema and hints from its wire form, which also

@@ -16,6 +16,10 @@ func (s *Server) ListTools(ctx context.Context, req *connectorv1.ListToolsReques
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	conn, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
 	tools, err := s.db.ListTools(ctx, req.GetWorkspaceId(), req.GetConnectorId(), after, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -23,7 +27,7 @@ func (s *Server) ListTools(ctx context.Context, req *connectorv1.ListToolsReques
 	resp := &connectorv1.ListToolsResponse{}
 	tools, resp.NextPageToken = nextPage(tools, size, func(t *store.Tool) string { return t.Name })
 	for _, t := range tools {
-		resp.Tools = append(resp.Tools, toolToProto(t))
+		resp.Tools = append(resp.Tools, toolToProto(t, conn.Config.ApprovalPolicy))
 	}
 	return resp, nil
 }
@@ -32,19 +36,28 @@ func (s *Server) ListTools(ctx context.Context, req *connectorv1.ListToolsReques
 func (s *Server) UpdateTool(ctx context.Context, req *connectorv1.UpdateToolRequest) (*connectorv1.UpdateToolResponse, error) {
 	var c checker
 	c.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
-	if req.Enabled == nil && req.RequiresApproval == nil {
-		c.add("enabled", "set enabled, requires_approval or both")
+	f := store.ToolFlags{Enabled: req.Enabled}
+	approvalFlags(&c, req, &f)
+	if f.Enabled == nil && !f.SetApproval {
+		c.add("enabled", "set enabled, requires_approval or approval_override")
 	}
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	t, err := s.db.UpdateToolFlags(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName(), req.Enabled, req.RequiresApproval)
+	conn, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	t, err := s.db.UpdateToolFlags(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName(), f)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	s.reg.SetToolEnabled(t.ConnectorID, t.Name, t.Enabled)
+	s.reg.SetToolApproval(t.ConnectorID, t.Name, t.RequiresApproval)
+	p := toolToProto(t, conn.Config.ApprovalPolicy)
 	s.logger.InfoContext(ctx, "tool updated",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()),
-		slog.String("tool", t.Name), slog.Bool("enabled", t.Enabled), slog.Bool("requires_approval", t.RequiresApproval))
-	return &connectorv1.UpdateToolResponse{Tool: toolToProto(t)}, nil
+		slog.String("tool", t.Name), slog.Bool("enabled", t.Enabled), slog.Bool("requires_approval", p.RequiresApproval),
+		slog.String("approval_override", p.ApprovalOverride.String()))
+	return &connectorv1.UpdateToolResponse{Tool: p}, nil
 }

@@ -83,6 +83,13 @@ func TestToolThatDropsOutKeepsItsFlags(t *testing.T) {
 	}
 	_, err = f.call(t, "ws", "m", "echo", map[string]any{"text": "x"})
 	wantStatus(t, err, codes.FailedPrecondition, server.ReasonToolDisabled, "")
+
+	// Enabled, it still waits for approval: the flag outlived its absence.
+	if _, err := f.client.UpdateTool(ctx(t), &connectorv1.UpdateToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "echo", Enabled: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.call(t, "ws", "m", "echo", map[string]any{"text": "x"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonApprovalRequired, "")
 }
 
 func (f *fixture) refresh(t *testing.T) *connectorv1.RefreshToolsResponse {

@@ -110,6 +110,9 @@ func (c *checker) connector(p *connectorv1.Connector) {
 		c.add("connector.session_mode", "unknown value %d", p.GetSessionMode())
 	}
 	c.protocolPreference(p)
+	if pol := p.GetApprovalPolicy(); approvalPolicies[pol] == "" {
+		c.add("connector.approval_policy", "unknown value %d: use APPROVAL_POLICY_NONE, APPROVAL_POLICY_DESTRUCTIVE or APPROVAL_POLICY_ALL", pol)
+	}
 	if len(p.GetModel()) > maxNameLen {
 		c.add("connector.model", "longer than %d characters", maxNameLen)
 	}

@@ -59,6 +59,10 @@ type Config struct {
 	DisableNewTools bool `json:"disable_new_tools,omitempty"`
 	// NarrowToolsAbove overrides the agent's narrowing threshold; 0 keeps it.
 	NarrowToolsAbove int `json:"narrow_tools_above,omitempty"`
+	// ApprovalPolicy says which tool calls wait for a person: "none" (or
+	// empty, as for connectors made before there was a policy),
+	// "destructive" or "all". A tool's RequiresApproval overrides it.
+	ApprovalPolicy string `json:"approval_policy,omitempty"`
 }
 
 // RateLimit is a token bucket for queries.

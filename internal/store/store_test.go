@@ -151,7 +151,7 @@ func TestWorkspaceIsolation(t *testing.T) {
 	_, checks["update"] = db.UpdateConnector(ctx, "ws2", "a", func(*store.Connector) error { return nil })
 	_, checks["activate"] = db.SetConnectorActive(ctx, "ws2", "a", true)
 	_, checks["list tools"] = db.ListTools(ctx, "ws2", "a", "", 10)
-	_, checks["update tool"] = db.UpdateToolFlags(ctx, "ws2", "a", "t", nil, nil)
+	_, checks["update tool"] = db.UpdateToolFlags(ctx, "ws2", "a", "t", store.ToolFlags{})
 	_, checks["delete"] = db.DeleteConnector(ctx, "ws2", "a")
 	_, checks["get tool"] = db.GetTool(ctx, "ws2", "a", "t")
 	for op, err := range checks {
@@ -242,7 +242,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 		t.Errorf("first sync (-want +got):\n%s", diff)
 	}
 	no := false
-	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "echo", &no, &yes); err != nil {
+	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "echo", store.ToolFlags{Enabled: &no, SetApproval: true, RequiresApproval: &yes}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -253,7 +253,8 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.SyncResult{Added: []string{"new"}, Removed: []string{"gone"}, Changed: []string{"add", "echo"}, Disabled: []string{"echo"}}
+	want := store.SyncResult{Added: []string{"new"}, Removed: []string{"gone"}, Changed: []string{"add", "echo"}, Disabled: []string{"echo"},
+		Approval: map[string]bool{"echo": true}}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("second sync (-want +got):\n%s", diff)
 	}
@@ -262,7 +263,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 	if len(tools) != 3 || tools["gone"] != nil {
 		t.Errorf("catalog after sync = %v, want add, echo, new", tools)
 	}
-	if e := tools["echo"]; e.Enabled || !e.RequiresApproval || e.Annotations.ReadOnlyHint == nil || !*e.Annotations.ReadOnlyHint {
+	if e := tools["echo"]; e.Enabled || !isTrue(e.RequiresApproval) || e.Annotations.ReadOnlyHint == nil || !*e.Annotations.ReadOnlyHint {
 		t.Errorf("echo after re-sync = %+v; want operator flags kept and the new read-only hint", e)
 	}
 	if a := tools["add"]; !a.Enabled || a.Description != "Adds two numbers" {
@@ -270,7 +271,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 	}
 
 	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")})
-	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed) != 0 || !slices.Equal(res.Disabled, []string{"echo"}) {
+	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed) != 0 || !slices.Equal(res.Disabled, []string{"echo"}) || !res.Approval["echo"] {
 		t.Errorf("unchanged sync = %+v, %v; want no changes and echo disabled", res, err)
 	}
 }
@@ -299,12 +300,27 @@ func TestUpdateToolFlags(t *testing.T) {
 	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
 		t.Fatal(err)
 	}
-	yes := true
-	got, err := db.UpdateToolFlags(ctx, "ws1", "a", "t", nil, &yes)
-	if err != nil || !got.Enabled || !got.RequiresApproval {
-		t.Errorf("UpdateToolFlags(nil, true) = %+v, %v; want enabled kept, approval set", got, err)
+	yes, no := true, false
+	if got, _ := db.GetTool(ctx, "ws1", "a", "t"); got.RequiresApproval != nil {
+		t.Errorf("a new tool's approval override = %v, want none (the policy decides)", *got.RequiresApproval)
 	}
-	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "nope", nil, &yes); !errors.Is(err, store.ErrToolNotFound) {
+	got, err := db.UpdateToolFlags(ctx, "ws1", "a", "t", store.ToolFlags{SetApproval: true, RequiresApproval: &yes})
+	if err != nil || !got.Enabled || !isTrue(got.RequiresApproval) {
+		t.Errorf("UpdateToolFlags(approval=true) = %+v, %v; want enabled kept, approval set", got, err)
+	}
+	got, err = db.UpdateToolFlags(ctx, "ws1", "a", "t", store.ToolFlags{Enabled: &no})
+	if err != nil || got.Enabled || !isTrue(got.RequiresApproval) {
+		t.Errorf("UpdateToolFlags(enabled=false) = %+v, %v; want disabled, approval kept", got, err)
+	}
+	got, err = db.UpdateToolFlags(ctx, "ws1", "a", "t", store.ToolFlags{SetApproval: true, RequiresApproval: &no})
+	if err != nil || got.RequiresApproval == nil || *got.RequiresApproval {
+		t.Errorf("UpdateToolFlags(approval=false) = %+v, %v; want an explicit false", got, err)
+	}
+	got, err = db.UpdateToolFlags(ctx, "ws1", "a", "t", store.ToolFlags{SetApproval: true})
+	if err != nil || got.RequiresApproval != nil {
+		t.Errorf("UpdateToolFlags(approval cleared) = %+v, %v; want no override", got, err)
+	}
+	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "nope", store.ToolFlags{Enabled: &yes}); !errors.Is(err, store.ErrToolNotFound) {
 		t.Errorf("unknown tool: err = %v, want ErrToolNotFound", err)
 	}
 }
@@ -399,7 +415,7 @@ func TestSyncToolsKeepsFlagsOfToolsThatDropOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	no, yes := false, true
-	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "x", &no, &yes); err != nil {
+	if _, err := db.UpdateToolFlags(ctx, "ws1", "a", "x", store.ToolFlags{Enabled: &no, SetApproval: true, RequiresApproval: &yes}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -432,11 +448,11 @@ func TestSyncToolsKeepsFlagsOfToolsThatDropOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(store.SyncResult{Added: []string{"x"}, Disabled: []string{"x"}}, res); diff != "" {
+	if diff := cmp.Diff(store.SyncResult{Added: []string{"x"}, Disabled: []string{"x"}, Approval: map[string]bool{"x": true}}, res); diff != "" {
 		t.Errorf("sync with x again (-want +got):\n%s", diff)
 	}
 	x := toolsByName(t, db, "ws1", "a")["x"]
-	if x == nil || x.Enabled || !x.RequiresApproval || !x.Listed {
+	if x == nil || x.Enabled || !isTrue(x.RequiresApproval) || !x.Listed {
 		t.Errorf("x listed again = %+v; want it listed, still disabled and still requiring approval", x)
 	}
 }
@@ -452,7 +468,7 @@ func TestUpdateToolFlagsOfUnlistedTool(t *testing.T) {
 	}
 	// An operator disables a tool before it comes back.
 	no := false
-	got, err := db.UpdateToolFlags(ctx, "ws1", "a", "x", &no, nil)
+	got, err := db.UpdateToolFlags(ctx, "ws1", "a", "x", store.ToolFlags{Enabled: &no})
 	if err != nil || got.Enabled || got.Listed {
 		t.Fatalf("UpdateToolFlags(unlisted x, enabled=false) = %+v, %v; want it disabled, not listed", got, err)
 	}
@@ -461,3 +477,5 @@ func TestUpdateToolFlagsOfUnlistedTool(t *testing.T) {
 		t.Errorf("sync with x again = %+v, %v; want x added and disabled", res, err)
 	}
 }
+
+func isTrue(b *bool) bool { return b != nil && *b }

@@ -18,10 +18,12 @@ type Tool struct {
 	Name        string
 	Description string
 	// InputSchema is the tool's JSON schema, as the server sent it.
-	InputSchema      json.RawMessage
-	Annotations      ToolAnnotations
-	Enabled          bool
-	RequiresApproval bool
+	InputSchema json.RawMessage
+	Annotations ToolAnnotations
+	Enabled     bool
+	// RequiresApproval overrides the connector's approval policy for the
+	// tool: nil follows the policy, true always asks a person, false never.
+	RequiresApproval *bool
 	// Listed is false once the server stops listing the tool: the row
 	// keeps the operator flags for when it comes back.
 	Listed   bool
@@ -50,6 +52,9 @@ type ToolSpec struct {
 type SyncResult struct {
 	Added, Removed, Changed []string
 	Disabled                []string
+	// Approval holds the listed tools whose approval is overridden, and
+	// how; nil when none is.
+	Approval map[string]bool
 }
 
 const toolColumns = `t.connector_id, t.name, t.description, t.input_schema, t.annotations,
@@ -102,12 +107,20 @@ func queryTools(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Tool, error) { return scanTool(row) })
 }
 
-// UpdateToolFlags sets the operator flags of one tool; a nil flag is left as
-// it is. A tool the server no longer lists may be updated too (its Listed is
+// ToolFlags are the operator flags an UpdateToolFlags changes: a nil
+// Enabled is left as it is, and the approval override only with
+// SetApproval (RequiresApproval nil then clears it: the policy decides).
+type ToolFlags struct {
+	Enabled          *bool
+	SetApproval      bool
+	RequiresApproval *bool
+}
+
+// UpdateToolFlags sets the operator flags of one tool. A tool the server no longer lists may be updated too (its Listed is
 // false): an operator can disable a flapping tool before it comes back.
 // Returns ErrConnectorNotFound, or ErrToolNotFound if the tool was never
 // listed.
-func (db *DB) UpdateToolFlags(ctx context.Context, workspaceID, externalID, name string, enabled, requiresApproval *bool) (*Tool, error) {
+func (db *DB) UpdateToolFlags(ctx context.Context, workspaceID, externalID, name string, f ToolFlags) (*Tool, error) {
 	var tool *Tool
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
 		id, err := connectorID(ctx, tx, workspaceID, externalID)
@@ -116,9 +129,10 @@ func (db *DB) UpdateToolFlags(ctx context.Context, workspaceID, externalID, name
 		}
 		tool, err = scanTool(tx.QueryRow(ctx, `
 			UPDATE tools t
-			SET enabled = coalesce($3, t.enabled), requires_approval = coalesce($4, t.requires_approval)
+			SET enabled = coalesce($3, t.enabled),
+				requires_approval = CASE WHEN $4 THEN $5 ELSE t.requires_approval END
 			WHERE t.connector_id = $1 AND t.name = $2
-			RETURNING `+toolColumns, id, name, enabled, requiresApproval))
+			RETURNING `+toolColumns, id, name, f.Enabled, f.SetApproval, f.RequiresApproval))
 		return translate(err, ErrToolNotFound)
 	})
 	if err != nil {
@@ -169,9 +183,13 @@ func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec
 			return err
 		}
 		disabled, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
 		if len(disabled) > 0 {
 			res.Disabled = disabled
 		}
+		res.Approval, err = approvalOverrides(ctx, tx, connectorID)
 		return err
 	})
 	if err != nil {
@@ -256,4 +274,25 @@ func (db *DB) GetTool(ctx context.Context, workspaceID, externalID, name string)
 		return nil, fmt.Errorf("get tool %q of %q: %w", name, externalID, translate(err, ErrToolNotFound))
 	}
 	return t, nil
+}
+
+// approvalOverrides returns the listed tools of a connector whose approval
+// is overridden, and how; nil when none is.
+func approvalOverrides(ctx context.Context, tx pgx.Tx, connectorID int64) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, `SELECT name, requires_approval FROM tools
+		WHERE connector_id = $1 AND listed AND requires_approval IS NOT NULL`, connectorID)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]bool
+	var name string
+	var v bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error {
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[name] = v
+		return nil
+	})
+	return out, err
 }

@@ -205,6 +205,129 @@ func (SessionMode) EnumDescriptor() ([]byte, []int) {
 // ProtocolPreference is the MCP protocol generation a connector opens its
 // connections with where the server offers both. A server that speaks
 // only the other one is still served with that one.
+// ApprovalPolicy says which of a connector's tool calls wait for a person
+// to approve them, in a query (the run pauses) and in CallTool (refused
+// without user_approved). A tool's approval_override overrides it.
+type ApprovalPolicy int32
+
+const (
+	// On create: APPROVAL_POLICY_DESTRUCTIVE. Connectors made before there
+	// was a policy read as APPROVAL_POLICY_NONE.
+	ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED ApprovalPolicy = 0
+	// No call waits, unless its tool's override says so.
+	ApprovalPolicy_APPROVAL_POLICY_NONE ApprovalPolicy = 1
+	// Calls of tools that may change something wait: every tool the server
+	// does not annotate read_only_hint true, and any it annotates
+	// destructive_hint true. MCP says a tool without hints may be
+	// destructive, so a tool without hints waits.
+	ApprovalPolicy_APPROVAL_POLICY_DESTRUCTIVE ApprovalPolicy = 2
+	// Every call waits.
+	ApprovalPolicy_APPROVAL_POLICY_ALL ApprovalPolicy = 3
+)
+
+// Enum value maps for ApprovalPolicy.
+var (
+	ApprovalPolicy_name = map[int32]string{
+		0: "APPROVAL_POLICY_UNSPECIFIED",
+		1: "APPROVAL_POLICY_NONE",
+		2: "APPROVAL_POLICY_DESTRUCTIVE",
+		3: "APPROVAL_POLICY_ALL",
+	}
+	ApprovalPolicy_value = map[string]int32{
+		"APPROVAL_POLICY_UNSPECIFIED": 0,
+		"APPROVAL_POLICY_NONE":        1,
+		"APPROVAL_POLICY_DESTRUCTIVE": 2,
+		"APPROVAL_POLICY_ALL":         3,
+	}
+)
+
+func (x ApprovalPolicy) Enum() *ApprovalPolicy {
+	p := new(ApprovalPolicy)
+	*p = x
+	return p
+}
+
+func (x ApprovalPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_connector_proto_enumTypes[3].Descriptor()
+}
+
+func (ApprovalPolicy) Type() protoreflect.EnumType {
+	return &file_connector_v1_connector_proto_enumTypes[3]
+}
+
+func (x ApprovalPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalPolicy.Descriptor instead.
+func (ApprovalPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{3}
+}
+
+// ApprovalOverride is a tool's own approval rule, over its connector's
+// policy. Kept across re-syncs, also while the server does not list the
+// tool.
+type ApprovalOverride int32
+
+const (
+	// In UpdateToolRequest: leave it as it is. In Tool: same as
+	// APPROVAL_OVERRIDE_POLICY.
+	ApprovalOverride_APPROVAL_OVERRIDE_UNSPECIFIED ApprovalOverride = 0
+	// The connector's approval policy decides.
+	ApprovalOverride_APPROVAL_OVERRIDE_POLICY ApprovalOverride = 1
+	// Calls always wait for approval.
+	ApprovalOverride_APPROVAL_OVERRIDE_ALWAYS ApprovalOverride = 2
+	// Calls never wait for approval.
+	ApprovalOverride_APPROVAL_OVERRIDE_NEVER ApprovalOverride = 3
+)
+
+// Enum value maps for ApprovalOverride.
+var (
+	ApprovalOverride_name = map[int32]string{
+		0: "APPROVAL_OVERRIDE_UNSPECIFIED",
+		1: "APPROVAL_OVERRIDE_POLICY",
+		2: "APPROVAL_OVERRIDE_ALWAYS",
+		3: "APPROVAL_OVERRIDE_NEVER",
+	}
+	ApprovalOverride_value = map[string]int32{
+		"APPROVAL_OVERRIDE_UNSPECIFIED": 0,
+		"APPROVAL_OVERRIDE_POLICY":      1,
+		"APPROVAL_OVERRIDE_ALWAYS":      2,
+		"APPROVAL_OVERRIDE_NEVER":       3,
+	}
+)
+
+func (x ApprovalOverride) Enum() *ApprovalOverride {
+	p := new(ApprovalOverride)
+	*p = x
+	return p
+}
+
+func (x ApprovalOverride) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalOverride) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_connector_proto_enumTypes[4].Descriptor()
+}
+
+func (ApprovalOverride) Type() protoreflect.EnumType {
+	return &file_connector_v1_connector_proto_enumTypes[4]
+}
+
+func (x ApprovalOverride) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalOverride.Descriptor instead.
+func (ApprovalOverride) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{4}
+}
+
 type ProtocolPreference int32
 
 const (
@@ -249,11 +372,11 @@ func (x ProtocolPreference) String() string {
 }
 
 func (ProtocolPreference) Descriptor() protoreflect.EnumDescriptor {
-	return file_connector_v1_connector_proto_enumTypes[3].Descriptor()
+	return file_connector_v1_connector_proto_enumTypes[5].Descriptor()
 }
 
 func (ProtocolPreference) Type() protoreflect.EnumType {
-	return &file_connector_v1_connector_proto_enumTypes[3]
+	return &file_connector_v1_connector_proto_enumTypes[5]
 }
 
 func (x ProtocolPreference) Number() protoreflect.EnumNumber {
@@ -262,7 +385,7 @@ func (x ProtocolPreference) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProtocolPreference.Descriptor instead.
 func (ProtocolPreference) EnumDescriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{3}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{5}
 }
 
 // StdioConfig runs a local command. The command must be on the service's
@@ -699,8 +822,10 @@ type Connector struct {
 	// The protocol generation to open connections with where the server
 	// offers both; health.protocol_version says what was negotiated.
 	ProtocolPreference ProtocolPreference `protobuf:"varint,23,opt,name=protocol_preference,json=protocolPreference,proto3,enum=connector.v1.ProtocolPreference" json:"protocol_preference,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Which tool calls wait for a person's approval.
+	ApprovalPolicy ApprovalPolicy `protobuf:"varint,24,opt,name=approval_policy,json=approvalPolicy,proto3,enum=connector.v1.ApprovalPolicy" json:"approval_policy,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Connector) Reset() {
@@ -896,6 +1021,13 @@ func (x *Connector) GetProtocolPreference() ProtocolPreference {
 		return x.ProtocolPreference
 	}
 	return ProtocolPreference_PROTOCOL_PREFERENCE_UNSPECIFIED
+}
+
+func (x *Connector) GetApprovalPolicy() ApprovalPolicy {
+	if x != nil {
+		return x.ApprovalPolicy
+	}
+	return ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED
 }
 
 type isConnector_Connection interface {
@@ -1111,12 +1243,15 @@ type Tool struct {
 	Annotations *ToolAnnotations `protobuf:"bytes,4,opt,name=annotations,proto3" json:"annotations,omitempty"`
 	// Operator flag: disabled tools are never offered or called.
 	Enabled bool `protobuf:"varint,5,opt,name=enabled,proto3" json:"enabled,omitempty"`
-	// Operator flag: calls need approval.
+	// Output only: whether calls need a person's approval now: the tool's
+	// approval_override, else its connector's approval_policy.
 	RequiresApproval bool `protobuf:"varint,6,opt,name=requires_approval,json=requiresApproval,proto3" json:"requires_approval,omitempty"`
 	// When the tool was last seen in the server's tools/list.
-	SyncTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=sync_time,json=syncTime,proto3" json:"sync_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SyncTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=sync_time,json=syncTime,proto3" json:"sync_time,omitempty"`
+	// Operator flag: the tool's own approval rule.
+	ApprovalOverride ApprovalOverride `protobuf:"varint,8,opt,name=approval_override,json=approvalOverride,proto3,enum=connector.v1.ApprovalOverride" json:"approval_override,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
@@ -1198,6 +1333,13 @@ func (x *Tool) GetSyncTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Tool) GetApprovalOverride() ApprovalOverride {
+	if x != nil {
+		return x.ApprovalOverride
+	}
+	return ApprovalOverride_APPROVAL_OVERRIDE_UNSPECIFIED
+}
+
 var File_connector_v1_connector_proto protoreflect.FileDescriptor
 
 const file_connector_v1_connector_proto_rawDesc = "" +
@@ -1242,7 +1384,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x11query_error_count\x18\x06 \x01(\x03R\x0fqueryErrorCount\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x03R\x10completionTokens\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xb4\b\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xfb\b\n" +
 	"\tConnector\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
@@ -1270,7 +1412,8 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"updateTime\x12#\n" +
 	"\ropen_sessions\x18\x14 \x01(\x05R\fopenSessions\x12,\n" +
 	"\x12narrow_tools_above\x18\x16 \x01(\x05R\x10narrowToolsAbove\x12Q\n" +
-	"\x13protocol_preference\x18\x17 \x01(\x0e2 .connector.v1.ProtocolPreferenceR\x12protocolPreferenceB\f\n" +
+	"\x13protocol_preference\x18\x17 \x01(\x0e2 .connector.v1.ProtocolPreferenceR\x12protocolPreference\x12E\n" +
+	"\x0fapproval_policy\x18\x18 \x01(\x0e2\x1c.connector.v1.ApprovalPolicyR\x0eapprovalPolicyB\f\n" +
 	"\n" +
 	"connection\"\xcc\x02\n" +
 	"\aSession\x12\x1d\n" +
@@ -1294,7 +1437,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x0f_read_only_hintB\x13\n" +
 	"\x11_destructive_hintB\x12\n" +
 	"\x10_idempotent_hintB\x12\n" +
-	"\x10_open_world_hint\"\xb9\x02\n" +
+	"\x10_open_world_hint\"\x86\x03\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -1302,7 +1445,8 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\vannotations\x18\x04 \x01(\v2\x1d.connector.v1.ToolAnnotationsR\vannotations\x12\x18\n" +
 	"\aenabled\x18\x05 \x01(\bR\aenabled\x12+\n" +
 	"\x11requires_approval\x18\x06 \x01(\bR\x10requiresApproval\x127\n" +
-	"\tsync_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bsyncTime*m\n" +
+	"\tsync_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bsyncTime\x12K\n" +
+	"\x11approval_override\x18\b \x01(\x0e2\x1e.connector.v1.ApprovalOverrideR\x10approvalOverride*m\n" +
 	"\tTransport\x12\x19\n" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTRANSPORT_STDIO\x10\x01\x12\x11\n" +
@@ -1318,7 +1462,17 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\vSessionMode\x12\x1c\n" +
 	"\x18SESSION_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SESSION_MODE_SHARED\x10\x01\x12\x1c\n" +
-	"\x18SESSION_MODE_PER_SESSION\x10\x02*\x9d\x01\n" +
+	"\x18SESSION_MODE_PER_SESSION\x10\x02*\x85\x01\n" +
+	"\x0eApprovalPolicy\x12\x1f\n" +
+	"\x1bAPPROVAL_POLICY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14APPROVAL_POLICY_NONE\x10\x01\x12\x1f\n" +
+	"\x1bAPPROVAL_POLICY_DESTRUCTIVE\x10\x02\x12\x17\n" +
+	"\x13APPROVAL_POLICY_ALL\x10\x03*\x8e\x01\n" +
+	"\x10ApprovalOverride\x12!\n" +
+	"\x1dAPPROVAL_OVERRIDE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18APPROVAL_OVERRIDE_POLICY\x10\x01\x12\x1c\n" +
+	"\x18APPROVAL_OVERRIDE_ALWAYS\x10\x02\x12\x1b\n" +
+	"\x17APPROVAL_OVERRIDE_NEVER\x10\x03*\x9d\x01\n" +
 	"\x12ProtocolPreference\x12#\n" +
 	"\x1fPROTOCOL_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROTOCOL_PREFERENCE_AUTO\x10\x01\x12\x1f\n" +
@@ -1337,58 +1491,62 @@ func file_connector_v1_connector_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_proto_rawDescData
 }
 
-var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_connector_v1_connector_proto_goTypes = []any{
 	(Transport)(0),                // 0: connector.v1.Transport
 	(ConnectorState)(0),           // 1: connector.v1.ConnectorState
 	(SessionMode)(0),              // 2: connector.v1.SessionMode
-	(ProtocolPreference)(0),       // 3: connector.v1.ProtocolPreference
-	(*StdioConfig)(nil),           // 4: connector.v1.StdioConfig
-	(*HttpConfig)(nil),            // 5: connector.v1.HttpConfig
-	(*RateLimit)(nil),             // 6: connector.v1.RateLimit
-	(*ConnectorHealth)(nil),       // 7: connector.v1.ConnectorHealth
-	(*ConnectorCounters)(nil),     // 8: connector.v1.ConnectorCounters
-	(*Connector)(nil),             // 9: connector.v1.Connector
-	(*Session)(nil),               // 10: connector.v1.Session
-	(*ToolAnnotations)(nil),       // 11: connector.v1.ToolAnnotations
-	(*Tool)(nil),                  // 12: connector.v1.Tool
-	nil,                           // 13: connector.v1.StdioConfig.EnvEntry
-	nil,                           // 14: connector.v1.HttpConfig.HeadersEntry
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 17: google.protobuf.Struct
+	(ApprovalPolicy)(0),           // 3: connector.v1.ApprovalPolicy
+	(ApprovalOverride)(0),         // 4: connector.v1.ApprovalOverride
+	(ProtocolPreference)(0),       // 5: connector.v1.ProtocolPreference
+	(*StdioConfig)(nil),           // 6: connector.v1.StdioConfig
+	(*HttpConfig)(nil),            // 7: connector.v1.HttpConfig
+	(*RateLimit)(nil),             // 8: connector.v1.RateLimit
+	(*ConnectorHealth)(nil),       // 9: connector.v1.ConnectorHealth
+	(*ConnectorCounters)(nil),     // 10: connector.v1.ConnectorCounters
+	(*Connector)(nil),             // 11: connector.v1.Connector
+	(*Session)(nil),               // 12: connector.v1.Session
+	(*ToolAnnotations)(nil),       // 13: connector.v1.ToolAnnotations
+	(*Tool)(nil),                  // 14: connector.v1.Tool
+	nil,                           // 15: connector.v1.StdioConfig.EnvEntry
+	nil,                           // 16: connector.v1.HttpConfig.HeadersEntry
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 19: google.protobuf.Struct
 }
 var file_connector_v1_connector_proto_depIdxs = []int32{
-	13, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
-	14, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
+	15, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
+	16, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
 	1,  // 2: connector.v1.ConnectorHealth.state:type_name -> connector.v1.ConnectorState
-	15, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
-	16, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
-	16, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
+	17, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
+	18, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
+	18, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: connector.v1.Connector.transport:type_name -> connector.v1.Transport
-	4,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
-	5,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
-	15, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	15, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
+	6,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
+	7,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
+	17, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	17, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 11: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
-	6,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
-	7,  // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
-	8,  // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
-	16, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
-	16, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 17: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
-	16, // 18: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	16, // 19: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
-	1,  // 20: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
-	17, // 21: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	11, // 22: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
-	16, // 23: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	8,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
+	9,  // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
+	10, // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
+	18, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
+	18, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 17: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
+	3,  // 18: connector.v1.Connector.approval_policy:type_name -> connector.v1.ApprovalPolicy
+	18, // 19: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	18, // 20: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
+	1,  // 21: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
+	19, // 22: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	13, // 23: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
+	18, // 24: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
+	4,  // 25: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_proto_init() }
@@ -1406,7 +1564,7 @@ func file_connector_v1_connector_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_proto_rawDesc), len(file_connector_v1_connector_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      6,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,

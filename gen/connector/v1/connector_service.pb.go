@@ -12,6 +12,7 @@ import (
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -854,9 +855,14 @@ type UpdateToolRequest struct {
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
 	ToolName    string                 `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
-	// Set to change; at least one of the two.
-	Enabled          *bool `protobuf:"varint,4,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// Set to change; at least one of enabled, requires_approval and
+	// approval_override.
+	Enabled *bool `protobuf:"varint,4,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// Shorthand: true is APPROVAL_OVERRIDE_ALWAYS, false
+	// APPROVAL_OVERRIDE_NEVER. Not together with approval_override.
 	RequiresApproval *bool `protobuf:"varint,5,opt,name=requires_approval,json=requiresApproval,proto3,oneof" json:"requires_approval,omitempty"`
+	// APPROVAL_OVERRIDE_POLICY clears the tool's override.
+	ApprovalOverride ApprovalOverride `protobuf:"varint,6,opt,name=approval_override,json=approvalOverride,proto3,enum=connector.v1.ApprovalOverride" json:"approval_override,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -924,6 +930,13 @@ func (x *UpdateToolRequest) GetRequiresApproval() bool {
 		return *x.RequiresApproval
 	}
 	return false
+}
+
+func (x *UpdateToolRequest) GetApprovalOverride() ApprovalOverride {
+	if x != nil {
+		return x.ApprovalOverride
+	}
+	return ApprovalOverride_APPROVAL_OVERRIDE_UNSPECIFIED
 }
 
 type UpdateToolResponse struct {
@@ -1194,7 +1207,11 @@ type CallToolRequest struct {
 	Arguments   *structpb.Struct       `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// The caller's session: required by SESSION_MODE_PER_SESSION connectors,
 	// whose calls run on that session's own connection; ignored by shared ones.
-	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The caller has the user's approval for this call. A tool that requires
+	// approval is refused without it (FAILED_PRECONDITION,
+	// APPROVAL_REQUIRED).
+	UserApproved  bool `protobuf:"varint,6,opt,name=user_approved,json=userApproved,proto3" json:"user_approved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1262,6 +1279,13 @@ func (x *CallToolRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *CallToolRequest) GetUserApproved() bool {
+	if x != nil {
+		return x.UserApproved
+	}
+	return false
 }
 
 type CallToolResponse struct {
@@ -1340,6 +1364,7 @@ type StreamCallToolRequest struct {
 	ToolName      string                 `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
 	Arguments     *structpb.Struct       `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserApproved  bool                   `protobuf:"varint,6,opt,name=user_approved,json=userApproved,proto3" json:"user_approved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1407,6 +1432,13 @@ func (x *StreamCallToolRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *StreamCallToolRequest) GetUserApproved() bool {
+	if x != nil {
+		return x.UserApproved
+	}
+	return false
 }
 
 type StreamCallToolResponse struct {
@@ -1739,6 +1771,7 @@ type StreamQueryConnectorResponse struct {
 	//	*StreamQueryConnectorResponse_Answer
 	//	*StreamQueryConnectorResponse_Result
 	//	*StreamQueryConnectorResponse_ToolCallProgress
+	//	*StreamQueryConnectorResponse_ApprovalRequired
 	Event         isStreamQueryConnectorResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1835,6 +1868,15 @@ func (x *StreamQueryConnectorResponse) GetToolCallProgress() *ToolCallProgress {
 	return nil
 }
 
+func (x *StreamQueryConnectorResponse) GetApprovalRequired() *ApprovalRequired {
+	if x != nil {
+		if x, ok := x.Event.(*StreamQueryConnectorResponse_ApprovalRequired); ok {
+			return x.ApprovalRequired
+		}
+	}
+	return nil
+}
+
 type isStreamQueryConnectorResponse_Event interface {
 	isStreamQueryConnectorResponse_Event()
 }
@@ -1864,6 +1906,11 @@ type StreamQueryConnectorResponse_ToolCallProgress struct {
 	ToolCallProgress *ToolCallProgress `protobuf:"bytes,6,opt,name=tool_call_progress,json=toolCallProgress,proto3,oneof"`
 }
 
+type StreamQueryConnectorResponse_ApprovalRequired struct {
+	// The run paused for approval; the result follows, AWAITING_APPROVAL.
+	ApprovalRequired *ApprovalRequired `protobuf:"bytes,7,opt,name=approval_required,json=approvalRequired,proto3,oneof"`
+}
+
 func (*StreamQueryConnectorResponse_StepPlanned) isStreamQueryConnectorResponse_Event() {}
 
 func (*StreamQueryConnectorResponse_ToolCallStarted) isStreamQueryConnectorResponse_Event() {}
@@ -1875,6 +1922,485 @@ func (*StreamQueryConnectorResponse_Answer) isStreamQueryConnectorResponse_Event
 func (*StreamQueryConnectorResponse_Result) isStreamQueryConnectorResponse_Event() {}
 
 func (*StreamQueryConnectorResponse_ToolCallProgress) isStreamQueryConnectorResponse_Event() {}
+
+func (*StreamQueryConnectorResponse_ApprovalRequired) isStreamQueryConnectorResponse_Event() {}
+
+type ResumeQueryRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// QueryResult.run_id of a run that is AWAITING_APPROVAL.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Exactly one per pending call of the run.
+	Decisions []*Decision `protobuf:"bytes,3,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// Who decided (a user id of the chat product), kept in the run's record;
+	// at most 200 characters.
+	ActorId       string `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueryRequest) Reset() {
+	*x = ResumeQueryRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueryRequest) ProtoMessage() {}
+
+func (x *ResumeQueryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueryRequest.ProtoReflect.Descriptor instead.
+func (*ResumeQueryRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ResumeQueryRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ResumeQueryRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ResumeQueryRequest) GetDecisions() []*Decision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *ResumeQueryRequest) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+type ResumeQueryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *QueryResult           `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueryResponse) Reset() {
+	*x = ResumeQueryResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueryResponse) ProtoMessage() {}
+
+func (x *ResumeQueryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueryResponse.ProtoReflect.Descriptor instead.
+func (*ResumeQueryResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ResumeQueryResponse) GetResult() *QueryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// As ResumeQueryRequest.
+type StreamResumeQueryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Decisions     []*Decision            `protobuf:"bytes,3,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	ActorId       string                 `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResumeQueryRequest) Reset() {
+	*x = StreamResumeQueryRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResumeQueryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResumeQueryRequest) ProtoMessage() {}
+
+func (x *StreamResumeQueryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResumeQueryRequest.ProtoReflect.Descriptor instead.
+func (*StreamResumeQueryRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StreamResumeQueryRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *StreamResumeQueryRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *StreamResumeQueryRequest) GetDecisions() []*Decision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *StreamResumeQueryRequest) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+type StreamResumeQueryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What StreamQueryConnector would send at this point of the run: the
+	// same events, in the same order, ending with the result.
+	Event         *StreamQueryConnectorResponse `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResumeQueryResponse) Reset() {
+	*x = StreamResumeQueryResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResumeQueryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResumeQueryResponse) ProtoMessage() {}
+
+func (x *StreamResumeQueryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResumeQueryResponse.ProtoReflect.Descriptor instead.
+func (*StreamResumeQueryResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StreamResumeQueryResponse) GetEvent() *StreamQueryConnectorResponse {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+type GetQueryRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQueryRunRequest) Reset() {
+	*x = GetQueryRunRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQueryRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQueryRunRequest) ProtoMessage() {}
+
+func (x *GetQueryRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQueryRunRequest.ProtoReflect.Descriptor instead.
+func (*GetQueryRunRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetQueryRunRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *GetQueryRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+type GetQueryRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *QueryRun              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQueryRunResponse) Reset() {
+	*x = GetQueryRunResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQueryRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQueryRunResponse) ProtoMessage() {}
+
+func (x *GetQueryRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQueryRunResponse.ProtoReflect.Descriptor instead.
+func (*GetQueryRunResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetQueryRunResponse) GetRun() *QueryRun {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type ListQueryRunsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// Only this connector's runs, if set.
+	ConnectorId string `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// Only runs in this status, if set.
+	Status QueryStatus `protobuf:"varint,3,opt,name=status,proto3,enum=connector.v1.QueryStatus" json:"status,omitempty"`
+	// Only runs created at or after start_time and before end_time, if set.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// At most 1000; default 50.
+	PageSize      int32  `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueryRunsRequest) Reset() {
+	*x = ListQueryRunsRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueryRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueryRunsRequest) ProtoMessage() {}
+
+func (x *ListQueryRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueryRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListQueryRunsRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListQueryRunsRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListQueryRunsRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ListQueryRunsRequest) GetStatus() QueryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return QueryStatus_QUERY_STATUS_UNSPECIFIED
+}
+
+func (x *ListQueryRunsRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListQueryRunsRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ListQueryRunsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListQueryRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListQueryRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without their steps' arguments and results: GetQueryRun has them.
+	Runs []*QueryRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueryRunsResponse) Reset() {
+	*x = ListQueryRunsResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueryRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueryRunsResponse) ProtoMessage() {}
+
+func (x *ListQueryRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueryRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListQueryRunsResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListQueryRunsResponse) GetRuns() []*QueryRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListQueryRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
 
 type ListSessionsRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1889,7 +2415,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2427,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2440,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{30}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSessionsRequest) GetWorkspaceId() string {
@@ -1956,7 +2482,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2494,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2507,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{31}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2010,7 +2536,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2548,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2561,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{32}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CloseSessionRequest) GetWorkspaceId() string {
@@ -2072,7 +2598,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2610,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2623,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{33}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CloseSessionResponse) GetClosed() int32 {
@@ -2127,7 +2653,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2665,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2678,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{34}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateApiKeyRequest) GetWorkspaceId() string {
@@ -2187,7 +2713,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2725,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2738,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{35}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateApiKeyResponse) GetApiKey() *ApiKey {
@@ -2241,7 +2767,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2779,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2792,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{36}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListApiKeysRequest) GetWorkspaceId() string {
@@ -2301,7 +2827,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2839,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2852,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{37}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListApiKeysResponse) GetApiKeys() []*ApiKey {
@@ -2353,7 +2879,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2891,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2904,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RevokeApiKeyRequest) GetWorkspaceId() string {
@@ -2404,7 +2930,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2942,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2955,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RevokeApiKeyResponse) GetApiKey() *ApiKey {
@@ -2443,7 +2969,7 @@ var File_connector_v1_connector_service_proto protoreflect.FileDescriptor
 
 const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\n" +
-	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1aconnector/v1/api_key.proto\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x9a\x01\n" +
+	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1aconnector/v1/api_key.proto\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n" +
 	"\x16CreateConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x125\n" +
 	"\tconnector\x18\x02 \x01(\v2\x17.connector.v1.ConnectorR\tconnector\x12\x1b\n" +
@@ -2495,13 +3021,14 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"e\n" +
 	"\x11ListToolsResponse\x12(\n" +
 	"\x05tools\x18\x01 \x03(\v2\x12.connector.v1.ToolR\x05tools\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe9\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb6\x02\n" +
 	"\x11UpdateToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
 	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x1d\n" +
 	"\aenabled\x18\x04 \x01(\bH\x00R\aenabled\x88\x01\x01\x120\n" +
-	"\x11requires_approval\x18\x05 \x01(\bH\x01R\x10requiresApproval\x88\x01\x01B\n" +
+	"\x11requires_approval\x18\x05 \x01(\bH\x01R\x10requiresApproval\x88\x01\x01\x12K\n" +
+	"\x11approval_override\x18\x06 \x01(\x0e2\x1e.connector.v1.ApprovalOverrideR\x10approvalOverrideB\n" +
 	"\n" +
 	"\b_enabledB\x14\n" +
 	"\x12_requires_approval\"<\n" +
@@ -2519,26 +3046,28 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\"O\n" +
 	"\x16CheckConnectorResponse\x125\n" +
-	"\x06health\x18\x01 \x01(\v2\x1d.connector.v1.ConnectorHealthR\x06health\"\xca\x01\n" +
+	"\x06health\x18\x01 \x01(\v2\x1d.connector.v1.ConnectorHealthR\x06health\"\xef\x01\n" +
 	"\x0fCallToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
 	"\ttool_name\x18\x03 \x01(\tR\btoolName\x125\n" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\xdd\x01\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
+	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\"\xdd\x01\n" +
 	"\x10CallToolResponse\x12/\n" +
 	"\acontent\x18\x01 \x03(\v2\x15.connector.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x125\n" +
-	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xd0\x01\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xf5\x01\n" +
 	"\x15StreamCallToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
 	"\ttool_name\x18\x03 \x01(\tR\btoolName\x125\n" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\x91\x01\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
+	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\"\x91\x01\n" +
 	"\x16StreamCallToolResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.connector.v1.ProgressH\x00R\bprogress\x128\n" +
 	"\x06result\x18\x02 \x01(\v2\x1e.connector.v1.CallToolResponseH\x00R\x06resultB\a\n" +
@@ -2562,15 +3091,48 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\tmax_tools\x18\x05 \x01(\x05R\bmaxTools\x12\x1b\n" +
 	"\tplan_only\x18\x06 \x01(\bR\bplanOnly\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"\xbe\x03\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\"\x8d\x04\n" +
 	"\x1cStreamQueryConnectorResponse\x12>\n" +
 	"\fstep_planned\x18\x01 \x01(\v2\x19.connector.v1.StepPlannedH\x00R\vstepPlanned\x12K\n" +
 	"\x11tool_call_started\x18\x02 \x01(\v2\x1d.connector.v1.ToolCallStartedH\x00R\x0ftoolCallStarted\x12N\n" +
 	"\x12tool_call_finished\x18\x03 \x01(\v2\x1e.connector.v1.ToolCallFinishedH\x00R\x10toolCallFinished\x123\n" +
 	"\x06answer\x18\x04 \x01(\v2\x19.connector.v1.AnswerReadyH\x00R\x06answer\x123\n" +
 	"\x06result\x18\x05 \x01(\v2\x19.connector.v1.QueryResultH\x00R\x06result\x12N\n" +
-	"\x12tool_call_progress\x18\x06 \x01(\v2\x1e.connector.v1.ToolCallProgressH\x00R\x10toolCallProgressB\a\n" +
-	"\x05event\"\x97\x01\n" +
+	"\x12tool_call_progress\x18\x06 \x01(\v2\x1e.connector.v1.ToolCallProgressH\x00R\x10toolCallProgress\x12M\n" +
+	"\x11approval_required\x18\a \x01(\v2\x1e.connector.v1.ApprovalRequiredH\x00R\x10approvalRequiredB\a\n" +
+	"\x05event\"\x9f\x01\n" +
+	"\x12ResumeQueryRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x124\n" +
+	"\tdecisions\x18\x03 \x03(\v2\x16.connector.v1.DecisionR\tdecisions\x12\x19\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\"H\n" +
+	"\x13ResumeQueryResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.connector.v1.QueryResultR\x06result\"\xa5\x01\n" +
+	"\x18StreamResumeQueryRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x124\n" +
+	"\tdecisions\x18\x03 \x03(\v2\x16.connector.v1.DecisionR\tdecisions\x12\x19\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\"]\n" +
+	"\x19StreamResumeQueryResponse\x12@\n" +
+	"\x05event\x18\x01 \x01(\v2*.connector.v1.StreamQueryConnectorResponseR\x05event\"N\n" +
+	"\x12GetQueryRunRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\"?\n" +
+	"\x13GetQueryRunResponse\x12(\n" +
+	"\x03run\x18\x01 \x01(\v2\x16.connector.v1.QueryRunR\x03run\"\xbd\x02\n" +
+	"\x14ListQueryRunsRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x121\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x129\n" +
+	"\n" +
+	"start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"k\n" +
+	"\x15ListQueryRunsResponse\x12*\n" +
+	"\x04runs\x18\x01 \x03(\v2\x16.connector.v1.QueryRunR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
 	"\x13ListSessionsRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
@@ -2607,7 +3169,7 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"E\n" +
 	"\x14RevokeApiKeyResponse\x12-\n" +
-	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\xb3\x0e\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\x9d\x11\n" +
 	"\x10ConnectorService\x12^\n" +
 	"\x0fCreateConnector\x12$.connector.v1.CreateConnectorRequest\x1a%.connector.v1.CreateConnectorResponse\x12U\n" +
 	"\fGetConnector\x12!.connector.v1.GetConnectorRequest\x1a\".connector.v1.GetConnectorResponse\x12[\n" +
@@ -2626,7 +3188,11 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\x0eQueryConnector\x12#.connector.v1.QueryConnectorRequest\x1a$.connector.v1.QueryConnectorResponse\x12o\n" +
 	"\x14StreamQueryConnector\x12).connector.v1.StreamQueryConnectorRequest\x1a*.connector.v1.StreamQueryConnectorResponse0\x01\x12U\n" +
 	"\fListSessions\x12!.connector.v1.ListSessionsRequest\x1a\".connector.v1.ListSessionsResponse\x12U\n" +
-	"\fCloseSession\x12!.connector.v1.CloseSessionRequest\x1a\".connector.v1.CloseSessionResponse\x12U\n" +
+	"\fCloseSession\x12!.connector.v1.CloseSessionRequest\x1a\".connector.v1.CloseSessionResponse\x12R\n" +
+	"\vResumeQuery\x12 .connector.v1.ResumeQueryRequest\x1a!.connector.v1.ResumeQueryResponse\x12f\n" +
+	"\x11StreamResumeQuery\x12&.connector.v1.StreamResumeQueryRequest\x1a'.connector.v1.StreamResumeQueryResponse0\x01\x12R\n" +
+	"\vGetQueryRun\x12 .connector.v1.GetQueryRunRequest\x1a!.connector.v1.GetQueryRunResponse\x12X\n" +
+	"\rListQueryRuns\x12\".connector.v1.ListQueryRunsRequest\x1a#.connector.v1.ListQueryRunsResponse\x12U\n" +
 	"\fCreateApiKey\x12!.connector.v1.CreateApiKeyRequest\x1a\".connector.v1.CreateApiKeyResponse\x12R\n" +
 	"\vListApiKeys\x12 .connector.v1.ListApiKeysRequest\x1a!.connector.v1.ListApiKeysResponse\x12U\n" +
 	"\fRevokeApiKey\x12!.connector.v1.RevokeApiKeyRequest\x1a\".connector.v1.RevokeApiKeyResponseBEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
@@ -2643,7 +3209,7 @@ func file_connector_v1_connector_service_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_service_proto_rawDescData
 }
 
-var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*CreateConnectorRequest)(nil),       // 0: connector.v1.CreateConnectorRequest
 	(*CreateConnectorResponse)(nil),      // 1: connector.v1.CreateConnectorResponse
@@ -2675,113 +3241,146 @@ var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*QueryConnectorResponse)(nil),       // 27: connector.v1.QueryConnectorResponse
 	(*StreamQueryConnectorRequest)(nil),  // 28: connector.v1.StreamQueryConnectorRequest
 	(*StreamQueryConnectorResponse)(nil), // 29: connector.v1.StreamQueryConnectorResponse
-	(*ListSessionsRequest)(nil),          // 30: connector.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),         // 31: connector.v1.ListSessionsResponse
-	(*CloseSessionRequest)(nil),          // 32: connector.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),         // 33: connector.v1.CloseSessionResponse
-	(*CreateApiKeyRequest)(nil),          // 34: connector.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),         // 35: connector.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),           // 36: connector.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),          // 37: connector.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),          // 38: connector.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),         // 39: connector.v1.RevokeApiKeyResponse
-	(*Connector)(nil),                    // 40: connector.v1.Connector
-	(*fieldmaskpb.FieldMask)(nil),        // 41: google.protobuf.FieldMask
-	(*Tool)(nil),                         // 42: connector.v1.Tool
-	(*ConnectorHealth)(nil),              // 43: connector.v1.ConnectorHealth
-	(*structpb.Struct)(nil),              // 44: google.protobuf.Struct
-	(*Content)(nil),                      // 45: connector.v1.Content
-	(*durationpb.Duration)(nil),          // 46: google.protobuf.Duration
-	(*Progress)(nil),                     // 47: connector.v1.Progress
-	(*QueryResult)(nil),                  // 48: connector.v1.QueryResult
-	(*StepPlanned)(nil),                  // 49: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),              // 50: connector.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),             // 51: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),                  // 52: connector.v1.AnswerReady
-	(*ToolCallProgress)(nil),             // 53: connector.v1.ToolCallProgress
-	(*Session)(nil),                      // 54: connector.v1.Session
-	(ApiKeyScope)(0),                     // 55: connector.v1.ApiKeyScope
-	(*ApiKey)(nil),                       // 56: connector.v1.ApiKey
+	(*ResumeQueryRequest)(nil),           // 30: connector.v1.ResumeQueryRequest
+	(*ResumeQueryResponse)(nil),          // 31: connector.v1.ResumeQueryResponse
+	(*StreamResumeQueryRequest)(nil),     // 32: connector.v1.StreamResumeQueryRequest
+	(*StreamResumeQueryResponse)(nil),    // 33: connector.v1.StreamResumeQueryResponse
+	(*GetQueryRunRequest)(nil),           // 34: connector.v1.GetQueryRunRequest
+	(*GetQueryRunResponse)(nil),          // 35: connector.v1.GetQueryRunResponse
+	(*ListQueryRunsRequest)(nil),         // 36: connector.v1.ListQueryRunsRequest
+	(*ListQueryRunsResponse)(nil),        // 37: connector.v1.ListQueryRunsResponse
+	(*ListSessionsRequest)(nil),          // 38: connector.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),         // 39: connector.v1.ListSessionsResponse
+	(*CloseSessionRequest)(nil),          // 40: connector.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 41: connector.v1.CloseSessionResponse
+	(*CreateApiKeyRequest)(nil),          // 42: connector.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),         // 43: connector.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),           // 44: connector.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),          // 45: connector.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),          // 46: connector.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),         // 47: connector.v1.RevokeApiKeyResponse
+	(*Connector)(nil),                    // 48: connector.v1.Connector
+	(*fieldmaskpb.FieldMask)(nil),        // 49: google.protobuf.FieldMask
+	(*Tool)(nil),                         // 50: connector.v1.Tool
+	(ApprovalOverride)(0),                // 51: connector.v1.ApprovalOverride
+	(*ConnectorHealth)(nil),              // 52: connector.v1.ConnectorHealth
+	(*structpb.Struct)(nil),              // 53: google.protobuf.Struct
+	(*Content)(nil),                      // 54: connector.v1.Content
+	(*durationpb.Duration)(nil),          // 55: google.protobuf.Duration
+	(*Progress)(nil),                     // 56: connector.v1.Progress
+	(*QueryResult)(nil),                  // 57: connector.v1.QueryResult
+	(*StepPlanned)(nil),                  // 58: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),              // 59: connector.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),             // 60: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),                  // 61: connector.v1.AnswerReady
+	(*ToolCallProgress)(nil),             // 62: connector.v1.ToolCallProgress
+	(*ApprovalRequired)(nil),             // 63: connector.v1.ApprovalRequired
+	(*Decision)(nil),                     // 64: connector.v1.Decision
+	(*QueryRun)(nil),                     // 65: connector.v1.QueryRun
+	(QueryStatus)(0),                     // 66: connector.v1.QueryStatus
+	(*timestamppb.Timestamp)(nil),        // 67: google.protobuf.Timestamp
+	(*Session)(nil),                      // 68: connector.v1.Session
+	(ApiKeyScope)(0),                     // 69: connector.v1.ApiKeyScope
+	(*ApiKey)(nil),                       // 70: connector.v1.ApiKey
 }
 var file_connector_v1_connector_service_proto_depIdxs = []int32{
-	40, // 0: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
-	40, // 1: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
-	40, // 2: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
-	40, // 3: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
-	40, // 4: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
-	41, // 5: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	40, // 6: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
-	40, // 7: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	40, // 8: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	42, // 9: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
-	42, // 10: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
-	42, // 11: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
-	43, // 12: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
-	44, // 13: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	45, // 14: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
-	44, // 15: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	46, // 16: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	44, // 17: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	47, // 18: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
-	23, // 19: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
-	48, // 20: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	49, // 21: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
-	50, // 22: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
-	51, // 23: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
-	52, // 24: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
-	48, // 25: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	53, // 26: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
-	54, // 27: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
-	54, // 28: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
-	55, // 29: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
-	56, // 30: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	56, // 31: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
-	56, // 32: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	0,  // 33: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
-	2,  // 34: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
-	4,  // 35: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
-	6,  // 36: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
-	8,  // 37: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
-	10, // 38: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
-	12, // 39: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
-	14, // 40: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
-	16, // 41: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
-	18, // 42: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
-	20, // 43: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
-	22, // 44: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
-	24, // 45: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
-	26, // 46: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
-	28, // 47: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
-	30, // 48: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
-	32, // 49: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
-	34, // 50: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
-	36, // 51: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
-	38, // 52: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
-	1,  // 53: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
-	3,  // 54: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
-	5,  // 55: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
-	7,  // 56: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
-	9,  // 57: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
-	11, // 58: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
-	13, // 59: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
-	15, // 60: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
-	17, // 61: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
-	19, // 62: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
-	21, // 63: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
-	23, // 64: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
-	25, // 65: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
-	27, // 66: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
-	29, // 67: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
-	31, // 68: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
-	33, // 69: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
-	35, // 70: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
-	37, // 71: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
-	39, // 72: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
-	53, // [53:73] is the sub-list for method output_type
-	33, // [33:53] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	48, // 0: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
+	48, // 1: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
+	48, // 2: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
+	48, // 3: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
+	48, // 4: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
+	49, // 5: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	48, // 6: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
+	48, // 7: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	48, // 8: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	50, // 9: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
+	51, // 10: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
+	50, // 11: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
+	50, // 12: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
+	52, // 13: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
+	53, // 14: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	54, // 15: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
+	53, // 16: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	55, // 17: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	53, // 18: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	56, // 19: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
+	23, // 20: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
+	57, // 21: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	58, // 22: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
+	59, // 23: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
+	60, // 24: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
+	61, // 25: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
+	57, // 26: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	62, // 27: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
+	63, // 28: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
+	64, // 29: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	57, // 30: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
+	64, // 31: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	29, // 32: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
+	65, // 33: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
+	66, // 34: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
+	67, // 35: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	67, // 36: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	65, // 37: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
+	68, // 38: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
+	68, // 39: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
+	69, // 40: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
+	70, // 41: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	70, // 42: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
+	70, // 43: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	0,  // 44: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
+	2,  // 45: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
+	4,  // 46: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
+	6,  // 47: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
+	8,  // 48: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
+	10, // 49: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
+	12, // 50: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
+	14, // 51: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
+	16, // 52: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
+	18, // 53: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
+	20, // 54: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
+	22, // 55: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
+	24, // 56: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
+	26, // 57: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
+	28, // 58: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
+	38, // 59: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
+	40, // 60: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
+	30, // 61: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
+	32, // 62: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
+	34, // 63: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
+	36, // 64: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
+	42, // 65: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
+	44, // 66: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
+	46, // 67: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
+	1,  // 68: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
+	3,  // 69: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
+	5,  // 70: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
+	7,  // 71: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
+	9,  // 72: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
+	11, // 73: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
+	13, // 74: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
+	15, // 75: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
+	17, // 76: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
+	19, // 77: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
+	21, // 78: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
+	23, // 79: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
+	25, // 80: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
+	27, // 81: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
+	29, // 82: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
+	39, // 83: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
+	41, // 84: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
+	31, // 85: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
+	33, // 86: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
+	35, // 87: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
+	37, // 88: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
+	43, // 89: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
+	45, // 90: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
+	47, // 91: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
+	68, // [68:92] is the sub-list for method output_type
+	44, // [44:68] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_service_proto_init() }
@@ -2805,6 +3404,7 @@ func file_connector_v1_connector_service_proto_init() {
 		(*StreamQueryConnectorResponse_Answer)(nil),
 		(*StreamQueryConnectorResponse_Result)(nil),
 		(*StreamQueryConnectorResponse_ToolCallProgress)(nil),
+		(*StreamQueryConnectorResponse_ApprovalRequired)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2812,7 +3412,7 @@ func file_connector_v1_connector_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_service_proto_rawDesc), len(file_connector_v1_connector_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

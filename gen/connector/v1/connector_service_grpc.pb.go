@@ -36,6 +36,10 @@ const (
 	ConnectorService_StreamQueryConnector_FullMethodName = "/connector.v1.ConnectorService/StreamQueryConnector"
 	ConnectorService_ListSessions_FullMethodName         = "/connector.v1.ConnectorService/ListSessions"
 	ConnectorService_CloseSession_FullMethodName         = "/connector.v1.ConnectorService/CloseSession"
+	ConnectorService_ResumeQuery_FullMethodName          = "/connector.v1.ConnectorService/ResumeQuery"
+	ConnectorService_StreamResumeQuery_FullMethodName    = "/connector.v1.ConnectorService/StreamResumeQuery"
+	ConnectorService_GetQueryRun_FullMethodName          = "/connector.v1.ConnectorService/GetQueryRun"
+	ConnectorService_ListQueryRuns_FullMethodName        = "/connector.v1.ConnectorService/ListQueryRuns"
 	ConnectorService_CreateApiKey_FullMethodName         = "/connector.v1.ConnectorService/CreateApiKey"
 	ConnectorService_ListApiKeys_FullMethodName          = "/connector.v1.ConnectorService/ListApiKeys"
 	ConnectorService_RevokeApiKey_FullMethodName         = "/connector.v1.ConnectorService/RevokeApiKey"
@@ -91,6 +95,18 @@ type ConnectorServiceClient interface {
 	// Closes a session's connections: on one connector, or on every connector
 	// of the workspace. Closing a session that is not open is not an error.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// Goes on with a run that is AWAITING_APPROVAL: one decision per pending
+	// call (approve, approve with edited arguments, or deny). The run may
+	// pause again. FAILED_PRECONDITION when the run is not awaiting approval
+	// (it finished, expired, or another resume took it), ABORTED when a
+	// concurrent resume took it first.
+	ResumeQuery(ctx context.Context, in *ResumeQueryRequest, opts ...grpc.CallOption) (*ResumeQueryResponse, error)
+	// ResumeQuery, streaming the run's progress as StreamQueryConnector does.
+	StreamResumeQuery(ctx context.Context, in *StreamResumeQueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamResumeQueryResponse], error)
+	// Returns one query run of the workspace.
+	GetQueryRun(ctx context.Context, in *GetQueryRunRequest, opts ...grpc.CallOption) (*GetQueryRunResponse, error)
+	// Lists the workspace's query runs, newest first, in pages.
+	ListQueryRuns(ctx context.Context, in *ListQueryRunsRequest, opts ...grpc.CallOption) (*ListQueryRunsResponse, error)
 	// Creates an API key of the workspace and returns its token, the only
 	// time it is shown: the service keeps only its SHA-256. Without auth (no
 	// key yet, on loopback) anyone may call it, and the first key turns auth
@@ -301,6 +317,55 @@ func (c *connectorServiceClient) CloseSession(ctx context.Context, in *CloseSess
 	return out, nil
 }
 
+func (c *connectorServiceClient) ResumeQuery(ctx context.Context, in *ResumeQueryRequest, opts ...grpc.CallOption) (*ResumeQueryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeQueryResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ResumeQuery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) StreamResumeQuery(ctx context.Context, in *StreamResumeQueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamResumeQueryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[2], ConnectorService_StreamResumeQuery_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamResumeQueryRequest, StreamResumeQueryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConnectorService_StreamResumeQueryClient = grpc.ServerStreamingClient[StreamResumeQueryResponse]
+
+func (c *connectorServiceClient) GetQueryRun(ctx context.Context, in *GetQueryRunRequest, opts ...grpc.CallOption) (*GetQueryRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetQueryRunResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_GetQueryRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) ListQueryRuns(ctx context.Context, in *ListQueryRunsRequest, opts ...grpc.CallOption) (*ListQueryRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQueryRunsResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListQueryRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *connectorServiceClient) CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateApiKeyResponse)
@@ -381,6 +446,18 @@ type ConnectorServiceServer interface {
 	// Closes a session's connections: on one connector, or on every connector
 	// of the workspace. Closing a session that is not open is not an error.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// Goes on with a run that is AWAITING_APPROVAL: one decision per pending
+	// call (approve, approve with edited arguments, or deny). The run may
+	// pause again. FAILED_PRECONDITION when the run is not awaiting approval
+	// (it finished, expired, or another resume took it), ABORTED when a
+	// concurrent resume took it first.
+	ResumeQuery(context.Context, *ResumeQueryRequest) (*ResumeQueryResponse, error)
+	// ResumeQuery, streaming the run's progress as StreamQueryConnector does.
+	StreamResumeQuery(*StreamResumeQueryRequest, grpc.ServerStreamingServer[StreamResumeQueryResponse]) error
+	// Returns one query run of the workspace.
+	GetQueryRun(context.Context, *GetQueryRunRequest) (*GetQueryRunResponse, error)
+	// Lists the workspace's query runs, newest first, in pages.
+	ListQueryRuns(context.Context, *ListQueryRunsRequest) (*ListQueryRunsResponse, error)
 	// Creates an API key of the workspace and returns its token, the only
 	// time it is shown: the service keeps only its SHA-256. Without auth (no
 	// key yet, on loopback) anyone may call it, and the first key turns auth
@@ -453,6 +530,18 @@ func (UnimplementedConnectorServiceServer) ListSessions(context.Context, *ListSe
 }
 func (UnimplementedConnectorServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedConnectorServiceServer) ResumeQuery(context.Context, *ResumeQueryRequest) (*ResumeQueryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeQuery not implemented")
+}
+func (UnimplementedConnectorServiceServer) StreamResumeQuery(*StreamResumeQueryRequest, grpc.ServerStreamingServer[StreamResumeQueryResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamResumeQuery not implemented")
+}
+func (UnimplementedConnectorServiceServer) GetQueryRun(context.Context, *GetQueryRunRequest) (*GetQueryRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQueryRun not implemented")
+}
+func (UnimplementedConnectorServiceServer) ListQueryRuns(context.Context, *ListQueryRunsRequest) (*ListQueryRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQueryRuns not implemented")
 }
 func (UnimplementedConnectorServiceServer) CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateApiKey not implemented")
@@ -776,6 +865,71 @@ func _ConnectorService_CloseSession_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConnectorService_ResumeQuery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeQueryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ResumeQuery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ResumeQuery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ResumeQuery(ctx, req.(*ResumeQueryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_StreamResumeQuery_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamResumeQueryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ConnectorServiceServer).StreamResumeQuery(m, &grpc.GenericServerStream[StreamResumeQueryRequest, StreamResumeQueryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConnectorService_StreamResumeQueryServer = grpc.ServerStreamingServer[StreamResumeQueryResponse]
+
+func _ConnectorService_GetQueryRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetQueryRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).GetQueryRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_GetQueryRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).GetQueryRun(ctx, req.(*GetQueryRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_ListQueryRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQueryRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListQueryRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListQueryRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListQueryRuns(ctx, req.(*ListQueryRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ConnectorService_CreateApiKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateApiKeyRequest)
 	if err := dec(in); err != nil {
@@ -898,6 +1052,18 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ConnectorService_CloseSession_Handler,
 		},
 		{
+			MethodName: "ResumeQuery",
+			Handler:    _ConnectorService_ResumeQuery_Handler,
+		},
+		{
+			MethodName: "GetQueryRun",
+			Handler:    _ConnectorService_GetQueryRun_Handler,
+		},
+		{
+			MethodName: "ListQueryRuns",
+			Handler:    _ConnectorService_ListQueryRuns_Handler,
+		},
+		{
 			MethodName: "CreateApiKey",
 			Handler:    _ConnectorService_CreateApiKey_Handler,
 		},
@@ -919,6 +1085,11 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamQueryConnector",
 			Handler:       _ConnectorService_StreamQueryConnector_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "StreamResumeQuery",
+			Handler:       _ConnectorService_StreamResumeQuery_Handler,
 			ServerStreams: true,
 		},
 	},

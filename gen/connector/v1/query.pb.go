@@ -11,6 +11,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -35,6 +36,16 @@ const (
 	QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED QueryStatus = 2
 	// plan_only: nothing ran.
 	QueryStatus_QUERY_STATUS_PLANNED QueryStatus = 3
+	// The run paused before calls that need a person's approval
+	// (pending_calls); ResumeQuery goes on with it.
+	QueryStatus_QUERY_STATUS_AWAITING_APPROVAL QueryStatus = 4
+	// The run waited for approval longer than the service allows; nothing
+	// of it runs any more.
+	QueryStatus_QUERY_STATUS_EXPIRED QueryStatus = 5
+	// The run failed (error says why).
+	QueryStatus_QUERY_STATUS_FAILED QueryStatus = 6
+	// A resumed run is going on.
+	QueryStatus_QUERY_STATUS_RUNNING QueryStatus = 7
 )
 
 // Enum value maps for QueryStatus.
@@ -44,12 +55,20 @@ var (
 		1: "QUERY_STATUS_COMPLETED",
 		2: "QUERY_STATUS_BUDGET_EXHAUSTED",
 		3: "QUERY_STATUS_PLANNED",
+		4: "QUERY_STATUS_AWAITING_APPROVAL",
+		5: "QUERY_STATUS_EXPIRED",
+		6: "QUERY_STATUS_FAILED",
+		7: "QUERY_STATUS_RUNNING",
 	}
 	QueryStatus_value = map[string]int32{
-		"QUERY_STATUS_UNSPECIFIED":      0,
-		"QUERY_STATUS_COMPLETED":        1,
-		"QUERY_STATUS_BUDGET_EXHAUSTED": 2,
-		"QUERY_STATUS_PLANNED":          3,
+		"QUERY_STATUS_UNSPECIFIED":       0,
+		"QUERY_STATUS_COMPLETED":         1,
+		"QUERY_STATUS_BUDGET_EXHAUSTED":  2,
+		"QUERY_STATUS_PLANNED":           3,
+		"QUERY_STATUS_AWAITING_APPROVAL": 4,
+		"QUERY_STATUS_EXPIRED":           5,
+		"QUERY_STATUS_FAILED":            6,
+		"QUERY_STATUS_RUNNING":           7,
 	}
 )
 
@@ -78,6 +97,62 @@ func (x QueryStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use QueryStatus.Descriptor instead.
 func (QueryStatus) EnumDescriptor() ([]byte, []int) {
 	return file_connector_v1_query_proto_rawDescGZIP(), []int{0}
+}
+
+// DecisionKind is what a person decided about a pending call.
+type DecisionKind int32
+
+const (
+	DecisionKind_DECISION_KIND_UNSPECIFIED DecisionKind = 0
+	// Run the call as the model asked.
+	DecisionKind_DECISION_KIND_APPROVE DecisionKind = 1
+	// Run the call with edited_arguments instead.
+	DecisionKind_DECISION_KIND_APPROVE_EDITED DecisionKind = 2
+	// Do not run it; the model is told the user declined.
+	DecisionKind_DECISION_KIND_DENY DecisionKind = 3
+)
+
+// Enum value maps for DecisionKind.
+var (
+	DecisionKind_name = map[int32]string{
+		0: "DECISION_KIND_UNSPECIFIED",
+		1: "DECISION_KIND_APPROVE",
+		2: "DECISION_KIND_APPROVE_EDITED",
+		3: "DECISION_KIND_DENY",
+	}
+	DecisionKind_value = map[string]int32{
+		"DECISION_KIND_UNSPECIFIED":    0,
+		"DECISION_KIND_APPROVE":        1,
+		"DECISION_KIND_APPROVE_EDITED": 2,
+		"DECISION_KIND_DENY":           3,
+	}
+)
+
+func (x DecisionKind) Enum() *DecisionKind {
+	p := new(DecisionKind)
+	*p = x
+	return p
+}
+
+func (x DecisionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DecisionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_query_proto_enumTypes[1].Descriptor()
+}
+
+func (DecisionKind) Type() protoreflect.EnumType {
+	return &file_connector_v1_query_proto_enumTypes[1]
+}
+
+func (x DecisionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DecisionKind.Descriptor instead.
+func (DecisionKind) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{1}
 }
 
 // Content is one item of a tool result.
@@ -513,6 +588,255 @@ func (x *Progress) GetMessage() string {
 	return ""
 }
 
+// Decision is a person's decision about one pending call.
+type Decision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PendingCall.call_id of the call decided.
+	CallId string       `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Kind   DecisionKind `protobuf:"varint,2,opt,name=kind,proto3,enum=connector.v1.DecisionKind" json:"kind,omitempty"`
+	// DECISION_KIND_APPROVE_EDITED: the arguments to run it with; checked
+	// against the tool's schema.
+	EditedArguments *structpb.Struct `protobuf:"bytes,3,opt,name=edited_arguments,json=editedArguments,proto3" json:"edited_arguments,omitempty"`
+	// DECISION_KIND_DENY: told to the model with the refusal; at most 2000
+	// characters.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Decision) Reset() {
+	*x = Decision{}
+	mi := &file_connector_v1_query_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decision) ProtoMessage() {}
+
+func (x *Decision) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decision.ProtoReflect.Descriptor instead.
+func (*Decision) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Decision) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *Decision) GetKind() DecisionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return DecisionKind_DECISION_KIND_UNSPECIFIED
+}
+
+func (x *Decision) GetEditedArguments() *structpb.Struct {
+	if x != nil {
+		return x.EditedArguments
+	}
+	return nil
+}
+
+func (x *Decision) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// PendingCall is a call the model asked for that waits for a decision.
+type PendingCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id decisions name.
+	CallId          string           `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool            string           `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	Arguments       *structpb.Struct `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	ToolDescription string           `protobuf:"bytes,4,opt,name=tool_description,json=toolDescription,proto3" json:"tool_description,omitempty"`
+	Annotations     *ToolAnnotations `protobuf:"bytes,5,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	// What the model said with its calls, if anything: its reason.
+	Reasoning     string `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	StepIndex     int32  `protobuf:"varint,7,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingCall) Reset() {
+	*x = PendingCall{}
+	mi := &file_connector_v1_query_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingCall) ProtoMessage() {}
+
+func (x *PendingCall) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingCall.ProtoReflect.Descriptor instead.
+func (*PendingCall) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PendingCall) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *PendingCall) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *PendingCall) GetArguments() *structpb.Struct {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *PendingCall) GetToolDescription() string {
+	if x != nil {
+		return x.ToolDescription
+	}
+	return ""
+}
+
+func (x *PendingCall) GetAnnotations() *ToolAnnotations {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *PendingCall) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+func (x *PendingCall) GetStepIndex() int32 {
+	if x != nil {
+		return x.StepIndex
+	}
+	return 0
+}
+
+// CallDecision is the decision a call of a run got, kept in its record.
+type CallDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  DecisionKind           `protobuf:"varint,1,opt,name=kind,proto3,enum=connector.v1.DecisionKind" json:"kind,omitempty"`
+	// The arguments the model asked for, when a person edited them
+	// (ToolCall.arguments are the ones that ran).
+	OriginalArguments *structpb.Struct `protobuf:"bytes,2,opt,name=original_arguments,json=originalArguments,proto3" json:"original_arguments,omitempty"`
+	Message           string           `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// ResumeQueryRequest.actor_id.
+	ActorId       string                 `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	DecideTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallDecision) Reset() {
+	*x = CallDecision{}
+	mi := &file_connector_v1_query_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallDecision) ProtoMessage() {}
+
+func (x *CallDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallDecision.ProtoReflect.Descriptor instead.
+func (*CallDecision) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CallDecision) GetKind() DecisionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return DecisionKind_DECISION_KIND_UNSPECIFIED
+}
+
+func (x *CallDecision) GetOriginalArguments() *structpb.Struct {
+	if x != nil {
+		return x.OriginalArguments
+	}
+	return nil
+}
+
+func (x *CallDecision) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallDecision) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *CallDecision) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
 // ToolCall is one tool call of a query run.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -523,16 +847,21 @@ type ToolCall struct {
 	// The result text, truncated.
 	ResultExcerpt string `protobuf:"bytes,4,opt,name=result_excerpt,json=resultExcerpt,proto3" json:"result_excerpt,omitempty"`
 	IsError       bool   `protobuf:"varint,5,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	// Set when the call never ran: unknown tool, invalid arguments, over budget.
+	// Set when the call never ran: unknown tool, invalid arguments, over
+	// budget, declined by the user.
 	RejectedReason string               `protobuf:"bytes,6,opt,name=rejected_reason,json=rejectedReason,proto3" json:"rejected_reason,omitempty"`
 	Duration       *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set for a call that needed approval, once decided.
+	Decision *CallDecision `protobuf:"bytes,8,opt,name=decision,proto3" json:"decision,omitempty"`
+	// The call waits for a decision.
+	Pending       bool `protobuf:"varint,9,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_connector_v1_query_proto_msgTypes[6]
+	mi := &file_connector_v1_query_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +873,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[6]
+	mi := &file_connector_v1_query_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +886,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolCall) GetId() string {
@@ -609,18 +938,34 @@ func (x *ToolCall) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+func (x *ToolCall) GetDecision() *CallDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *ToolCall) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
+}
+
 // Step is one model turn and the tool calls it asked for.
 type Step struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Calls         []*ToolCall            `protobuf:"bytes,2,rep,name=calls,proto3" json:"calls,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Calls []*ToolCall            `protobuf:"bytes,2,rep,name=calls,proto3" json:"calls,omitempty"`
+	// What the model said with its calls, if anything: why it made them.
+	Reasoning     string `protobuf:"bytes,3,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_connector_v1_query_proto_msgTypes[7]
+	mi := &file_connector_v1_query_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +977,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[7]
+	mi := &file_connector_v1_query_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +990,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{7}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Step) GetIndex() int32 {
@@ -662,6 +1007,13 @@ func (x *Step) GetCalls() []*ToolCall {
 	return nil
 }
 
+func (x *Step) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
 // PlannedTool is one entry of a plan_only answer.
 type PlannedTool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -674,7 +1026,7 @@ type PlannedTool struct {
 
 func (x *PlannedTool) Reset() {
 	*x = PlannedTool{}
-	mi := &file_connector_v1_query_proto_msgTypes[8]
+	mi := &file_connector_v1_query_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1038,7 @@ func (x *PlannedTool) String() string {
 func (*PlannedTool) ProtoMessage() {}
 
 func (x *PlannedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[8]
+	mi := &file_connector_v1_query_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1051,7 @@ func (x *PlannedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedTool.ProtoReflect.Descriptor instead.
 func (*PlannedTool) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{8}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlannedTool) GetTool() string {
@@ -729,7 +1081,7 @@ type QueryContext struct {
 
 func (x *QueryContext) Reset() {
 	*x = QueryContext{}
-	mi := &file_connector_v1_query_proto_msgTypes[9]
+	mi := &file_connector_v1_query_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +1093,7 @@ func (x *QueryContext) String() string {
 func (*QueryContext) ProtoMessage() {}
 
 func (x *QueryContext) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[9]
+	mi := &file_connector_v1_query_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +1106,7 @@ func (x *QueryContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryContext.ProtoReflect.Descriptor instead.
 func (*QueryContext) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{9}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueryContext) GetTool() string {
@@ -790,7 +1142,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_connector_v1_query_proto_msgTypes[10]
+	mi := &file_connector_v1_query_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +1154,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[10]
+	mi := &file_connector_v1_query_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +1167,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{10}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -861,14 +1213,20 @@ type QueryResult struct {
 	ToolsOffered []string `protobuf:"bytes,12,rep,name=tools_offered,json=toolsOffered,proto3" json:"tools_offered,omitempty"`
 	// The connector has more enabled tools than its narrowing threshold, so
 	// the model was offered a selection.
-	Narrowed      bool `protobuf:"varint,13,opt,name=narrowed,proto3" json:"narrowed,omitempty"`
+	Narrowed bool `protobuf:"varint,13,opt,name=narrowed,proto3" json:"narrowed,omitempty"`
+	// The run's id: GetQueryRun shows it, ResumeQuery goes on with it.
+	RunId string `protobuf:"bytes,14,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// AWAITING_APPROVAL: the calls that wait for a decision.
+	PendingCalls []*PendingCall `protobuf:"bytes,15,rep,name=pending_calls,json=pendingCalls,proto3" json:"pending_calls,omitempty"`
+	// AWAITING_APPROVAL: when the run expires if nobody decides.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueryResult) Reset() {
 	*x = QueryResult{}
-	mi := &file_connector_v1_query_proto_msgTypes[11]
+	mi := &file_connector_v1_query_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1238,7 @@ func (x *QueryResult) String() string {
 func (*QueryResult) ProtoMessage() {}
 
 func (x *QueryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[11]
+	mi := &file_connector_v1_query_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1251,7 @@ func (x *QueryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResult.ProtoReflect.Descriptor instead.
 func (*QueryResult) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{11}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueryResult) GetStatus() QueryStatus {
@@ -987,6 +1345,224 @@ func (x *QueryResult) GetNarrowed() bool {
 	return false
 }
 
+func (x *QueryResult) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *QueryResult) GetPendingCalls() []*PendingCall {
+	if x != nil {
+		return x.PendingCalls
+	}
+	return nil
+}
+
+func (x *QueryResult) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// ApprovalRequired is sent when a run pauses for approval.
+type ApprovalRequired struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	PendingCalls  []*PendingCall         `protobuf:"bytes,2,rep,name=pending_calls,json=pendingCalls,proto3" json:"pending_calls,omitempty"`
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalRequired) Reset() {
+	*x = ApprovalRequired{}
+	mi := &file_connector_v1_query_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalRequired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalRequired) ProtoMessage() {}
+
+func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalRequired.ProtoReflect.Descriptor instead.
+func (*ApprovalRequired) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ApprovalRequired) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ApprovalRequired) GetPendingCalls() []*PendingCall {
+	if x != nil {
+		return x.PendingCalls
+	}
+	return nil
+}
+
+func (x *ApprovalRequired) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// QueryRun is the record of one query run.
+type QueryRun struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunId       string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	SessionId   string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Query       string                 `protobuf:"bytes,4,opt,name=query,proto3" json:"query,omitempty"`
+	Context     string                 `protobuf:"bytes,5,opt,name=context,proto3" json:"context,omitempty"`
+	MaxTools    int32                  `protobuf:"varint,6,opt,name=max_tools,json=maxTools,proto3" json:"max_tools,omitempty"`
+	// Its status now: a paused run past its expiry is EXPIRED.
+	Status QueryStatus `protobuf:"varint,7,opt,name=status,proto3,enum=connector.v1.QueryStatus" json:"status,omitempty"`
+	// The run's result as far as it got.
+	Result *QueryResult `protobuf:"bytes,8,opt,name=result,proto3" json:"result,omitempty"`
+	// Why it failed, for FAILED.
+	Error         string                 `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryRun) Reset() {
+	*x = QueryRun{}
+	mi := &file_connector_v1_query_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryRun) ProtoMessage() {}
+
+func (x *QueryRun) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryRun.ProtoReflect.Descriptor instead.
+func (*QueryRun) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueryRun) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *QueryRun) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *QueryRun) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *QueryRun) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *QueryRun) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
+}
+
+func (x *QueryRun) GetMaxTools() int32 {
+	if x != nil {
+		return x.MaxTools
+	}
+	return 0
+}
+
+func (x *QueryRun) GetStatus() QueryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return QueryStatus_QUERY_STATUS_UNSPECIFIED
+}
+
+func (x *QueryRun) GetResult() *QueryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *QueryRun) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *QueryRun) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *QueryRun) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *QueryRun) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
 // StepPlanned is sent when the model asks for a turn of tool calls.
 type StepPlanned struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -997,7 +1573,7 @@ type StepPlanned struct {
 
 func (x *StepPlanned) Reset() {
 	*x = StepPlanned{}
-	mi := &file_connector_v1_query_proto_msgTypes[12]
+	mi := &file_connector_v1_query_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1585,7 @@ func (x *StepPlanned) String() string {
 func (*StepPlanned) ProtoMessage() {}
 
 func (x *StepPlanned) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[12]
+	mi := &file_connector_v1_query_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1598,7 @@ func (x *StepPlanned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepPlanned.ProtoReflect.Descriptor instead.
 func (*StepPlanned) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{12}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StepPlanned) GetStep() *Step {
@@ -1043,7 +1619,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_connector_v1_query_proto_msgTypes[13]
+	mi := &file_connector_v1_query_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1631,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[13]
+	mi := &file_connector_v1_query_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1644,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{13}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCallStarted) GetStepIndex() int32 {
@@ -1101,7 +1677,7 @@ type ToolCallProgress struct {
 
 func (x *ToolCallProgress) Reset() {
 	*x = ToolCallProgress{}
-	mi := &file_connector_v1_query_proto_msgTypes[14]
+	mi := &file_connector_v1_query_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1689,7 @@ func (x *ToolCallProgress) String() string {
 func (*ToolCallProgress) ProtoMessage() {}
 
 func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[14]
+	mi := &file_connector_v1_query_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1702,7 @@ func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
 func (*ToolCallProgress) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{14}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCallProgress) GetStepIndex() int32 {
@@ -1168,7 +1744,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_connector_v1_query_proto_msgTypes[15]
+	mi := &file_connector_v1_query_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1756,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[15]
+	mi := &file_connector_v1_query_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1769,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCallFinished) GetStepIndex() int32 {
@@ -1220,7 +1796,7 @@ type AnswerReady struct {
 
 func (x *AnswerReady) Reset() {
 	*x = AnswerReady{}
-	mi := &file_connector_v1_query_proto_msgTypes[16]
+	mi := &file_connector_v1_query_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1808,7 @@ func (x *AnswerReady) String() string {
 func (*AnswerReady) ProtoMessage() {}
 
 func (x *AnswerReady) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[16]
+	mi := &file_connector_v1_query_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1821,7 @@ func (x *AnswerReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerReady.ProtoReflect.Descriptor instead.
 func (*AnswerReady) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AnswerReady) GetAnswer() string {
@@ -1259,7 +1835,7 @@ var File_connector_v1_query_proto protoreflect.FileDescriptor
 
 const file_connector_v1_query_proto_rawDesc = "" +
 	"\n" +
-	"\x18connector/v1/query.proto\x12\fconnector.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xad\x02\n" +
+	"\x18connector/v1/query.proto\x12\fconnector.v1\x1a\x1cconnector/v1/connector.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x02\n" +
 	"\aContent\x12/\n" +
 	"\x04text\x18\x01 \x01(\v2\x19.connector.v1.TextContentH\x00R\x04text\x123\n" +
 	"\x05image\x18\x02 \x01(\v2\x1b.connector.v1.BinaryContentH\x00R\x05image\x123\n" +
@@ -1285,7 +1861,28 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x87\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xb1\x01\n" +
+	"\bDecision\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12.\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1a.connector.v1.DecisionKindR\x04kind\x12B\n" +
+	"\x10edited_arguments\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x0feditedArguments\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x9a\x02\n" +
+	"\vPendingCall\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x125\n" +
+	"\targuments\x18\x03 \x01(\v2\x17.google.protobuf.StructR\targuments\x12)\n" +
+	"\x10tool_description\x18\x04 \x01(\tR\x0ftoolDescription\x12?\n" +
+	"\vannotations\x18\x05 \x01(\v2\x1d.connector.v1.ToolAnnotationsR\vannotations\x12\x1c\n" +
+	"\treasoning\x18\x06 \x01(\tR\treasoning\x12\x1d\n" +
+	"\n" +
+	"step_index\x18\a \x01(\x05R\tstepIndex\"\xf8\x01\n" +
+	"\fCallDecision\x12.\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.connector.v1.DecisionKindR\x04kind\x12F\n" +
+	"\x12original_arguments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11originalArguments\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x19\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\x12;\n" +
+	"\vdecide_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\"\xd9\x02\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x125\n" +
@@ -1293,10 +1890,13 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x0eresult_excerpt\x18\x04 \x01(\tR\rresultExcerpt\x12\x19\n" +
 	"\bis_error\x18\x05 \x01(\bR\aisError\x12'\n" +
 	"\x0frejected_reason\x18\x06 \x01(\tR\x0erejectedReason\x125\n" +
-	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\"J\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x126\n" +
+	"\bdecision\x18\b \x01(\v2\x1a.connector.v1.CallDecisionR\bdecision\x12\x18\n" +
+	"\apending\x18\t \x01(\bR\apending\"h\n" +
 	"\x04Step\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12,\n" +
-	"\x05calls\x18\x02 \x03(\v2\x16.connector.v1.ToolCallR\x05calls\";\n" +
+	"\x05calls\x18\x02 \x03(\v2\x16.connector.v1.ToolCallR\x05calls\x12\x1c\n" +
+	"\treasoning\x18\x03 \x01(\tR\treasoning\";\n" +
 	"\vPlannedTool\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x18\n" +
 	"\apurpose\x18\x02 \x01(\tR\apurpose\"\xad\x01\n" +
@@ -1308,7 +1908,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\x9b\x04\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xaf\x05\n" +
 	"\vQueryResult\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12!\n" +
@@ -1325,7 +1925,34 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\vtools_total\x18\v \x01(\x05R\n" +
 	"toolsTotal\x12#\n" +
 	"\rtools_offered\x18\f \x03(\tR\ftoolsOffered\x12\x1a\n" +
-	"\bnarrowed\x18\r \x01(\bR\bnarrowed\"5\n" +
+	"\bnarrowed\x18\r \x01(\bR\bnarrowed\x12\x15\n" +
+	"\x06run_id\x18\x0e \x01(\tR\x05runId\x12>\n" +
+	"\rpending_calls\x18\x0f \x03(\v2\x19.connector.v1.PendingCallR\fpendingCalls\x12;\n" +
+	"\vexpire_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\xa6\x01\n" +
+	"\x10ApprovalRequired\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12>\n" +
+	"\rpending_calls\x18\x02 \x03(\v2\x19.connector.v1.PendingCallR\fpendingCalls\x12;\n" +
+	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\xe3\x03\n" +
+	"\bQueryRun\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05query\x18\x04 \x01(\tR\x05query\x12\x18\n" +
+	"\acontext\x18\x05 \x01(\tR\acontext\x12\x1b\n" +
+	"\tmax_tools\x18\x06 \x01(\x05R\bmaxTools\x121\n" +
+	"\x06status\x18\a \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x121\n" +
+	"\x06result\x18\b \x01(\v2\x19.connector.v1.QueryResultR\x06result\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x12;\n" +
+	"\vfinish_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\"5\n" +
 	"\vStepPlanned\x12&\n" +
 	"\x04step\x18\x01 \x01(\v2\x12.connector.v1.StepR\x04step\"\\\n" +
 	"\x0fToolCallStarted\x12\x1d\n" +
@@ -1343,12 +1970,21 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"step_index\x18\x01 \x01(\x05R\tstepIndex\x12*\n" +
 	"\x04call\x18\x02 \x01(\v2\x16.connector.v1.ToolCallR\x04call\"%\n" +
 	"\vAnswerReady\x12\x16\n" +
-	"\x06answer\x18\x01 \x01(\tR\x06answer*\x84\x01\n" +
+	"\x06answer\x18\x01 \x01(\tR\x06answer*\xf5\x01\n" +
 	"\vQueryStatus\x12\x1c\n" +
 	"\x18QUERY_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUERY_STATUS_COMPLETED\x10\x01\x12!\n" +
 	"\x1dQUERY_STATUS_BUDGET_EXHAUSTED\x10\x02\x12\x18\n" +
-	"\x14QUERY_STATUS_PLANNED\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\x14QUERY_STATUS_PLANNED\x10\x03\x12\"\n" +
+	"\x1eQUERY_STATUS_AWAITING_APPROVAL\x10\x04\x12\x18\n" +
+	"\x14QUERY_STATUS_EXPIRED\x10\x05\x12\x17\n" +
+	"\x13QUERY_STATUS_FAILED\x10\x06\x12\x18\n" +
+	"\x14QUERY_STATUS_RUNNING\x10\a*\x82\x01\n" +
+	"\fDecisionKind\x12\x1d\n" +
+	"\x19DECISION_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15DECISION_KIND_APPROVE\x10\x01\x12 \n" +
+	"\x1cDECISION_KIND_APPROVE_EDITED\x10\x02\x12\x16\n" +
+	"\x12DECISION_KIND_DENY\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_query_proto_rawDescOnce sync.Once
@@ -1362,56 +1998,81 @@ func file_connector_v1_query_proto_rawDescGZIP() []byte {
 	return file_connector_v1_query_proto_rawDescData
 }
 
-var file_connector_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_connector_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_connector_v1_query_proto_goTypes = []any{
-	(QueryStatus)(0),            // 0: connector.v1.QueryStatus
-	(*Content)(nil),             // 1: connector.v1.Content
-	(*TextContent)(nil),         // 2: connector.v1.TextContent
-	(*BinaryContent)(nil),       // 3: connector.v1.BinaryContent
-	(*ResourceLink)(nil),        // 4: connector.v1.ResourceLink
-	(*EmbeddedResource)(nil),    // 5: connector.v1.EmbeddedResource
-	(*Progress)(nil),            // 6: connector.v1.Progress
-	(*ToolCall)(nil),            // 7: connector.v1.ToolCall
-	(*Step)(nil),                // 8: connector.v1.Step
-	(*PlannedTool)(nil),         // 9: connector.v1.PlannedTool
-	(*QueryContext)(nil),        // 10: connector.v1.QueryContext
-	(*TokenUsage)(nil),          // 11: connector.v1.TokenUsage
-	(*QueryResult)(nil),         // 12: connector.v1.QueryResult
-	(*StepPlanned)(nil),         // 13: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),     // 14: connector.v1.ToolCallStarted
-	(*ToolCallProgress)(nil),    // 15: connector.v1.ToolCallProgress
-	(*ToolCallFinished)(nil),    // 16: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),         // 17: connector.v1.AnswerReady
-	(*structpb.Struct)(nil),     // 18: google.protobuf.Struct
-	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
+	(QueryStatus)(0),              // 0: connector.v1.QueryStatus
+	(DecisionKind)(0),             // 1: connector.v1.DecisionKind
+	(*Content)(nil),               // 2: connector.v1.Content
+	(*TextContent)(nil),           // 3: connector.v1.TextContent
+	(*BinaryContent)(nil),         // 4: connector.v1.BinaryContent
+	(*ResourceLink)(nil),          // 5: connector.v1.ResourceLink
+	(*EmbeddedResource)(nil),      // 6: connector.v1.EmbeddedResource
+	(*Progress)(nil),              // 7: connector.v1.Progress
+	(*Decision)(nil),              // 8: connector.v1.Decision
+	(*PendingCall)(nil),           // 9: connector.v1.PendingCall
+	(*CallDecision)(nil),          // 10: connector.v1.CallDecision
+	(*ToolCall)(nil),              // 11: connector.v1.ToolCall
+	(*Step)(nil),                  // 12: connector.v1.Step
+	(*PlannedTool)(nil),           // 13: connector.v1.PlannedTool
+	(*QueryContext)(nil),          // 14: connector.v1.QueryContext
+	(*TokenUsage)(nil),            // 15: connector.v1.TokenUsage
+	(*QueryResult)(nil),           // 16: connector.v1.QueryResult
+	(*ApprovalRequired)(nil),      // 17: connector.v1.ApprovalRequired
+	(*QueryRun)(nil),              // 18: connector.v1.QueryRun
+	(*StepPlanned)(nil),           // 19: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),       // 20: connector.v1.ToolCallStarted
+	(*ToolCallProgress)(nil),      // 21: connector.v1.ToolCallProgress
+	(*ToolCallFinished)(nil),      // 22: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),           // 23: connector.v1.AnswerReady
+	(*structpb.Struct)(nil),       // 24: google.protobuf.Struct
+	(*ToolAnnotations)(nil),       // 25: connector.v1.ToolAnnotations
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_connector_v1_query_proto_depIdxs = []int32{
-	2,  // 0: connector.v1.Content.text:type_name -> connector.v1.TextContent
-	3,  // 1: connector.v1.Content.image:type_name -> connector.v1.BinaryContent
-	3,  // 2: connector.v1.Content.audio:type_name -> connector.v1.BinaryContent
-	4,  // 3: connector.v1.Content.resource_link:type_name -> connector.v1.ResourceLink
-	5,  // 4: connector.v1.Content.resource:type_name -> connector.v1.EmbeddedResource
-	18, // 5: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
-	19, // 6: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
-	7,  // 7: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
-	18, // 8: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
-	4,  // 9: connector.v1.QueryContext.resource_links:type_name -> connector.v1.ResourceLink
-	0,  // 10: connector.v1.QueryResult.status:type_name -> connector.v1.QueryStatus
-	8,  // 11: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
-	9,  // 12: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
-	10, // 13: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
-	11, // 14: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
-	19, // 15: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
-	8,  // 16: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
-	7,  // 17: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
-	6,  // 18: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
-	7,  // 19: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	3,  // 0: connector.v1.Content.text:type_name -> connector.v1.TextContent
+	4,  // 1: connector.v1.Content.image:type_name -> connector.v1.BinaryContent
+	4,  // 2: connector.v1.Content.audio:type_name -> connector.v1.BinaryContent
+	5,  // 3: connector.v1.Content.resource_link:type_name -> connector.v1.ResourceLink
+	6,  // 4: connector.v1.Content.resource:type_name -> connector.v1.EmbeddedResource
+	1,  // 5: connector.v1.Decision.kind:type_name -> connector.v1.DecisionKind
+	24, // 6: connector.v1.Decision.edited_arguments:type_name -> google.protobuf.Struct
+	24, // 7: connector.v1.PendingCall.arguments:type_name -> google.protobuf.Struct
+	25, // 8: connector.v1.PendingCall.annotations:type_name -> connector.v1.ToolAnnotations
+	1,  // 9: connector.v1.CallDecision.kind:type_name -> connector.v1.DecisionKind
+	24, // 10: connector.v1.CallDecision.original_arguments:type_name -> google.protobuf.Struct
+	26, // 11: connector.v1.CallDecision.decide_time:type_name -> google.protobuf.Timestamp
+	24, // 12: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
+	27, // 13: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
+	10, // 14: connector.v1.ToolCall.decision:type_name -> connector.v1.CallDecision
+	11, // 15: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
+	24, // 16: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
+	5,  // 17: connector.v1.QueryContext.resource_links:type_name -> connector.v1.ResourceLink
+	0,  // 18: connector.v1.QueryResult.status:type_name -> connector.v1.QueryStatus
+	12, // 19: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
+	13, // 20: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
+	14, // 21: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
+	15, // 22: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
+	27, // 23: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
+	9,  // 24: connector.v1.QueryResult.pending_calls:type_name -> connector.v1.PendingCall
+	26, // 25: connector.v1.QueryResult.expire_time:type_name -> google.protobuf.Timestamp
+	9,  // 26: connector.v1.ApprovalRequired.pending_calls:type_name -> connector.v1.PendingCall
+	26, // 27: connector.v1.ApprovalRequired.expire_time:type_name -> google.protobuf.Timestamp
+	0,  // 28: connector.v1.QueryRun.status:type_name -> connector.v1.QueryStatus
+	16, // 29: connector.v1.QueryRun.result:type_name -> connector.v1.QueryResult
+	26, // 30: connector.v1.QueryRun.create_time:type_name -> google.protobuf.Timestamp
+	26, // 31: connector.v1.QueryRun.update_time:type_name -> google.protobuf.Timestamp
+	26, // 32: connector.v1.QueryRun.finish_time:type_name -> google.protobuf.Timestamp
+	12, // 33: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
+	11, // 34: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
+	7,  // 35: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
+	11, // 36: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_query_proto_init() }
@@ -1419,6 +2080,7 @@ func file_connector_v1_query_proto_init() {
 	if File_connector_v1_query_proto != nil {
 		return
 	}
+	file_connector_v1_connector_proto_init()
 	file_connector_v1_query_proto_msgTypes[0].OneofWrappers = []any{
 		(*Content_Text)(nil),
 		(*Content_Image)(nil),
@@ -1431,8 +2093,8 @@ func file_connector_v1_query_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_query_proto_rawDesc), len(file_connector_v1_query_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   17,
+			NumEnums:      2,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

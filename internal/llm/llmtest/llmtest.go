@@ -131,9 +131,13 @@ type Call struct {
 }
 
 // CallTools replies with tool calls, ids call_1, call_2, … in this reply.
-func CallTools(calls ...Call) Step {
+func CallTools(calls ...Call) Step { return CallToolsSaying("", calls...) }
+
+// CallToolsSaying replies with tool calls and text: what a model says of
+// why it makes them.
+func CallToolsSaying(text string, calls ...Call) Step {
 	return func(openai.ChatCompletionRequest) Reply {
-		msg := openai.ChatCompletionMessage{Role: "assistant"}
+		msg := openai.ChatCompletionMessage{Role: "assistant", Content: text}
 		for i, c := range calls {
 			msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{
 				ID: fmt.Sprintf("call_%d", i+1), Type: openai.ToolTypeFunction,

@@ -1,0 +1,340 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// Bounds of a ResumeQuery request.
+const (
+	maxActorLen       = 200
+	maxDenyMessageLen = 2000
+)
+
+// resumeRequest is what ResumeQuery and StreamResumeQuery requests share.
+type resumeRequest interface {
+	GetWorkspaceId() string
+	GetRunId() string
+	GetDecisions() []*connectorv1.Decision
+	GetActorId() string
+}
+
+// ResumeQuery implements connector.v1.ConnectorService.
+func (s *Server) ResumeQuery(ctx context.Context, req *connectorv1.ResumeQueryRequest) (*connectorv1.ResumeQueryResponse, error) {
+	res, err := s.resume(ctx, req, nil)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &connectorv1.ResumeQueryResponse{Result: res}, nil
+}
+
+// StreamResumeQuery implements connector.v1.ConnectorService: ResumeQuery,
+// with the run's events streamed as StreamQueryConnector streams them.
+func (s *Server) StreamResumeQuery(req *connectorv1.StreamResumeQueryRequest, stream connectorv1.ConnectorService_StreamResumeQueryServer) error {
+	return serveStream(s, stream, s.cfg.QueryTimeout,
+		func(ctx context.Context, send func(*connectorv1.StreamResumeQueryResponse)) (*connectorv1.StreamResumeQueryResponse, error) {
+			wrap := func(e *connectorv1.StreamQueryConnectorResponse) { send(&connectorv1.StreamResumeQueryResponse{Event: e}) }
+			res, err := s.resume(ctx, req, streamEvents(wrap))
+			last, err := lastEvents(res, err, wrap)
+			if err != nil {
+				return nil, err
+			}
+			return &connectorv1.StreamResumeQueryResponse{Event: last}, nil
+		})
+}
+
+// resume checks the decisions against the paused run, claims the run (one
+// resume wins) and goes on with it on the connector's live agent.
+func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
+	var ch checker
+	ch.id("workspace_id", req.GetWorkspaceId())
+	if req.GetRunId() == "" {
+		ch.add("run_id", "required")
+	}
+	if len(req.GetActorId()) > maxActorLen {
+		ch.add("actor_id", "longer than %d characters", maxActorLen)
+	}
+	if len(req.GetDecisions()) == 0 {
+		ch.add("decisions", "required: one per pending call of the run")
+	}
+	if err := ch.err(); err != nil {
+		return nil, err
+	}
+	if s.agent == nil {
+		return nil, llm.ErrNotConfigured
+	}
+	run, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	if err := resumable(run); err != nil {
+		return nil, err
+	}
+	st, err := orchestrator.DecodeState(run.State)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	if err != nil {
+		return nil, err
+	}
+	if id != run.ConnectorID {
+		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
+			"the run's connector was deleted since it paused; the run cannot go on")
+	}
+	la, err := s.agents.settings(id, func() (*store.Connector, error) {
+		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	cat, err := s.reg.Catalog(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	conn := la.connector(cat, s.emb)
+	decisions, err := decisionsFromProto(req, st, conn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version); err != nil {
+		if errors.Is(err, store.ErrRunNotPending) {
+			return nil, newStatus(codes.Aborted, ReasonRunTaken,
+				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
+		}
+		return nil, err
+	}
+	res, err := s.agent.Resume(registry.WithSession(ctx, run.SessionID), orchestrator.Request{
+		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
+	}, st, decisions, emit)
+	s.countQuery(la.row, res, err, false)
+	return s.endRun(ctx, run, la.row, res, err)
+}
+
+// resumable refuses a run that is not awaiting approval now.
+func resumable(run *store.Run) error {
+	switch {
+	case run.Status == store.RunAwaitingApproval && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt),
+		run.Status == store.RunExpired:
+		return newStatus(codes.FailedPrecondition, ReasonRunExpired,
+			"the run waited for approval longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
+	case run.Status != store.RunAwaitingApproval:
+		return newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting, fmt.Sprintf(
+			"the run is %s, not awaiting approval: each pending call is decided once", run.Status))
+	}
+	return nil
+}
+
+// decisionsFromProto checks a request's decisions against the run's
+// pending calls: exactly one per pending call, by its id, and edited
+// arguments that the tool's schema accepts.
+func decisionsFromProto(req resumeRequest, st *orchestrator.State, conn *orchestrator.Connector) (map[string]orchestrator.Decision, error) {
+	pending := map[string]orchestrator.Call{}
+	for _, c := range st.Result.Steps[len(st.Result.Steps)-1].Calls {
+		if c.Pending {
+			pending[c.ID] = c
+		}
+	}
+	var ch checker
+	now := time.Now()
+	out := make(map[string]orchestrator.Decision, len(pending))
+	for i, d := range req.GetDecisions() {
+		field := fmt.Sprintf("decisions[%d]", i)
+		call, ok := pending[d.GetCallId()]
+		switch {
+		case d.GetCallId() == "":
+			ch.add(field+".call_id", "required")
+			continue
+		case !ok:
+			ch.add(field+".call_id", "the run has no pending call %q", d.GetCallId())
+			continue
+		}
+		if _, dup := out[d.GetCallId()]; dup {
+			ch.add(field+".call_id", "call %q is decided twice", d.GetCallId())
+			continue
+		}
+		dec := orchestrator.Decision{Actor: req.GetActorId(), At: now}
+		switch d.GetKind() {
+		case connectorv1.DecisionKind_DECISION_KIND_APPROVE:
+			dec.Kind = orchestrator.Approve
+		case connectorv1.DecisionKind_DECISION_KIND_APPROVE_EDITED:
+			dec.Kind = orchestrator.ApproveEdited
+			if d.GetEditedArguments() == nil {
+				ch.add(field+".edited_arguments", "required with DECISION_KIND_APPROVE_EDITED")
+				break
+			}
+			dec.Arguments = d.GetEditedArguments().AsMap()
+			if err := conn.Validate(call.Tool, dec.Arguments); err != nil {
+				ch.add(field+".edited_arguments", "invalid for %q: %v", call.Tool, err)
+			}
+		case connectorv1.DecisionKind_DECISION_KIND_DENY:
+			dec.Kind = orchestrator.Deny
+			dec.Message = d.GetMessage()
+		default:
+			ch.add(field+".kind", "use DECISION_KIND_APPROVE, DECISION_KIND_APPROVE_EDITED or DECISION_KIND_DENY")
+		}
+		if d.GetEditedArguments() != nil && dec.Kind != orchestrator.ApproveEdited {
+			ch.add(field+".edited_arguments", "only with DECISION_KIND_APPROVE_EDITED")
+		}
+		if len(d.GetMessage()) > maxDenyMessageLen {
+			ch.add(field+".message", "longer than %d characters", maxDenyMessageLen)
+		}
+		out[d.GetCallId()] = dec
+	}
+	for id := range pending {
+		if _, ok := out[id]; !ok {
+			ch.add("decisions", "no decision for pending call %q: decide every pending call", id)
+		}
+	}
+	return out, ch.err()
+}
+
+// GetQueryRun implements connector.v1.ConnectorService.
+func (s *Server) GetQueryRun(ctx context.Context, req *connectorv1.GetQueryRunRequest) (*connectorv1.GetQueryRunResponse, error) {
+	var ch checker
+	ch.id("workspace_id", req.GetWorkspaceId())
+	if req.GetRunId() == "" {
+		ch.add("run_id", "required")
+	}
+	if err := ch.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	run, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	p, err := s.runToProto(run, true)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &connectorv1.GetQueryRunResponse{Run: p}, nil
+}
+
+// ListQueryRuns implements connector.v1.ConnectorService.
+func (s *Server) ListQueryRuns(ctx context.Context, req *connectorv1.ListQueryRunsRequest) (*connectorv1.ListQueryRunsResponse, error) {
+	var ch checker
+	ch.id("workspace_id", req.GetWorkspaceId())
+	if req.GetConnectorId() != "" {
+		ch.id("connector_id", req.GetConnectorId())
+	}
+	size, after := ch.page(req.GetPageSize(), req.GetPageToken(), defaultRunPageSize)
+	f := store.RunFilter{WorkspaceID: req.GetWorkspaceId(), ConnectorExternalID: req.GetConnectorId(), Before: after, Limit: size + 1}
+	if st := req.GetStatus(); st != connectorv1.QueryStatus_QUERY_STATUS_UNSPECIFIED {
+		if f.Status = storedStatus(st); f.Status == "" {
+			ch.add("status", "unknown value %d", st)
+		}
+	}
+	if t := req.GetStartTime(); t != nil {
+		f.Since = t.AsTime()
+	}
+	if t := req.GetEndTime(); t != nil {
+		f.Until = t.AsTime()
+	}
+	if err := ch.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	runs, err := s.db.ListRuns(ctx, f)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &connectorv1.ListQueryRunsResponse{}
+	runs, resp.NextPageToken = nextPage(runs, size, func(r *store.Run) string { return r.ID })
+	for _, r := range runs {
+		p, err := s.runToProto(r, false)
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		resp.Runs = append(resp.Runs, p)
+	}
+	return resp, nil
+}
+
+const defaultRunPageSize = 50
+
+// runStatusesToProto maps stored run statuses to the API's.
+var runStatusesToProto = map[string]connectorv1.QueryStatus{
+	store.RunCompleted:        connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
+	store.RunBudgetExhausted:  connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
+	store.RunPlanned:          connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+	store.RunAwaitingApproval: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
+	store.RunRunning:          connectorv1.QueryStatus_QUERY_STATUS_RUNNING,
+	store.RunExpired:          connectorv1.QueryStatus_QUERY_STATUS_EXPIRED,
+	store.RunFailed:           connectorv1.QueryStatus_QUERY_STATUS_FAILED,
+}
+
+func storedStatus(st connectorv1.QueryStatus) string { return key(runStatusesToProto, st) }
+
+// runToProto renders a run record; full includes the steps' arguments and
+// result excerpts. A paused run past its expiry shows as expired, before
+// the sweep marks it so.
+func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, error) {
+	tr, err := readTrace(r.Trace)
+	if err != nil {
+		return nil, fmt.Errorf("read the trace of run %s: %w", r.ID, err)
+	}
+	res := s.resultToProto(r.ConnectorExternalID, tr.ConnectorName, &tr.Result)
+	res.RunId = r.ID
+	res.Duration = durationpb.New(r.Duration)
+	p := &connectorv1.QueryRun{
+		RunId: r.ID, ConnectorId: r.ConnectorExternalID, SessionId: r.SessionID, Query: r.Query, Context: r.Context,
+		MaxTools: int32(r.MaxTools), Status: runStatusesToProto[r.Status], Result: res, Error: r.Error,
+		CreateTime: timestamppb.New(r.CreatedAt), UpdateTime: timestamppb.New(r.UpdatedAt),
+	}
+	if r.FinishedAt != nil {
+		p.FinishTime = timestamppb.New(*r.FinishedAt)
+	}
+	if r.ExpiresAt != nil && r.Status == store.RunAwaitingApproval {
+		res.ExpireTime = timestamppb.New(*r.ExpiresAt)
+		if !time.Now().Before(*r.ExpiresAt) {
+			p.Status, res.PendingCalls = connectorv1.QueryStatus_QUERY_STATUS_EXPIRED, nil
+		}
+	}
+	res.Status = p.Status
+	if !full {
+		for _, st := range res.Steps {
+			for _, c := range st.Calls {
+				c.Arguments, c.ResultExcerpt = nil, ""
+			}
+		}
+		for _, pc := range res.PendingCalls {
+			pc.Arguments = nil
+		}
+	}
+	return p, nil
+}
+
+func pendingToProto(pc orchestrator.PendingCall) *connectorv1.PendingCall {
+	a := pc.Annotations
+	return &connectorv1.PendingCall{
+		CallId: pc.Call.ID, Tool: pc.Call.Tool, Arguments: toStruct(pc.Call.Arguments), ToolDescription: pc.Description,
+		Annotations: &connectorv1.ToolAnnotations{Title: a.Title, ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
+			IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint},
+		Reasoning: pc.Reasoning, StepIndex: int32(pc.Step),
+	}
+}
+
+var decisionKinds = map[orchestrator.DecisionKind]connectorv1.DecisionKind{
+	orchestrator.Approve:       connectorv1.DecisionKind_DECISION_KIND_APPROVE,
+	orchestrator.ApproveEdited: connectorv1.DecisionKind_DECISION_KIND_APPROVE_EDITED,
+	orchestrator.Deny:          connectorv1.DecisionKind_DECISION_KIND_DENY,
+}
+
+func decisionToProto(d *orchestrator.Decision) *connectorv1.CallDecision {
+	if d == nil {
+		return nil
+	}
+	return &connectorv1.CallDecision{Kind: decisionKinds[d.Kind], OriginalArguments: toStruct(d.OriginalArguments),
+		Message: d.Message, ActorId: d.Actor, DecideTime: timestamppb.New(d.At)}
+}

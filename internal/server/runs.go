@@ -1,0 +1,198 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/status"
+
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// Every query run is kept as a row of query_runs (store.Run). A run that
+// ends is written in the background, in batches, so no query waits for it;
+// Close writes what is left. A run that pauses for approval is written
+// before its caller hears of it: resuming needs the row, after a restart
+// too. The same loop expires paused runs nobody decided about and purges
+// finished runs past their retention.
+
+// Run record defaults (Config.ApprovalTimeout, Config.RunRetention).
+const (
+	DefaultApprovalTimeout = 24 * time.Hour
+	DefaultRunRetention    = 30 * 24 * time.Hour
+)
+
+// runsInterval is how often finished runs are written; sweepInterval,
+// how often paused runs expire and old runs are purged, unless
+// Config.RunSweepInterval says otherwise.
+const (
+	runsInterval  = time.Second
+	sweepInterval = time.Minute
+)
+
+// runLog writes run records off the request path.
+type runLog struct {
+	db        *store.DB
+	logger    *slog.Logger
+	retention time.Duration
+	sweepEach time.Duration
+
+	mu        sync.Mutex
+	pending   []*store.Run
+	lastSweep time.Time
+
+	bg *periodic
+}
+
+func newRunLog(db *store.DB, retention, sweepEach time.Duration, logger *slog.Logger) *runLog {
+	l := &runLog{db: db, logger: logger, retention: retention, sweepEach: sweepEach, lastSweep: time.Now()}
+	l.bg = startPeriodic(min(runsInterval, sweepEach), l.flush)
+	return l
+}
+
+// add queues a finished run for the next write.
+func (l *runLog) add(r *store.Run) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = append(l.pending, r)
+}
+
+// save writes a run now.
+func (l *runLog) save(ctx context.Context, r *store.Run) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return l.db.SaveRuns(ctx, []*store.Run{r})
+}
+
+// flush writes the queued runs, and sweeps when it is time. A server
+// built without a store (as some tests build one) keeps nothing.
+func (l *runLog) flush(ctx context.Context) {
+	if l.db == nil {
+		return
+	}
+	l.mu.Lock()
+	batch := l.pending
+	l.pending = nil
+	sweep := time.Since(l.lastSweep) >= l.sweepEach
+	if sweep {
+		l.lastSweep = time.Now()
+	}
+	l.mu.Unlock()
+	if len(batch) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := l.db.SaveRuns(wctx, batch)
+		cancel()
+		if err != nil {
+			l.logger.Error("write query runs; kept for the next try", slog.Int("runs", len(batch)), slog.String("error", err.Error()))
+			l.mu.Lock()
+			l.pending = append(batch, l.pending...)
+			l.mu.Unlock()
+		}
+	}
+	if sweep {
+		l.sweep(ctx)
+	}
+}
+
+// sweep expires paused runs past their time and purges old finished ones.
+func (l *runLog) sweep(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if n, err := l.db.ExpireRuns(ctx); err != nil {
+		l.logger.Error("expire paused query runs", slog.String("error", err.Error()))
+	} else if n > 0 {
+		l.logger.Info("paused query runs expired", slog.Int64("runs", n))
+	}
+	if n, err := l.db.PurgeRuns(ctx, time.Now().Add(-l.retention)); err != nil {
+		l.logger.Error("purge old query runs", slog.String("error", err.Error()))
+	} else if n > 0 {
+		l.logger.Info("old query runs purged", slog.Int64("runs", n), slog.Duration("retention", l.retention))
+	}
+}
+
+// Close stops the background work and writes what is left, within ctx.
+func (l *runLog) Close(ctx context.Context) { l.bg.Close(ctx) }
+
+// newRunID returns a run id; ids sort by creation time (UUIDv7), which
+// ListQueryRuns' order and paging rely on.
+func newRunID() string {
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// runTrace is what a run row's trace holds: the result without its
+// contexts (the structured content of tool results, which can be large:
+// the steps' excerpts stay) and without the resume state, which has its
+// own column.
+type runTrace struct {
+	ConnectorName string
+	Result        orchestrator.Result
+}
+
+var runStatuses = map[orchestrator.Status]string{
+	orchestrator.StatusCompleted:        store.RunCompleted,
+	orchestrator.StatusBudgetExhausted:  store.RunBudgetExhausted,
+	orchestrator.StatusPlanned:          store.RunPlanned,
+	orchestrator.StatusAwaitingApproval: store.RunAwaitingApproval,
+}
+
+// runRecord is the row of a run that ended with res and err (res may be
+// nil when err is set). A paused run carries its state and expiry.
+func (s *Server) runRecord(ctx context.Context, base *store.Run, name string, res *orchestrator.Result, runErr error) (*store.Run, error) {
+	rec := *base
+	now := time.Now()
+	rec.ExpiresAt, rec.FinishedAt, rec.State = nil, nil, nil
+	if res == nil {
+		res = &orchestrator.Result{}
+	}
+	tr := runTrace{ConnectorName: name, Result: *res}
+	tr.Result.Contexts, tr.Result.State = nil, nil
+	b, err := json.Marshal(tr)
+	if err != nil {
+		return nil, err
+	}
+	rec.Trace = b
+	rec.Answer, rec.Duration = res.Answer, res.Duration
+	rec.PromptTokens, rec.CompletionTokens = res.Usage.PromptTokens, res.Usage.CompletionTokens
+	switch {
+	case runErr != nil:
+		rec.Status, rec.Error, rec.FinishedAt = store.RunFailed, status.Convert(s.toStatus(ctx, runErr)).Message(), &now
+	case res.Status == orchestrator.StatusAwaitingApproval:
+		rec.Status = store.RunAwaitingApproval
+		if rec.State, err = orchestrator.EncodeState(res.State); err != nil {
+			return nil, err
+		}
+		exp := now.Add(s.cfg.ApprovalTimeout)
+		rec.ExpiresAt = &exp
+	default:
+		rec.Status, rec.FinishedAt = runStatuses[res.Status], &now
+	}
+	return &rec, nil
+}
+
+// keepRun records a run: a paused one at once (its caller gets its id to
+// resume it), a finished one in the background.
+func (s *Server) keepRun(ctx context.Context, rec *store.Run) error {
+	if rec.Status == store.RunAwaitingApproval {
+		return s.runs.save(ctx, rec)
+	}
+	s.runs.add(rec)
+	return nil
+}
+
+// readTrace reads a run row's trace; numbers in arguments stay as written.
+func readTrace(b []byte) (runTrace, error) {
+	var tr runTrace
+	if len(b) == 0 {
+		return tr, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	err := d.Decode(&tr)
+	return tr, err
+}

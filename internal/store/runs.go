@@ -1,0 +1,200 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	// ErrRunNotFound is ErrNotFound for a query run.
+	ErrRunNotFound = fmt.Errorf("query run %w", ErrNotFound)
+	// ErrRunNotPending means a run is not awaiting approval (any more): it
+	// finished, expired, or another resume claimed it first.
+	ErrRunNotPending = errors.New("the query run is not awaiting approval")
+)
+
+// Run statuses.
+const (
+	RunCompleted        = "completed"
+	RunBudgetExhausted  = "budget_exhausted"
+	RunPlanned          = "planned"
+	RunAwaitingApproval = "awaiting_approval"
+	RunRunning          = "running" // a resumed run, until it ends or pauses again
+	RunExpired          = "expired"
+	RunFailed           = "failed"
+)
+
+// Run is one query run: a row of query_runs.
+type Run struct {
+	ID          string
+	WorkspaceID string
+	// ConnectorID is the connector's row; 0 once the connector is deleted.
+	ConnectorID         int64
+	ConnectorExternalID string
+	SessionID           string
+	Query, Context      string
+	MaxTools            int
+	Status              string
+	Answer              string
+	Error               string
+	// Trace is the run's trace as the service writes it (JSON).
+	Trace json.RawMessage
+	// State is what the agent needs to resume a paused run (JSON); nil
+	// for a run that does not wait.
+	State                          json.RawMessage
+	PromptTokens, CompletionTokens int64
+	Duration                       time.Duration
+	// Version counts the row's writes; a resume claims the version it read.
+	Version    int
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	ExpiresAt  *time.Time // while awaiting approval
+	FinishedAt *time.Time
+}
+
+const runColumns = `id, workspace_id, coalesce(connector_id, 0), connector_external_id, session_id, query, context,
+	max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms, version,
+	created_at, updated_at, expires_at, finished_at`
+
+func scanRun(row pgx.Row) (*Run, error) {
+	var r Run
+	var ms int64
+	err := row.Scan(&r.ID, &r.WorkspaceID, &r.ConnectorID, &r.ConnectorExternalID, &r.SessionID, &r.Query, &r.Context,
+		&r.MaxTools, &r.Status, &r.Answer, &r.Error, &r.Trace, &r.State, &r.PromptTokens, &r.CompletionTokens, &ms,
+		&r.Version, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.FinishedAt)
+	r.Duration = time.Duration(ms) * time.Millisecond
+	return &r, err
+}
+
+// SaveRuns writes runs, each as it is now: a new run is inserted, a known
+// one replaced (its version goes up). A run whose connector is gone keeps
+// only the connector's external id.
+func (db *DB) SaveRuns(ctx context.Context, runs []*Run) error {
+	batch := &pgx.Batch{}
+	for _, r := range runs {
+		trace := r.Trace
+		if len(trace) == 0 {
+			trace = json.RawMessage(`{}`)
+		}
+		batch.Queue(`
+			INSERT INTO query_runs (id, workspace_id, connector_id, connector_external_id, session_id, query, context,
+				max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms,
+				created_at, expires_at, finished_at)
+			VALUES ($1, $2, (SELECT id FROM connectors WHERE id = $3), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+				$14, $15, $16, $17, $18, $19)
+			ON CONFLICT (id) DO UPDATE SET
+				status = excluded.status, answer = excluded.answer, error = excluded.error, trace = excluded.trace,
+				state = excluded.state, prompt_tokens = excluded.prompt_tokens,
+				completion_tokens = excluded.completion_tokens, duration_ms = excluded.duration_ms,
+				expires_at = excluded.expires_at, finished_at = excluded.finished_at,
+				version = query_runs.version + 1, updated_at = now()`,
+			r.ID, r.WorkspaceID, r.ConnectorID, r.ConnectorExternalID, r.SessionID, r.Query, r.Context,
+			r.MaxTools, r.Status, r.Answer, r.Error, trace, nullJSON(r.State), r.PromptTokens, r.CompletionTokens,
+			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt)
+	}
+	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("save %d query runs: %w", len(runs), err)
+	}
+	return nil
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// GetRun returns a workspace's run. Returns ErrRunNotFound.
+func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) {
+	r, err := scanRun(db.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM query_runs WHERE workspace_id = $1 AND id = $2`,
+		workspaceID, id))
+	if err != nil {
+		return nil, fmt.Errorf("get query run %q: %w", id, translate(err, ErrRunNotFound))
+	}
+	return r, nil
+}
+
+// ClaimRun marks a paused run running for the one resume that read it at
+// version, if it is still awaiting approval at that version and has not
+// expired. Returns ErrRunNotPending otherwise: a concurrent resume
+// claimed it first, or it finished or expired meanwhile.
+func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int) (*Run, error) {
+	r, err := scanRun(db.pool.QueryRow(ctx, `
+		UPDATE query_runs SET status = 'running', version = version + 1, updated_at = now()
+		WHERE workspace_id = $1 AND id = $2 AND version = $3 AND status = 'awaiting_approval' AND expires_at > now()
+		RETURNING `+runColumns, workspaceID, id, version))
+	if err != nil {
+		return nil, fmt.Errorf("claim query run %q: %w", id, translate(err, ErrRunNotPending))
+	}
+	return r, nil
+}
+
+// RunFilter selects the runs ListRuns returns.
+type RunFilter struct {
+	WorkspaceID         string
+	ConnectorExternalID string    // "" for every connector
+	Status              string    // "" for every status
+	Since, Until        time.Time // created in [Since, Until); zero means unbounded
+	Before              string    // list after this run id in the order (the page token)
+	Limit               int
+}
+
+// ListRuns returns a workspace's runs, newest first (run ids sort by
+// creation time), without their resume state.
+func (db *DB) ListRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
+	q := `SELECT ` + runColumns + ` FROM query_runs WHERE workspace_id = $1
+		AND ($2 = '' OR connector_external_id = $2)
+		AND ($3 = '' OR status = $3)
+		AND ($4::timestamptz IS NULL OR created_at >= $4)
+		AND ($5::timestamptz IS NULL OR created_at < $5)
+		AND ($6 = '' OR id < $6)
+		ORDER BY id DESC LIMIT $7`
+	rows, err := db.pool.Query(ctx, q, f.WorkspaceID, f.ConnectorExternalID, f.Status, timeOrNil(f.Since),
+		timeOrNil(f.Until), f.Before, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list query runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list query runs: %w", err)
+	}
+	for _, r := range runs {
+		r.State = nil
+	}
+	return runs, nil
+}
+
+func timeOrNil(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// ExpireRuns ends the paused runs whose time to be approved ran out: they
+// become expired, and their resume state is dropped. Returns how many.
+func (db *DB) ExpireRuns(ctx context.Context) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `
+		UPDATE query_runs SET status = 'expired', state = NULL, finished_at = now(), updated_at = now(),
+			version = version + 1
+		WHERE status = 'awaiting_approval' AND expires_at <= now()`)
+	if err != nil {
+		return 0, fmt.Errorf("expire query runs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PurgeRuns deletes the runs that finished before t. Returns how many.
+func (db *DB) PurgeRuns(ctx context.Context, t time.Time) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM query_runs WHERE finished_at < $1`, t)
+	if err != nil {
+		return 0, fmt.Errorf("purge query runs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
