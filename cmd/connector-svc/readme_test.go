@@ -38,7 +38,10 @@ func TestREADMECommands(t *testing.T) {
 	model := llmtest.New(t,
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
-		llmtest.Answer(`{"plan":[{"tool":"echo","purpose":"say hello"}]}`))
+		llmtest.Answer(`{"plan":[{"tool":"echo","purpose":"say hello"}]}`),
+		// Approving tool calls: the query pauses, then goes on.
+		llmtest.CallToolsSaying("The user wants a hello.", llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}),
+		llmtest.Answer("The echo tool said hello from alice."))
 	url := storetest.NewURL(t)
 	svc := start(t, url, map[string]string{
 		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model.URL(), "LLM_MODEL": "llama3.1"})
@@ -61,6 +64,17 @@ func TestREADMECommands(t *testing.T) {
 			}
 		}
 		run := strings.NewReplacer("localhost:50051", addr, "127.0.0.1:3001", mcpAddr, ".dev/bin/connector-svc", bin).Replace(line)
+		if m := varLine.FindStringSubmatch(line); m != nil {
+			// NAME=$(grpcurl … | sed …): kept for the lines after it.
+			cmd := exec.Command("bash", "-o", "pipefail", "-c", run+"\nprintf %s \"$"+m[1]+"\"")
+			cmd.Env, cmd.Stderr = env, os.Stderr
+			val, err := cmd.Output()
+			if err != nil || len(val) == 0 {
+				t.Fatalf("README line %d: %v; printed %q\n%s", i+1, err, val, line)
+			}
+			env = append(env, m[1]+"="+string(val))
+			continue
+		}
 		if m := keyLine.FindStringSubmatch(line); m != nil {
 			name, workspace := m[1], m[2]
 			cmd := exec.Command("bash", "-c", run+"\nprintf %s \"$"+name+"\"")
@@ -96,6 +110,10 @@ func TestREADMECommands(t *testing.T) {
 		t.Error("the README creates no API key")
 	}
 }
+
+// varLine is a README line that keeps part of a grpcurl answer in a
+// variable for the lines after it.
+var varLine = regexp.MustCompile(`^([A-Z_]+)=\$\((grpcurl .*)\)$`)
 
 // keyLine is a README line that creates an API key into a variable.
 var keyLine = regexp.MustCompile(`^([A-Z_]+)=\$\(\S*connector-svc keys create --workspace (\S+) .*\)$`)
@@ -147,7 +165,7 @@ func readmeCommands(t *testing.T) []string {
 			inBash = true
 		case strings.HasPrefix(l, "```"):
 			inBash = false
-		case inBash && (strings.HasPrefix(l, "grpcurl ") || keyLine.MatchString(l)):
+		case inBash && (strings.HasPrefix(l, "grpcurl ") || keyLine.MatchString(l) || varLine.MatchString(l)):
 			lines = append(lines, l)
 		}
 	}

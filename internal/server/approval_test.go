@@ -359,8 +359,9 @@ func TestCallToolNeedsTheUsersApproval(t *testing.T) {
 // TestNewConnectorsWaitForDestructiveCalls: the default policy.
 func TestNewConnectorsWaitForDestructiveCalls(t *testing.T) {
 	f := setup(t)
-	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws",
-		Connector: mcpConnector("m", "http://127.0.0.1:9/mcp")})
+	c := mcpConnector("m", "http://127.0.0.1:9/mcp")
+	c.ApprovalPolicy = connectorv1.ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED
+	resp, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +448,10 @@ func TestListQueryRuns(t *testing.T) {
 	if got, _ := list(&connectorv1.ListQueryRunsRequest{EndTime: timestamppb.New(start)}); len(got) != 0 {
 		t.Errorf("runs created before the first = %v, want none", got)
 	}
-	failed := f.getRun(t, func() string { got, _ := list(&connectorv1.ListQueryRunsRequest{Status: connectorv1.QueryStatus_QUERY_STATUS_FAILED}); return got[0] }())
+	failed := f.getRun(t, func() string {
+		got, _ := list(&connectorv1.ListQueryRunsRequest{Status: connectorv1.QueryStatus_QUERY_STATUS_FAILED})
+		return got[0]
+	}())
 	if failed.GetError() == "" || failed.GetQuery() != "the model fails" || failed.GetFinishTime() == nil {
 		t.Errorf("failed run = %v; want its query, error and finish time", failed)
 	}

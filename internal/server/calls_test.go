@@ -111,9 +111,12 @@ func newTestMCPOn(t testing.TB, lis net.Listener, opts ...mcpserver.StreamableHT
 
 func (s *testMCP) url() string { return s.http.URL + "/mcp" }
 
+// mcpConnector is a streamable-HTTP connector whose calls wait for no
+// approval (tests of approval set their policy).
 func mcpConnector(id, url string) *connectorv1.Connector {
 	return &connectorv1.Connector{ConnectorId: id, Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
-		Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: url}}}
+		Connection:     &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: url}},
+		ApprovalPolicy: connectorv1.ApprovalPolicy_APPROVAL_POLICY_NONE}
 }
 
 // waitReady waits until the connector is READY with its tools synced.

@@ -124,15 +124,15 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 		Connector: la.connector(cat, s.emb), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 	}, emit)
 	s.countQuery(c, res, err, true)
-	return s.endRun(ctx, run, c, res, err)
+	return s.endRun(ctx, run, c, res, err, false)
 }
 
 // endRun records a run that ended with res and err, and renders its
 // result for the caller.
-func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector, res *orchestrator.Result, runErr error) (*connectorv1.QueryResult, error) {
+func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector, res *orchestrator.Result, runErr error, resumed bool) (*connectorv1.QueryResult, error) {
 	rec, err := s.runRecord(ctx, run, c.Name, res, runErr)
 	if err == nil {
-		err = s.keepRun(ctx, rec)
+		err = s.keepRun(ctx, rec, resumed)
 	}
 	if err != nil && rec != nil && rec.Status == store.RunAwaitingApproval {
 		// Without its record the run could never be resumed.

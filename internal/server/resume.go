@@ -45,7 +45,9 @@ func (s *Server) ResumeQuery(ctx context.Context, req *connectorv1.ResumeQueryRe
 func (s *Server) StreamResumeQuery(req *connectorv1.StreamResumeQueryRequest, stream connectorv1.ConnectorService_StreamResumeQueryServer) error {
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamResumeQueryResponse)) (*connectorv1.StreamResumeQueryResponse, error) {
-			wrap := func(e *connectorv1.StreamQueryConnectorResponse) { send(&connectorv1.StreamResumeQueryResponse{Event: e}) }
+			wrap := func(e *connectorv1.StreamQueryConnectorResponse) {
+				send(&connectorv1.StreamResumeQueryResponse{Event: e})
+			}
 			res, err := s.resume(ctx, req, streamEvents(wrap))
 			last, err := lastEvents(res, err, wrap)
 			if err != nil {
@@ -120,7 +122,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
 	}, st, decisions, emit)
 	s.countQuery(la.row, res, err, false)
-	return s.endRun(ctx, run, la.row, res, err)
+	return s.endRun(ctx, run, la.row, res, err, true)
 }
 
 // resumable refuses a run that is not awaiting approval now.

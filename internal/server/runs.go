@@ -176,9 +176,10 @@ func (s *Server) runRecord(ctx context.Context, base *store.Run, name string, re
 }
 
 // keepRun records a run: a paused one at once (its caller gets its id to
-// resume it), a finished one in the background.
-func (s *Server) keepRun(ctx context.Context, rec *store.Run) error {
-	if rec.Status == store.RunAwaitingApproval {
+// resume it), and a resumed one (its row says running until then); a
+// finished one in the background.
+func (s *Server) keepRun(ctx context.Context, rec *store.Run, resumed bool) error {
+	if resumed || rec.Status == store.RunAwaitingApproval {
 		return s.runs.save(ctx, rec)
 	}
 	s.runs.add(rec)
