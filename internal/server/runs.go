@@ -42,6 +42,9 @@ type runLog struct {
 	logger    *slog.Logger
 	retention time.Duration
 	sweepEach time.Duration
+	// staleAfter is how long a resumed run may say running: longer, and
+	// the service that ran it stopped.
+	staleAfter time.Duration
 
 	mu        sync.Mutex
 	pending   []*store.Run
@@ -50,8 +53,8 @@ type runLog struct {
 	bg *periodic
 }
 
-func newRunLog(db *store.DB, retention, sweepEach time.Duration, logger *slog.Logger) *runLog {
-	l := &runLog{db: db, logger: logger, retention: retention, sweepEach: sweepEach, lastSweep: time.Now()}
+func newRunLog(db *store.DB, retention, sweepEach, staleAfter time.Duration, logger *slog.Logger) *runLog {
+	l := &runLog{db: db, logger: logger, retention: retention, sweepEach: sweepEach, staleAfter: staleAfter, lastSweep: time.Now()}
 	l.bg = startPeriodic(min(runsInterval, sweepEach), l.flush)
 	return l
 }
@@ -104,7 +107,7 @@ func (l *runLog) flush(ctx context.Context) {
 func (l *runLog) sweep(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if n, err := l.db.ExpireRuns(ctx); err != nil {
+	if n, err := l.db.ExpireRuns(ctx, l.staleAfter); err != nil {
 		l.logger.Error("expire paused query runs", slog.String("error", err.Error()))
 	} else if n > 0 {
 		l.logger.Info("paused query runs expired", slog.Int64("runs", n))

@@ -151,7 +151,7 @@ func New(d Deps, cfg Config) *Server {
 	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
 		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
-		runs: newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, d.Logger),
+		runs: newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, 2*cfg.QueryTimeout, d.Logger),
 		emb:  newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),
 		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider}
 }

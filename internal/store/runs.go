@@ -178,12 +178,17 @@ func timeOrNil(t time.Time) any {
 }
 
 // ExpireRuns ends the paused runs whose time to be approved ran out: they
-// become expired, and their resume state is dropped. Returns how many.
-func (db *DB) ExpireRuns(ctx context.Context) (int64, error) {
+// become expired, and their resume state is dropped. A resumed run still
+// running after staleAfter was left by a service that stopped during it:
+// it fails. Returns how many runs ended.
+func (db *DB) ExpireRuns(ctx context.Context, staleAfter time.Duration) (int64, error) {
 	tag, err := db.pool.Exec(ctx, `
-		UPDATE query_runs SET status = 'expired', state = NULL, finished_at = now(), updated_at = now(),
-			version = version + 1
-		WHERE status = 'awaiting_approval' AND expires_at <= now()`)
+		UPDATE query_runs SET
+			status = CASE WHEN status = 'running' THEN 'failed' ELSE 'expired' END,
+			error = CASE WHEN status = 'running' THEN 'the service stopped while the resumed run went on' ELSE error END,
+			state = NULL, finished_at = now(), updated_at = now(), version = version + 1
+		WHERE status = 'awaiting_approval' AND expires_at <= now()
+			OR status = 'running' AND updated_at < now() - $1::interval`, staleAfter)
 	if err != nil {
 		return 0, fmt.Errorf("expire query runs: %w", err)
 	}

@@ -1,0 +1,88 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
+)
+
+func TestRunsLifecycle(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	exp := time.Now().Add(time.Hour)
+	paused := &store.Run{ID: "r2", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "pay", MaxTools: 3,
+		Status: store.RunAwaitingApproval, State: json.RawMessage(`{"Turn":0}`), Trace: json.RawMessage(`{"x":1}`),
+		CreatedAt: time.Now(), ExpiresAt: &exp, PromptTokens: 100}
+	now := time.Now()
+	done := &store.Run{ID: "r1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunCompleted, Answer: "yes", CreatedAt: now.Add(-time.Minute), FinishedAt: &now}
+	if err := db.SaveRuns(ctx, []*store.Run{done, paused}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.GetRun(ctx, "ws1", "r2")
+	if err != nil || got.Status != store.RunAwaitingApproval || string(got.State) != `{"Turn": 0}` || got.Version != 1 || got.PromptTokens != 100 {
+		t.Fatalf("GetRun = %+v, %v", got, err)
+	}
+	if _, err := db.GetRun(ctx, "ws2", "r2"); !errors.Is(err, store.ErrRunNotFound) {
+		t.Errorf("GetRun from another workspace: %v, want ErrRunNotFound", err)
+	}
+
+	// One claim per version: a second with the same version loses.
+	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1); err != nil {
+		t.Fatalf("ClaimRun: %v", err)
+	}
+	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1); !errors.Is(err, store.ErrRunNotPending) {
+		t.Errorf("second ClaimRun: %v, want ErrRunNotPending", err)
+	}
+	if _, err := db.ClaimRun(ctx, "ws1", "r1", 1); !errors.Is(err, store.ErrRunNotPending) {
+		t.Errorf("ClaimRun of a finished run: %v, want ErrRunNotPending", err)
+	}
+
+	runs, err := db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Limit: 10})
+	if err != nil || len(runs) != 2 || runs[0].ID != "r2" || runs[0].State != nil || runs[0].Status != store.RunRunning {
+		t.Errorf("ListRuns = %+v, %v; want r2 (running, no state) then r1", runs, err)
+	}
+	runs, _ = db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Status: store.RunCompleted, Limit: 10})
+	if len(runs) != 1 || runs[0].ID != "r1" {
+		t.Errorf("ListRuns(completed) = %+v", runs)
+	}
+	runs, _ = db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Before: "r2", Limit: 10})
+	if len(runs) != 1 || runs[0].ID != "r1" {
+		t.Errorf("ListRuns(before r2) = %+v", runs)
+	}
+
+	// A running run left behind fails; a paused one past its time expires.
+	past := time.Now().Add(-time.Second)
+	late := &store.Run{ID: "r3", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "late", MaxTools: 1,
+		Status: store.RunAwaitingApproval, State: json.RawMessage(`{}`), CreatedAt: time.Now(), ExpiresAt: &past}
+	if err := db.SaveRuns(ctx, []*store.Run{late}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n, err := db.ExpireRuns(ctx, 10*time.Millisecond); err != nil || n != 2 {
+		t.Errorf("ExpireRuns = %d, %v; want 2 (r2 stale, r3 expired)", n, err)
+	}
+	if r, _ := db.GetRun(ctx, "ws1", "r3"); r.Status != store.RunExpired || r.State != nil || r.FinishedAt == nil {
+		t.Errorf("r3 = %+v; want expired, its state dropped", r)
+	}
+	if r, _ := db.GetRun(ctx, "ws1", "r2"); r.Status != store.RunFailed || r.Error == "" {
+		t.Errorf("r2 = %+v; want failed with a reason", r)
+	}
+
+	// Deleting the connector keeps its runs, by external id.
+	if _, err := db.DeleteConnector(ctx, "ws1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := db.GetRun(ctx, "ws1", "r1"); err != nil || r.ConnectorID != 0 || r.ConnectorExternalID != "a" {
+		t.Errorf("r1 after the connector's deletion = %+v, %v", r, err)
+	}
+	if n, err := db.PurgeRuns(ctx, time.Now().Add(time.Second)); err != nil || n != 3 {
+		t.Errorf("PurgeRuns = %d, %v; want 3", n, err)
+	}
+}
