@@ -84,6 +84,11 @@ func newTools(t *testing.T) (*tools, []orchestrator.Tool) {
 		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultStructured(map[string]any{"user_id": r.GetString("user_id", ""), "orders": 3}, "3 orders"), nil
 		})
+	add(mcp.NewTool("charge", mcp.WithDescription("Charges a user's card"), mcp.WithNumber("user_id", mcp.Required()),
+		mcp.WithNumber("cents", mcp.Required())),
+		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(fmt.Sprintf("charged %v cents", r.GetArguments()["cents"])), nil
+		})
 	add(mcp.NewTool("together", mcp.WithDescription("Waits for two others")),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			b.mu.Lock()
@@ -142,10 +147,11 @@ func newTools(t *testing.T) (*tools, []orchestrator.Tool) {
 }
 
 type fixture struct {
-	llm   *llmtest.Server
-	tools *tools
-	agent *orchestrator.Agent
-	req   orchestrator.Request
+	llm     *llmtest.Server
+	tools   *tools
+	catalog []orchestrator.Tool // the server's tools, as the connector was made of them
+	agent   *orchestrator.Agent
+	req     orchestrator.Request
 }
 
 func setup(t *testing.T, steps ...llmtest.Step) *fixture {
@@ -157,7 +163,7 @@ func setup(t *testing.T, steps ...llmtest.Step) *fixture {
 	}
 	tc, catalog := newTools(t)
 	return &fixture{
-		llm: srv, tools: tc,
+		llm: srv, tools: tc, catalog: catalog,
 		agent: orchestrator.New(model, tc, orchestrator.Config{ResultLimit: 1000}, nil),
 		req: orchestrator.Request{Connector: orchestrator.NewConnector(orchestrator.Profile{ID: 1, Name: "Shop", Description: "The shop's backend."}, catalog),
 			Query: "How many orders does Ada have?", MaxTools: 10},
