@@ -10,6 +10,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // A tool whose Tool.RequiresApproval is set does not run when the model
@@ -39,6 +41,8 @@ const (
 	ApproveEdited                         // run it with Decision.Arguments
 	Deny                                  // do not run it
 )
+
+var decisionNames = map[DecisionKind]string{Approve: "approve", ApproveEdited: "approve_edited", Deny: "deny"}
 
 // Decision is a person's decision about one pending call.
 type Decision struct {
@@ -189,6 +193,8 @@ func (r *run) decide(ctx context.Context, decisions map[string]Decision, outputs
 		}
 		d.Arguments = nil // the call's Arguments are what ran
 		c.Decision = &d
+		r.agent.counters.decisions.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", r.conn.WorkspaceID),
+			attribute.String("connector", r.conn.ExternalID), attribute.String("decision", decisionNames[d.Kind]))))
 	}
 	if err := r.runCalls(ctx, step, outputs, approved); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 )
 
 // callsWithoutIDs replies with tool calls that have no ids, as some
@@ -89,5 +90,49 @@ func TestPausedRunResumesFromItsEncodedState(t *testing.T) {
 	}
 	if d := done.Steps[0].Calls[1].Decision; d == nil || d.Actor != "alice" || done.Steps[0].Calls[1].Pending {
 		t.Errorf("the decided call = %+v", done.Steps[0].Calls[1])
+	}
+}
+
+// TestResumedRunKeepsWhatSearchFound: a narrowed run that found a tool
+// with search_tools, then paused, offers that tool again once resumed;
+// the decision is counted.
+func TestResumedRunKeepsWhatSearchFound(t *testing.T) {
+	tools := bigCatalog(40)
+	tools[0].RequiresApproval = true // send_invoice
+	srv, rec, agent, req, meters := narrowFixture(t, tools,
+		llmtest.CallTools(llmtest.Call{Tool: "search_tools", Args: `{"query":"widget 30 of the factory"}`}),
+		llmtest.CallTools(llmtest.Call{Tool: "manage_widget_30", Args: `{}`}, llmtest.Call{Tool: "send_invoice", Args: `{"customer":"acme"}`}),
+		llmtest.CallTools(llmtest.Call{Tool: "manage_widget_30", Args: `{}`}),
+		llmtest.Answer("Done."))
+	ctx := context.Background()
+	res, err := agent.Run(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != orchestrator.StatusAwaitingApproval || !slices.Equal(rec.calls, []string{"manage_widget_30"}) {
+		t.Fatalf("paused run: status %v, ran %v; want it paused after manage_widget_30 ran", res.Status, rec.calls)
+	}
+	b, _ := orchestrator.EncodeState(res.State)
+	st, err := orchestrator.DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := agent.Resume(ctx, req, st, map[string]orchestrator.Decision{"call_2": {Kind: orchestrator.Deny, Message: "not this month"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offered []string
+	for _, tool := range srv.Requests()[2].Tools {
+		offered = append(offered, tool.Function.Name)
+	}
+	if !slices.Contains(offered, "manage_widget_30") || offered[0] != "search_tools" {
+		t.Errorf("the resumed run offers %v; want search_tools and what it found", offered)
+	}
+	if done.Status != orchestrator.StatusCompleted || !slices.Equal(rec.calls, []string{"manage_widget_30", "manage_widget_30"}) {
+		t.Errorf("resumed: status %v, ran %v", done.Status, rec.calls)
+	}
+	attrs := telemetrytest.Attrs("workspace", "acme", "connector", "shop", "decision", "deny")
+	if n := meters.Value(t, "connector.approval.decisions", attrs...); n != 1 {
+		t.Errorf("counted %v denials, want 1", n)
 	}
 }

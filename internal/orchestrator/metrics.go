@@ -14,9 +14,10 @@ import (
 // run ended: never the query. The names are constants, checked by the
 // tests; the SDK returns a working instrument with any error.
 type counters struct {
-	queries  metric.Int64Counter
-	narrowed metric.Int64Counter
-	searches metric.Int64Counter
+	queries   metric.Int64Counter
+	narrowed  metric.Int64Counter
+	searches  metric.Int64Counter
+	decisions metric.Int64Counter
 }
 
 func newCounters(mp metric.MeterProvider) counters {
@@ -26,11 +27,14 @@ func newCounters(mp metric.MeterProvider) counters {
 	m := mp.Meter("github.com/connector-svc/connector-svc/internal/orchestrator")
 	var c counters
 	c.queries, _ = m.Int64Counter("connector.queries", metric.WithUnit("{query}"),
-		metric.WithDescription("Query runs, by status: completed, budget_exhausted, planned, timeout, canceled or failed."))
+		metric.WithDescription("Query runs and resumes of paused runs, by how they ended: completed, budget_exhausted, planned, "+
+			"awaiting_approval, timeout, canceled or failed."))
 	c.narrowed, _ = m.Int64Counter("connector.queries.narrowed", metric.WithUnit("{query}"),
 		metric.WithDescription("Query runs that offered the model a selection of the connector's tools, not all of them."))
 	c.searches, _ = m.Int64Counter("connector.search_tools.calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls of the search_tools meta-tool by the model, in narrowed runs."))
+	c.decisions, _ = m.Int64Counter("connector.approval.decisions", metric.WithUnit("{call}"),
+		metric.WithDescription("People's decisions about calls that waited for approval, by decision: approve, approve_edited or deny."))
 	return c
 }
 
