@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -69,6 +70,10 @@ type State struct {
 	Outputs []string
 	// Result is the run's result so far; its last step is the paused turn.
 	Result Result
+	// Decided says Decide applied the decisions; Approved are the paused
+	// turn's calls to run then, by index.
+	Decided  bool
+	Approved []int
 }
 
 // EncodeState writes a paused run's state as JSON.
@@ -123,43 +128,22 @@ func (c *Connector) Validate(name string, args map[string]any) error {
 	if !ok {
 		return fmt.Errorf("the connector has no enabled tool %q", name)
 	}
-	return t.validate(args)
+	if err := t.validate(args); err != nil {
+		return errors.New(schemaError(err))
+	}
+	return nil
 }
 
-// Resume goes on with a paused run: decisions holds one decision per
-// pending call, by call id (the caller checked them, edited arguments
-// included). Approved calls run with their arguments, denied ones answer
-// the model with the refusal, and the run goes on as Run does, from the
-// next turn; it may pause again. req is the run's request, with the
-// connector's live agent now.
-func (a *Agent) Resume(ctx context.Context, req Request, st *State, decisions map[string]Decision, emit func(Event)) (*Result, error) {
-	res := st.Result
-	r := &run{agent: a, req: req, conn: req.Connector, emit: serialize(emit), res: &res, used: st.Used, progress: emit != nil}
-	return a.execute(ctx, "connector.query.resume", r, func(ctx context.Context) (*Result, error) {
-		r.restoreTools()
-		r.res.Pending, r.res.State = nil, nil
-		msgs := st.Messages
-		outputs, err := r.decide(ctx, decisions, padded(st.Outputs, len(st.Messages[len(st.Messages)-1].ToolCalls)))
-		if err != nil {
-			return nil, err
-		}
-		msgs = append(msgs, toolMessages(msgs[len(msgs)-1].ToolCalls, outputs)...)
-		return r.loop(ctx, msgs, st.Turn+1)
-	})
-}
-
-// padded returns outputs with room for n calls.
-func padded(outputs []string, n int) []string {
-	out := make([]string, n)
-	copy(out, outputs)
-	return out
-}
-
-// decide applies decisions to the paused step's pending calls and runs
-// the approved ones; it returns the outputs of all the step's calls.
-func (r *run) decide(ctx context.Context, decisions map[string]Decision, outputs []string) ([]string, error) {
-	step := &r.res.Steps[len(r.res.Steps)-1]
-	var approved []int
+// Decide applies decisions, one per pending call by call id (the caller
+// checked them, edited arguments included), to a paused run's state: each
+// pending call gets its decision; an approved one, the arguments it will
+// run with; a denied one, the refusal the model will read. So the record
+// says who decided what before anything runs (the caller may store it
+// now), and Resume runs the approved calls.
+func (st *State) Decide(decisions map[string]Decision) {
+	step := &st.Result.Steps[len(st.Result.Steps)-1]
+	st.Outputs = padded(st.Outputs, len(step.Calls))
+	st.Approved = nil
 	for i := range step.Calls {
 		c := &step.Calls[i]
 		if !c.Pending {
@@ -172,14 +156,7 @@ func (r *run) decide(ctx context.Context, decisions map[string]Decision, outputs
 			if d.Kind == ApproveEdited {
 				d.OriginalArguments, c.Arguments = c.Arguments, d.Arguments
 			}
-			if _, ok := r.conn.tools[c.Tool]; !ok {
-				// Disabled or gone while the run waited.
-				c.IsError, c.RejectedReason = true, r.conn.missing(c.Tool)
-				outputs[i] = "Error: " + c.RejectedReason
-				r.used--
-				break
-			}
-			approved = append(approved, i)
+			st.Approved = append(st.Approved, i)
 		default:
 			d.Kind = Deny
 			c.IsError = true
@@ -187,17 +164,103 @@ func (r *run) decide(ctx context.Context, decisions map[string]Decision, outputs
 			if m := strings.TrimSpace(d.Message); m != "" {
 				c.RejectedReason += ": " + m
 			}
-			outputs[i] = "Error: " + c.RejectedReason + ". Do not call it again for this query unless the user asks; answer with what you have."
-			c.ResultExcerpt = Truncate(outputs[i], r.agent.cfg.ExcerptSize)
-			r.used--
+			st.Outputs[i] = "Error: " + c.RejectedReason + ". Do not call it again for this query unless the user asks; answer with what you have."
+			c.ResultExcerpt = st.Outputs[i]
+			st.Used-- // its share of the budget goes back
 		}
-		d.Arguments = nil // the call's Arguments are what ran
+		d.Arguments = nil // the call's Arguments are what runs
 		c.Decision = &d
-		r.agent.counters.decisions.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", r.conn.WorkspaceID),
-			attribute.String("connector", r.conn.ExternalID), attribute.String("decision", decisionNames[d.Kind]))))
 	}
-	if err := r.runCalls(ctx, step, outputs, approved); err != nil {
-		return nil, err
+	st.Decided = true
+}
+
+// padded returns outputs with room for n calls.
+func padded(outputs []string, n int) []string {
+	out := make([]string, n)
+	copy(out, outputs)
+	return out
+}
+
+// Resume goes on with a paused run whose state has its decisions
+// (State.Decide): the approved calls run, the model reads their results
+// and the refusals, and the run goes on as Run does, from the next turn;
+// it may pause again. req is the run's request, with the connector's live
+// agent now.
+func (a *Agent) Resume(ctx context.Context, req Request, st *State, emit func(Event)) (*Result, error) {
+	if !st.Decided {
+		return nil, errors.New("resume: the paused run has no decisions")
 	}
-	return outputs, nil
+	res := st.Result
+	r := &run{agent: a, req: req, conn: req.Connector, emit: serialize(emit), res: &res, used: st.Used, progress: emit != nil}
+	return a.execute(ctx, "connector.query.resume", r, func(ctx context.Context) (*Result, error) {
+		r.restoreTools()
+		r.res.Pending, r.res.State = nil, nil
+		msgs := st.Messages
+		outputs := padded(st.Outputs, len(msgs[len(msgs)-1].ToolCalls))
+		if err := r.runApproved(ctx, st.Approved, outputs); err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, toolMessages(msgs[len(msgs)-1].ToolCalls, outputs)...)
+		return r.loop(ctx, msgs, st.Turn+1)
+	})
+}
+
+// runApproved runs the paused step's approved calls (indexes) and counts
+// the step's decisions. A call whose tool was disabled or removed while
+// the run waited does not run.
+func (r *run) runApproved(ctx context.Context, indexes []int, outputs []string) error {
+	step := &r.res.Steps[len(r.res.Steps)-1]
+	var runnable []int
+	for _, i := range indexes {
+		c := &step.Calls[i]
+		if _, ok := r.conn.tools[c.Tool]; !ok {
+			c.IsError = true
+			c.RejectedReason = fmt.Sprintf("the tool %q was disabled or removed while the call waited for approval", c.Tool)
+			outputs[i], c.ResultExcerpt = "Error: "+c.RejectedReason, "Error: "+c.RejectedReason
+			r.used--
+			continue
+		}
+		runnable = append(runnable, i)
+	}
+	for _, c := range step.Calls {
+		if c.Decision != nil {
+			r.agent.counters.decisions.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", r.conn.WorkspaceID),
+				attribute.String("connector", r.conn.ExternalID), attribute.String("decision", decisionNames[c.Decision.Kind]))))
+		}
+	}
+	return r.runCalls(ctx, step, outputs, runnable)
+}
+
+// declined reports whether the user declined a call of tool with args
+// earlier in the run: a model that asks again is refused without asking
+// the person again.
+func (r *run) declined(tool string, args map[string]any) bool {
+	var key []byte
+	for _, st := range r.res.Steps {
+		for _, c := range st.Calls {
+			if c.Tool != tool || c.Decision == nil || c.Decision.Kind != Deny {
+				continue
+			}
+			if key == nil {
+				key, _ = json.Marshal(args)
+			}
+			if prev, _ := json.Marshal(c.Arguments); bytes.Equal(prev, key) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// schemaError is a schema validation error without the schema's internal
+// location: what is wrong, and where in the arguments.
+func schemaError(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) > 1 && strings.HasPrefix(lines[0], "jsonschema validation failed") {
+		lines = lines[1:]
+	}
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(strings.TrimSpace(l), "- ")
+	}
+	return strings.Join(lines, "; ")
 }

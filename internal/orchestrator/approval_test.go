@@ -70,8 +70,8 @@ func TestPausedRunResumesFromItsEncodedState(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	done, err := f.agent.Resume(ctx, f.req, st, map[string]orchestrator.Decision{
-		"call_0_1": {Kind: orchestrator.Approve, Actor: "alice", At: time.Now()}}, nil)
+	st.Decide(map[string]orchestrator.Decision{"call_0_1": {Kind: orchestrator.Approve, Actor: "alice", At: time.Now()}})
+	done, err := f.agent.Resume(ctx, f.req, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,8 @@ func TestResumedRunKeepsWhatSearchFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, err := agent.Resume(ctx, req, st, map[string]orchestrator.Decision{"call_2": {Kind: orchestrator.Deny, Message: "not this month"}}, nil)
+	st.Decide(map[string]orchestrator.Decision{"call_2": {Kind: orchestrator.Deny, Message: "not this month"}})
+	done, err := agent.Resume(ctx, req, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

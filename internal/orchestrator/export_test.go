@@ -15,7 +15,7 @@ var ParsePlan = parsePlan
 // arguments to run the tool with, or why it must not run.
 func CheckCall(tools []Tool, maxTools, used int, name, arguments string) (map[string]any, string) {
 	c := NewConnector(Profile{}, tools)
-	r := &run{req: Request{Connector: c, MaxTools: maxTools}, conn: c, used: used}
+	r := &run{req: Request{Connector: c, MaxTools: maxTools}, conn: c, used: used, res: &Result{}}
 	return r.check(openai.ToolCall{Function: openai.FunctionCall{Name: name, Arguments: arguments}})
 }
 

@@ -136,7 +136,10 @@ func (r *run) check(tc openai.ToolCall) (map[string]any, string) {
 		return args, r.conn.missing(name)
 	}
 	if err := t.validate(args); err != nil {
-		return args, fmt.Sprintf("invalid arguments for %q: %v. Fix the arguments and call it again.", name, err)
+		return args, fmt.Sprintf("invalid arguments for %q: %s. Fix the arguments and call it again.", name, schemaError(err))
+	}
+	if r.declined(name, args) {
+		return args, fmt.Sprintf("the user already declined this call of %q in this query; do not ask for it again, answer with what you have", name)
 	}
 	if r.used >= r.req.MaxTools {
 		return args, fmt.Sprintf("the tool budget of %d calls for this query is used up; answer with the results you have", r.req.MaxTools)

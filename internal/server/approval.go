@@ -86,6 +86,7 @@ func approvalFlags(c *checker, req *connectorv1.UpdateToolRequest, f *store.Tool
 	if req.RequiresApproval != nil {
 		if o != connectorv1.ApprovalOverride_APPROVAL_OVERRIDE_UNSPECIFIED {
 			c.add("requires_approval", "set requires_approval or approval_override, not both")
+			f.SetApproval = true // something was set: that is not the problem
 			return
 		}
 		f.SetApproval, f.RequiresApproval = true, req.RequiresApproval

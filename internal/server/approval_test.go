@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -293,7 +294,7 @@ func TestConcurrentResumesOneWins(t *testing.T) {
 
 func TestPausedRunExpires(t *testing.T) {
 	f, _, srv := approvalFixture(t, connectorv1.ApprovalPolicy_APPROVAL_POLICY_ALL,
-		options{approvalTimeout: 200 * time.Millisecond, runSweep: 50 * time.Millisecond},
+		options{approvalTimeout: 200 * time.Millisecond, runSweep: time.Hour},
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"late"}`}))
 	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
 	time.Sleep(300 * time.Millisecond)
@@ -302,12 +303,14 @@ func TestPausedRunExpires(t *testing.T) {
 	if run := f.getRun(t, res.GetRunId()); run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_EXPIRED {
 		t.Errorf("GetQueryRun = %v, want EXPIRED", run.GetStatus())
 	}
-	// The sweep marks it expired in the store too.
-	waitFor(t, "the run to be listed as expired", func() bool {
-		resp, err := f.client.ListQueryRuns(ctx(t), &connectorv1.ListQueryRunsRequest{WorkspaceId: "ws",
-			Status: connectorv1.QueryStatus_QUERY_STATUS_EXPIRED})
-		return err == nil && len(resp.GetRuns()) == 1
-	})
+	// Listed as expired, not as awaiting, before any sweep marks it so.
+	for st, want := range map[connectorv1.QueryStatus]int{connectorv1.QueryStatus_QUERY_STATUS_EXPIRED: 1,
+		connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL: 0} {
+		resp, err := f.client.ListQueryRuns(ctx(t), &connectorv1.ListQueryRunsRequest{WorkspaceId: "ws", Status: st})
+		if err != nil || len(resp.GetRuns()) != want {
+			t.Errorf("ListQueryRuns(%v) = %v, %v; want %d", st, resp.GetRuns(), err, want)
+		}
+	}
 	if n := len(srv.toolCallHeaders()); n != 0 {
 		t.Errorf("an expired run's call ran (%d tools/call)", n)
 	}
@@ -568,4 +571,77 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// slowAnswer answers after d, as a slow model does.
+func slowAnswer(d time.Duration, text string) llmtest.Step {
+	answer := llmtest.Answer(text)
+	return func(req openai.ChatCompletionRequest) llmtest.Reply {
+		time.Sleep(d)
+		return answer(req)
+	}
+}
+
+// TestResumeOutlivesItsCaller: once a resume has claimed the run, the
+// decisions are in its record, and the run goes on to its end even if the
+// caller gives up.
+func TestResumeOutlivesItsCaller(t *testing.T) {
+	f, _, srv := approvalFixture(t, connectorv1.ApprovalPolicy_APPROVAL_POLICY_ALL, options{},
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}),
+		slowAnswer(time.Second, "It said hi."))
+	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
+	short, cancel := context.WithTimeout(ctx(t), 300*time.Millisecond)
+	defer cancel()
+	_, err := f.client.ResumeQuery(short, &connectorv1.ResumeQueryRequest{WorkspaceId: "ws", RunId: res.GetRunId(), ActorId: "alice",
+		Decisions: []*connectorv1.Decision{approve("call_1")}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("ResumeQuery with a short deadline: %v, want DEADLINE_EXCEEDED", err)
+	}
+	// Meanwhile the record says who decided what.
+	if run := f.getRun(t, res.GetRunId()); run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_RUNNING ||
+		run.GetResult().GetSteps()[0].GetCalls()[0].GetDecision().GetActorId() != "alice" {
+		t.Errorf("run while resumed = %v; want RUNNING with alice's decision", run)
+	}
+	waitFor(t, "the resumed run to complete", func() bool {
+		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_COMPLETED
+	})
+	if run := f.getRun(t, res.GetRunId()); run.GetResult().GetAnswer() != "It said hi." || len(srv.toolCallHeaders()) != 1 {
+		t.Errorf("completed run = %v", run)
+	}
+}
+
+// TestDeletingAConnectorEndsItsPausedRuns: a paused run of a deleted
+// connector can never go on; its record says so at once.
+func TestDeletingAConnectorEndsItsPausedRuns(t *testing.T) {
+	f, _, _ := approvalFixture(t, connectorv1.ApprovalPolicy_APPROVAL_POLICY_ALL, options{},
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}))
+	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
+	if _, err := f.client.DeleteConnector(ctx(t), &connectorv1.DeleteConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	run := f.getRun(t, res.GetRunId())
+	if run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_FAILED || !strings.Contains(run.GetError(), "deleted") || run.GetConnectorId() != "m" {
+		t.Errorf("paused run after DeleteConnector = %v; want FAILED, saying why, still naming m", run)
+	}
+	_, err := f.resume(t, res.GetRunId(), approve("call_1"))
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonRunNotAwaiting, "")
+}
+
+// TestADeclinedCallIsNotAskedAgain: a model that asks again for the call
+// the user declined gets the refusal at once; the person is not asked
+// twice.
+func TestADeclinedCallIsNotAskedAgain(t *testing.T) {
+	f, _, srv := approvalFixture(t, connectorv1.ApprovalPolicy_APPROVAL_POLICY_ALL, options{},
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}),
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}),
+		llmtest.Answer("I could not."))
+	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
+	done, err := f.resume(t, res.GetRunId(), &connectorv1.Decision{CallId: "call_1", Kind: connectorv1.DecisionKind_DECISION_KIND_DENY})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED || len(done.GetSteps()) != 2 ||
+		!strings.Contains(done.GetSteps()[1].GetCalls()[0].GetRejectedReason(), "already declined") || len(srv.toolCallHeaders()) != 0 {
+		t.Errorf("resumed = %v; want the repeated call refused and the run completed", done)
+	}
 }

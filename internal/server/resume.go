@@ -111,18 +111,28 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version); err != nil {
+	// The decisions are in the record before anything runs.
+	st.Decide(decisions)
+	trace, err := traceJSON(la.row.Name, &st.Result)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace); err != nil {
 		if errors.Is(err, store.ErrRunNotPending) {
 			return nil, newStatus(codes.Aborted, ReasonRunTaken,
 				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
 		}
 		return nil, err
 	}
-	res, err := s.agent.Resume(registry.WithSession(ctx, run.SessionID), orchestrator.Request{
+	// Claimed, the run goes on to its end, within QUERY_TIMEOUT, even if
+	// the caller goes away meanwhile: GetQueryRun shows how it ended.
+	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
+	defer cancel()
+	res, err := s.agent.Resume(registry.WithSession(runCtx, run.SessionID), orchestrator.Request{
 		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
-	}, st, decisions, emit)
+	}, st, emit)
 	s.countQuery(la.row, res, err, false)
-	return s.endRun(ctx, run, la.row, res, err, true)
+	return s.endRun(runCtx, run, la.row, res, err, true)
 }
 
 // resumable refuses a run that is not awaiting approval now.
@@ -167,7 +177,9 @@ func decisionsFromProto(req resumeRequest, st *orchestrator.State, conn *orchest
 			ch.add(field+".call_id", "call %q is decided twice", d.GetCallId())
 			continue
 		}
-		dec := orchestrator.Decision{Actor: req.GetActorId(), At: now}
+		// A message is kept with any decision; a denial's also goes to
+		// the model.
+		dec := orchestrator.Decision{Actor: req.GetActorId(), At: now, Message: d.GetMessage()}
 		switch d.GetKind() {
 		case connectorv1.DecisionKind_DECISION_KIND_APPROVE:
 			dec.Kind = orchestrator.Approve
@@ -183,7 +195,6 @@ func decisionsFromProto(req resumeRequest, st *orchestrator.State, conn *orchest
 			}
 		case connectorv1.DecisionKind_DECISION_KIND_DENY:
 			dec.Kind = orchestrator.Deny
-			dec.Message = d.GetMessage()
 		default:
 			ch.add(field+".kind", "use DECISION_KIND_APPROVE, DECISION_KIND_APPROVE_EDITED or DECISION_KIND_DENY")
 		}

@@ -153,9 +153,7 @@ func (s *Server) runRecord(ctx context.Context, base *store.Run, name string, re
 	if res == nil {
 		res = &orchestrator.Result{}
 	}
-	tr := runTrace{ConnectorName: name, Result: *res}
-	tr.Result.Contexts, tr.Result.State = nil, nil
-	b, err := json.Marshal(tr)
+	b, err := traceJSON(name, res)
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +185,13 @@ func (s *Server) keepRun(ctx context.Context, rec *store.Run, resumed bool) erro
 	}
 	s.runs.add(rec)
 	return nil
+}
+
+// traceJSON is the trace of a run of the connector named name.
+func traceJSON(name string, res *orchestrator.Result) (json.RawMessage, error) {
+	tr := runTrace{ConnectorName: name, Result: *res}
+	tr.Result.Contexts, tr.Result.State = nil, nil
+	return json.Marshal(tr)
 }
 
 // readTrace reads a run row's trace; numbers in arguments stay as written.

@@ -214,7 +214,8 @@ func SetServing(hs *health.Server, serving bool) {
 func (s *Server) deadlineUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		timeout := s.cfg.DefaultRPCTimeout
-		if info.FullMethod == connectorv1.ConnectorService_QueryConnector_FullMethodName {
+		switch info.FullMethod {
+		case connectorv1.ConnectorService_QueryConnector_FullMethodName, connectorv1.ConnectorService_ResumeQuery_FullMethodName:
 			timeout = s.cfg.QueryTimeout
 		}
 		var cancel context.CancelFunc

@@ -91,7 +91,7 @@ type options struct {
 
 // setup serves a Server on a fresh database over an in-memory gRPC
 // connection and returns a client and the server's collaborators.
-func setup(t *testing.T, opts ...options) *fixture {
+func setup(t testing.TB, opts ...options) *fixture {
 	t.Helper()
 	var o options
 	if len(opts) > 0 {

@@ -232,12 +232,26 @@ func (db *DB) SetConnectorActive(ctx context.Context, workspaceID, externalID st
 
 // DeleteConnector deletes a connector and its tools and returns the deleted
 // row's id. Returns ErrConnectorNotFound if there is no such connector.
+//
+// Its runs are kept, with its external id; those paused for approval end
+// as failed, since they can no longer go on.
 func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID string) (int64, error) {
 	var id int64
-	err := db.pool.QueryRow(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2 RETURNING id`,
-		workspaceID, externalID).Scan(&id)
+	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2 RETURNING id`,
+			workspaceID, externalID).Scan(&id)
+		if err != nil {
+			return translate(err, ErrConnectorNotFound)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE query_runs SET status = 'failed', error = 'the connector was deleted while the run waited for approval',
+				state = NULL, finished_at = now(), updated_at = now(), version = version + 1
+			WHERE workspace_id = $1 AND connector_external_id = $2 AND connector_id IS NULL AND status = 'awaiting_approval'`,
+			workspaceID, externalID)
+		return err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("delete connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+		return 0, fmt.Errorf("delete connector %q: %w", externalID, err)
 	}
 	return id, nil
 }

@@ -121,14 +121,15 @@ func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) 
 }
 
 // ClaimRun marks a paused run running for the one resume that read it at
-// version, if it is still awaiting approval at that version and has not
-// expired. Returns ErrRunNotPending otherwise: a concurrent resume
-// claimed it first, or it finished or expired meanwhile.
-func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int) (*Run, error) {
+// version, with trace, the run's trace with the decisions made, if it is
+// still awaiting approval at that version and has not expired. Returns
+// ErrRunNotPending otherwise: a concurrent resume claimed it first, or it
+// finished or expired meanwhile.
+func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int, trace json.RawMessage) (*Run, error) {
 	r, err := scanRun(db.pool.QueryRow(ctx, `
-		UPDATE query_runs SET status = 'running', version = version + 1, updated_at = now()
+		UPDATE query_runs SET status = 'running', trace = $4, version = version + 1, updated_at = now()
 		WHERE workspace_id = $1 AND id = $2 AND version = $3 AND status = 'awaiting_approval' AND expires_at > now()
-		RETURNING `+runColumns, workspaceID, id, version))
+		RETURNING `+runColumns, workspaceID, id, version, trace))
 	if err != nil {
 		return nil, fmt.Errorf("claim query run %q: %w", id, translate(err, ErrRunNotPending))
 	}
@@ -146,11 +147,12 @@ type RunFilter struct {
 }
 
 // ListRuns returns a workspace's runs, newest first (run ids sort by
-// creation time), without their resume state.
+// creation time), without their resume state. A paused run past its
+// expiry counts as expired, whether or not ExpireRuns has marked it yet.
 func (db *DB) ListRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	q := `SELECT ` + runColumns + ` FROM query_runs WHERE workspace_id = $1
 		AND ($2 = '' OR connector_external_id = $2)
-		AND ($3 = '' OR status = $3)
+		AND ($3 = '' OR CASE WHEN status = 'awaiting_approval' AND expires_at <= now() THEN 'expired' ELSE status END = $3)
 		AND ($4::timestamptz IS NULL OR created_at >= $4)
 		AND ($5::timestamptz IS NULL OR created_at < $5)
 		AND ($6 = '' OR id < $6)

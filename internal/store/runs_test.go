@@ -34,19 +34,20 @@ func TestRunsLifecycle(t *testing.T) {
 	}
 
 	// One claim per version: a second with the same version loses.
-	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1); err != nil {
+	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1, json.RawMessage(`{"decided":true}`)); err != nil {
 		t.Fatalf("ClaimRun: %v", err)
 	}
-	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1); !errors.Is(err, store.ErrRunNotPending) {
+	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1, json.RawMessage(`{"decided":true}`)); !errors.Is(err, store.ErrRunNotPending) {
 		t.Errorf("second ClaimRun: %v, want ErrRunNotPending", err)
 	}
-	if _, err := db.ClaimRun(ctx, "ws1", "r1", 1); !errors.Is(err, store.ErrRunNotPending) {
+	if _, err := db.ClaimRun(ctx, "ws1", "r1", 1, json.RawMessage(`{}`)); !errors.Is(err, store.ErrRunNotPending) {
 		t.Errorf("ClaimRun of a finished run: %v, want ErrRunNotPending", err)
 	}
 
 	runs, err := db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Limit: 10})
-	if err != nil || len(runs) != 2 || runs[0].ID != "r2" || runs[0].State != nil || runs[0].Status != store.RunRunning {
-		t.Errorf("ListRuns = %+v, %v; want r2 (running, no state) then r1", runs, err)
+	if err != nil || len(runs) != 2 || runs[0].ID != "r2" || runs[0].State != nil || runs[0].Status != store.RunRunning ||
+		string(runs[0].Trace) != `{"decided": true}` {
+		t.Errorf("ListRuns = %+v, %v; want r2 (running, its trace the claim's, no state) then r1", runs, err)
 	}
 	runs, _ = db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Status: store.RunCompleted, Limit: 10})
 	if len(runs) != 1 || runs[0].ID != "r1" {

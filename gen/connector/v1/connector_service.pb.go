@@ -348,7 +348,8 @@ type UpdateConnectorRequest struct {
 	Connector *Connector `protobuf:"bytes,2,opt,name=connector,proto3" json:"connector,omitempty"`
 	// Fields to change: name, description, transport, stdio, stdio.command,
 	// stdio.args, stdio.env, http, http.url, http.headers, connect_timeout,
-	// call_timeout, session_mode, model, rate_limit, disable_new_tools.
+	// call_timeout, session_mode, model, rate_limit, disable_new_tools,
+	// narrow_tools_above, protocol_preference, approval_policy.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
