@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	openai "github.com/sashabaranov/go-openai"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -643,5 +644,34 @@ func TestADeclinedCallIsNotAskedAgain(t *testing.T) {
 	if done.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED || len(done.GetSteps()) != 2 ||
 		!strings.Contains(done.GetSteps()[1].GetCalls()[0].GetRejectedReason(), "already declined") || len(srv.toolCallHeaders()) != 0 {
 		t.Errorf("resumed = %v; want the repeated call refused and the run completed", done)
+	}
+}
+
+// TestRunRecordsHoldNoSecret: a connector's header and URL query values
+// never reach its runs' rows, paused or finished.
+func TestRunRecordsHoldNoSecret(t *testing.T) {
+	model := llmtest.New(t,
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}, llmtest.Call{Tool: "fail", Args: `{}`}),
+		llmtest.Answer("done"))
+	f := setup(t, options{llmURL: model.URL()})
+	srv := newTestMCP(t)
+	c := mcpConnector("m", srv.url()+"?api_key="+distinctive)
+	c.GetHttp().Headers = map[string]string{"Authorization": "Bearer " + distinctive}
+	c.ApprovalPolicy = connectorv1.ApprovalPolicy_APPROVAL_POLICY_DESTRUCTIVE
+	f.create(t, "ws", c)
+	f.waitReady(t, "ws", "m")
+	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
+	if _, err := f.resume(t, res.GetRunId(), approve("call_2")); err != nil {
+		t.Fatal(err)
+	}
+	var rows string
+	err := f.db.InTx(context.Background(), func(tx pgx.Tx) error {
+		return tx.QueryRow(context.Background(), `SELECT coalesce(string_agg(q::text, ' '), '') FROM query_runs q`).Scan(&rows)
+	})
+	if err != nil || !strings.Contains(rows, res.GetRunId()) {
+		t.Fatalf("query_runs = %q, %v", rows, err)
+	}
+	if strings.Contains(rows, distinctive) {
+		t.Error("a run row holds a connector secret")
 	}
 }
