@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -22,6 +20,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/benchgoal"
+	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
@@ -119,25 +118,12 @@ func BenchmarkProtocolGenerations(b *testing.B) {
 // own, initialized at version (the classic handshake for a version before
 // 2026-07-28).
 func directCaller(b *testing.B, url, version string) func() error {
-	tr, err := transport.NewStreamableHTTP(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := client.NewClient(tr, client.WithProtocolVersion(version))
-	b.Cleanup(func() { c.Close() })
 	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	res, err := c.Initialize(ctx, init)
+	c, err := mcptest.Dial(ctx, url, version, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if res.ProtocolVersion != version {
-		b.Fatalf("direct client negotiated %s, want %s", res.ProtocolVersion, version)
-	}
+	b.Cleanup(func() { c.Close() })
 	var req mcp.CallToolRequest
 	req.Params.Name = "echo"
 	req.Params.Arguments = map[string]any{"text": "hi"}
