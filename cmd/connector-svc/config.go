@@ -82,8 +82,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&grace, "shutdown-grace", "10s", "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
 	fs.StringVar(&health, "health-interval", "30s", "between tools/list health checks of each connector (HEALTH_INTERVAL)")
 	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", 16, "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
-	fs.IntVar(&cfg.MaxIdleConns, "mcp-http-max-idle-conns-per-connector", 64,
-		"idle HTTP connections an SSE or streamable-HTTP connector keeps for reuse; calls beyond it at once open new ones (MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR)")
+	fs.IntVar(&cfg.MaxIdleConns, "mcp-http-max-idle-conns-per-connector", 128,
+		"idle HTTP connections an SSE or streamable-HTTP connector keeps for reuse; calls beyond it at once open new ones: keep it above the concurrent calls, twice is ample (MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR)")
 	fs.StringVar(&idleTTL, "session-idle-ttl", "15m", "a per-session connection unused this long closes (SESSION_IDLE_TTL)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
 	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")

@@ -16,7 +16,7 @@ func TestMaxIdleConnsSetting(t *testing.T) {
 		want    int
 		wantErr bool
 	}{
-		{"default", nil, nil, 64, false},
+		{"default", nil, nil, 128, false},
 		{"environment", nil, map[string]string{env: "200"}, 200, false},
 		{"flag over environment", []string{"-mcp-http-max-idle-conns-per-connector", "8"}, map[string]string{env: "200"}, 8, false},
 		{"zero", nil, map[string]string{env: "0"}, 0, true},

@@ -1,6 +1,7 @@
 // Package mcptest gives the tests' mcp-go servers a long-running tool that
 // reports MCP progress the way a well-behaved server does: every
-// notifications/progress written out before the result.
+// notifications/progress written out before the result; and the
+// benchmarks' direct mcp-go clients their handshake (Dial).
 //
 // mcp-go's servers queue a tool's notifications apart from its result
 // (stdio, SSE and streamable HTTP alike), so the result can overtake the

@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/connector-svc/connector-svc/internal/benchgoal"
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
@@ -138,9 +137,17 @@ func BenchmarkCallStreamableHTTP(b *testing.B) {
 	b.Run("persistent", func(b *testing.B) { benchPersistent(b, httpSpec(1, url)) })
 }
 
-// BenchmarkConcurrentCallers runs b.N calls from 64 goroutines on one
-// connector and reports throughput, tail latency and errors.
+// BenchmarkConcurrentCallers compares, in turn against one server
+// process, 64 callers on one connector of the registry with 64 direct
+// mcp-go sessions (each on a connection pool of its own) of the protocol
+// generation the registry negotiated. Each iteration runs a block of
+// 25,000 calls on each side, the first side alternating. Both sides first
+// run one unmeasured burst, as the direct sessions' handshakes warm their
+// connections. It reports both throughputs and their ratio (the goal),
+// errors, the registry's latency percentiles and the new TCP connections
+// the server accepted per block.
 func BenchmarkConcurrentCallers(b *testing.B) {
+	const callers, block = 64, 25000
 	url := startHTTPServerProcess(b)
 	reg := run(b, newSource(httpSpec(1, url)), registry.Config{HealthInterval: time.Hour})
 	ctx := context.Background()
@@ -148,33 +155,38 @@ func BenchmarkConcurrentCallers(b *testing.B) {
 	if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
 		b.Fatal(err)
 	}
-	const callers = 64
-	var next, errs atomic.Int64
-	lats := make([][]time.Duration, callers)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				t0 := time.Now()
-				if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
-					errs.Add(1)
-				}
-				lats[i] = append(lats[i], time.Since(t0))
-			}
-		}()
+	h, err := reg.Health(1)
+	if err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	sides := []func(int) error{
+		func(int) error { _, err := reg.CallTool(ctx, 1, "echo", args); return err },
+		directSessions(b, url, h.ProtocolVersion, callers),
+	}
+	for _, side := range sides {
+		new(callerBlocks).callBlock(b, url, callers, 4*callers, side)
+	}
+	var got [2]callerBlocks
+	for i := 0; b.Loop(); i++ {
+		for j := range sides {
+			k := (i + j) % len(sides)
+			got[k].callBlock(b, url, callers, block, sides[k])
+		}
+	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-	b.ReportMetric(float64(errs.Load()), "errors")
-	reportPercentiles(b, slices.Concat(lats...))
-	if errs.Load() != 0 {
-		b.Errorf("%d calls failed", errs.Load())
+	registryRate, directRate := got[0].callsPerSecond(), got[1].callsPerSecond()
+	b.ReportMetric(registryRate, "calls/s")
+	b.ReportMetric(directRate, "direct-calls/s")
+	b.ReportMetric(float64(got[0].errs), "errors")
+	b.ReportMetric(float64(got[1].errs), "direct-errors")
+	b.ReportMetric(got[0].connsPer(block), "conns/block")
+	b.ReportMetric(got[1].connsPer(block), "direct-conns/block")
+	reportPercentiles(b, got[0].lat)
+	b.Logf("protocol %s: registry %.0f calls/s, direct %.0f calls/s; new connections per %d calls: registry %.1f, direct %.1f",
+		h.ProtocolVersion, registryRate, directRate, block, got[0].connsPer(block), got[1].connsPer(block))
+	benchgoal.Report(b, "concurrent-callers-vs-direct", registryRate/directRate, "x-direct", benchgoal.AtLeast, 0.8)
+	if got[0].errs+got[1].errs != 0 {
+		b.Errorf("%d registry calls and %d direct calls failed", got[0].errs, got[1].errs)
 	}
 }
 

@@ -416,9 +416,19 @@ func (c *conn) attrs() []attribute.KeyValue {
 }
 
 // callSpan starts the span of a call of tool name: a child of the caller's.
-// It carries the connector and the tool, never the arguments.
+// It carries the connector and the tool, never the arguments. A tool
+// called before has its options made already (toolLabels); any other name
+// gets them made for this call only, so that callers naming tools that do
+// not exist cannot grow the cache.
 func (c *conn) callSpan(ctx context.Context, name string) (context.Context, trace.Span) {
-	return c.reg.tracer.Start(ctx, "mcp.tools/call", trace.WithAttributes(append(c.attrs(), attribute.String("mcp.tool", name))...))
+	if o, ok := c.callLabels.Load(name); ok {
+		return c.reg.tracer.Start(ctx, "mcp.tools/call", o.(*callOptions).span...)
+	}
+	return c.reg.tracer.Start(ctx, "mcp.tools/call", c.callSpanOptions(name)...)
+}
+
+func (c *conn) callSpanOptions(name string) []trace.SpanStartOption {
+	return []trace.SpanStartOption{trace.WithAttributes(append(c.attrs(), attribute.String("mcp.tool", name))...)}
 }
 
 func (c *conn) logAttrs() []any {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // metrics are the registry's instruments. Every series is labelled with
@@ -113,10 +114,11 @@ func (x *metrics) called(ctx context.Context, c *conn, tool string, d time.Durat
 }
 
 // callOptions are the attributes of a connector's calls of one tool, as
-// the options of each instrument.
+// the options of each instrument and of the call's span.
 type callOptions struct {
 	add    []metric.AddOption
 	record []metric.RecordOption
+	span   []trace.SpanStartOption
 }
 
 // toolLabels are the attributes of c's calls of tool, made once per tool
@@ -126,7 +128,8 @@ func (c *conn) toolLabels(tool string) *callOptions {
 		return o.(*callOptions)
 	}
 	opt := metric.WithAttributeSet(labels(c.spec, attribute.String("tool", tool)))
-	o, _ := c.callLabels.LoadOrStore(tool, &callOptions{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}})
+	o, _ := c.callLabels.LoadOrStore(tool, &callOptions{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt},
+		span: c.callSpanOptions(tool)})
 	return o.(*callOptions)
 }
 

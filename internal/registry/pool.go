@@ -24,10 +24,11 @@ type pool struct {
 // newPool returns a pool whose every connection goes to an address policy
 // allows, checked on the address dialed after resolution: a connector whose
 // DNS answer changes (rebinding) is refused at its next dial. It keeps up
-// to maxIdle idle connections, so that as many concurrent callers reuse
-// theirs instead of opening new ones (http.DefaultTransport keeps 2 per
-// host: 64 callers then open a connection for most calls). The client
-// over it sends each request's trace context (traceparent).
+// to maxIdle idle connections, so that concurrent callers up to somewhat
+// fewer than that reuse theirs instead of opening new ones (see
+// Config.MaxIdleConnsPerConnector; http.DefaultTransport keeps 2 per host,
+// and 64 callers then open a connection for most calls). The client over
+// it sends each request's trace context (traceparent).
 func newPool(policy *egress.Policy, maxIdle int) (*pool, *http.Client) {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.DialContext = policy.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})

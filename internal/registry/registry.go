@@ -111,9 +111,12 @@ type Config struct {
 	CloseGrace      time.Duration // before a stdio server's process group is killed; 2s
 	UsageInterval   time.Duration // between counter reports; 5s
 	// MaxIdleConnsPerConnector is how many idle HTTP connections an SSE
-	// or streamable-HTTP connector keeps open to its server for reuse: as
-	// many as the calls it runs at once, or calls beyond it open new
-	// connections; 64.
+	// or streamable-HTTP connector keeps open to its server for reuse:
+	// more than the calls it runs at once, or calls beyond it open new
+	// connections. A connection goes back to the pool a moment after its
+	// response is read, so callers at full speed open a few more than
+	// their number, which a pool of exactly their number closes again at
+	// each lull. 128: for 64 callers.
 	MaxIdleConnsPerConnector int
 	// Egress checks every address an HTTP connector connects to (stdio
 	// servers make their own connections, unchecked); nil means the
@@ -147,7 +150,7 @@ func (c *Config) setDefaults() {
 		c.MaxSessions = 64
 	}
 	if c.MaxIdleConnsPerConnector <= 0 {
-		c.MaxIdleConnsPerConnector = 64
+		c.MaxIdleConnsPerConnector = 128
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16

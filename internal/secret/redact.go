@@ -63,12 +63,37 @@ func (h redactingHandler) Enabled(ctx context.Context, level slog.Level) bool {
 }
 
 func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !mayRedact(r) {
+		return h.next.Handle(ctx, r) // most records: no copy
+	}
 	out := slog.NewRecord(r.Time, r.Level, RedactText(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		out.AddAttrs(redactAttr(a))
 		return true
 	})
 	return h.next.Handle(ctx, out)
+}
+
+// mayRedact reports whether redacting r may change it: its message or a
+// string attribute holds "://", or an attribute is an error, a group or a
+// LogValuer (looked at only when redacting).
+func mayRedact(r slog.Record) bool {
+	if strings.Contains(r.Message, "://") {
+		return true
+	}
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Value.Kind() {
+		case slog.KindString:
+			found = strings.Contains(a.Value.String(), "://")
+		case slog.KindGroup, slog.KindLogValuer:
+			found = true
+		case slog.KindAny:
+			_, found = a.Value.Any().(error)
+		}
+		return !found
+	})
+	return found
 }
 
 func (h redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {

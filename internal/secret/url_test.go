@@ -2,6 +2,7 @@ package secret_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -78,5 +79,38 @@ func TestRedactingHandler(t *testing.T) {
 	}
 	if strings.Count(out, "api_key=REDACTED") != 4 || !strings.Contains(out, `"n":3`) {
 		t.Errorf("log line lost its content: %s", out)
+	}
+}
+
+// logValuer logs as the URL it holds.
+type logValuer string
+
+func (v logValuer) LogValue() slog.Value { return slog.StringValue(string(v)) }
+
+// TestRedactingHandlerEachAttr puts a secret URL in one attribute of a
+// record whose message has none, of each kind that can carry one; a record
+// with none passes unchanged.
+func TestRedactingHandlerEachAttr(t *testing.T) {
+	u := "http://h/mcp?api_key=" + distinctive
+	for _, tt := range []struct {
+		name string
+		attr slog.Attr
+		want string
+	}{
+		{"string", slog.String("url", u), `"url":"http://h/mcp?api_key=REDACTED"`},
+		{"error", slog.Any("error", errors.New(`Post "`+u+`": refused`)), `"error":"Post \"http://h/mcp?api_key=REDACTED\": refused"`},
+		{"group", slog.Group("g", "url", u), `"g":{"url":"http://h/mcp?api_key=REDACTED"}`},
+		{"log valuer", slog.Any("url", logValuer(u)), `"url":"http://h/mcp?api_key=REDACTED"`},
+		{"none", slog.String("url", "http://h/mcp"), `"url":"http://h/mcp"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(&buf, nil))).LogAttrs(context.Background(),
+				slog.LevelInfo, "rpc", slog.String("method", "/m"), slog.Int("n", 3), tt.attr)
+			if out := buf.String(); strings.Contains(out, distinctive) || !strings.Contains(out, tt.want) ||
+				!strings.Contains(out, `"method":"/m","n":3`) {
+				t.Errorf("log line %s; want %s, and the other attributes", out, tt.want)
+			}
+		})
 	}
 }

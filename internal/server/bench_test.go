@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,6 +21,9 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/benchgoal"
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/mcptest"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
@@ -119,25 +121,12 @@ func BenchmarkProtocolGenerations(b *testing.B) {
 // own, initialized at version (the classic handshake for a version before
 // 2026-07-28).
 func directCaller(b *testing.B, url, version string) func() error {
-	tr, err := transport.NewStreamableHTTP(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := client.NewClient(tr, client.WithProtocolVersion(version))
-	b.Cleanup(func() { c.Close() })
 	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	var init mcp.InitializeRequest
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-	res, err := c.Initialize(ctx, init)
+	c, err := mcptest.Dial(ctx, url, version, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if res.ProtocolVersion != version {
-		b.Fatalf("direct client negotiated %s, want %s", res.ProtocolVersion, version)
-	}
+	b.Cleanup(func() { c.Close() })
 	var req mcp.CallToolRequest
 	req.Params.Name = "echo"
 	req.Params.Arguments = map[string]any{"text": "hi"}
@@ -211,24 +200,49 @@ func serveInProduction(b *testing.B) production {
 	}
 	b.Cleanup(func() { _ = meters.Shutdown(context.Background()) })
 	logger := slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
-
-	db := storetest.NewDB(b)
-	keys := auth.NewKeys(db, auth.Config{}, logger)
+	conn, keys := serveService(b, benchService{auth: auth.ModeKeys, tracer: tracing.Provider,
+		meters: meters.MeterProvider(), logger: logger})
 	_, token, err := keys.Create(ctx, "ws", []auth.Scope{auth.ScopeAdmin, auth.ScopeQuery}, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	reg := registry.New(server.NewSource(db, nil, logger), registry.Config{MeterProvider: meters.MeterProvider(),
-		TracerProvider: tracing.Provider}, logger)
-	regCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(regCtx) }()
-	b.Cleanup(func() { cancel(); <-done })
-	g, _ := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Keys: keys, Logger: logger,
-		TracerProvider: tracing.Provider}, server.Config{Auth: auth.ModeKeys}))
-	conn := serveLoopback(b, g)
 	return production{client: connectorv1.NewConnectorServiceClient(conn),
 		ctx: metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)}
+}
+
+// benchService says how serveService runs the service.
+type benchService struct {
+	auth   auth.Mode
+	tracer trace.TracerProvider // nil: otel's global one
+	meters metric.MeterProvider // nil: no metrics
+	logger *slog.Logger         // nil: no logs
+	llmURL string               // set: an agent on the fake model there
+}
+
+// serveService runs the whole service (store, registry, gRPC, and an
+// agent if o.llmURL is set) as o says on a loopback port, reported
+// serving, and returns a client connection to it and the service's keys.
+func serveService(b *testing.B, o benchService) (*grpc.ClientConn, *auth.Keys) {
+	db := storetest.NewDB(b)
+	keys := auth.NewKeys(db, auth.Config{}, o.logger)
+	reg := registry.New(server.NewSource(db, nil, o.logger), registry.Config{MeterProvider: o.meters,
+		TracerProvider: o.tracer}, o.logger)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	var agent *orchestrator.Agent
+	if o.llmURL != "" {
+		model, err := llm.New(llm.Config{BaseURL: o.llmURL, Model: "fake-model"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer}, o.logger)
+	}
+	g, hs := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Agent: agent, Keys: keys,
+		Logger: o.logger, TracerProvider: o.tracer}, server.Config{Auth: o.auth}))
+	server.SetServing(hs, true)
+	return serveLoopback(b, g), keys
 }
 
 // waitCallable waits until req succeeds: the connector is connected and
@@ -285,15 +299,7 @@ func serveOverTCP(b *testing.B, mode auth.Mode) (connectorv1.ConnectorServiceCli
 
 // serveTracedOverTCP is serveOverTCP with spans made by tp.
 func serveTracedOverTCP(b *testing.B, mode auth.Mode, tp trace.TracerProvider) (connectorv1.ConnectorServiceClient, *auth.Keys) {
-	db := storetest.NewDB(b)
-	keys := auth.NewKeys(db, auth.Config{}, nil)
-	reg := registry.New(server.NewSource(db, nil, nil), registry.Config{TracerProvider: tp}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
-	g, _ := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Keys: keys, TracerProvider: tp}, server.Config{Auth: mode}))
-	conn := serveLoopback(b, g)
+	conn, keys := serveService(b, benchService{auth: mode, tracer: tp})
 	return connectorv1.NewConnectorServiceClient(conn), keys
 }
 

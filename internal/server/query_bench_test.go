@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -18,18 +17,11 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	openai "github.com/sashabaranov/go-openai"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/benchgoal"
-	"github.com/connector-svc/connector-svc/internal/llm"
-	"github.com/connector-svc/connector-svc/internal/orchestrator"
-	"github.com/connector-svc/connector-svc/internal/registry"
-	"github.com/connector-svc/connector-svc/internal/server"
-	"github.com/connector-svc/connector-svc/internal/store/storetest"
 )
 
 // BenchmarkQueryOverhead measures what the service adds to a query beyond
@@ -66,7 +58,8 @@ func benchQueryOverhead(b *testing.B, tools, narrowAbove int) float64 {
 	ctx := context.Background()
 	mcpURL := benchMCP(b, tools-1)
 	model := newInstantModel(b)
-	conn, svc := serveAgentOverTCP(b, model.url())
+	conn, _ := serveService(b, benchService{auth: auth.ModeNone, llmURL: model.url()})
+	svc := connectorv1.NewConnectorServiceClient(conn)
 	spec := mcpConnector("m", mcpURL)
 	spec.NarrowToolsAbove = int32(narrowAbove)
 	if _, err := svc.CreateConnector(ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: spec}); err != nil {
@@ -138,38 +131,6 @@ func benchQueryOverhead(b *testing.B, tools, narrowAbove int) float64 {
 		b.ReportMetric(overhead, "overhead-µs")
 	}
 	return float64(len(sent[0]))
-}
-
-// serveAgentOverTCP runs the whole service with an agent on the model at
-// llmURL, auth off, on a loopback port.
-func serveAgentOverTCP(b *testing.B, llmURL string) (*grpc.ClientConn, connectorv1.ConnectorServiceClient) {
-	db := storetest.NewDB(b)
-	reg := registry.New(server.NewSource(db, nil, nil), registry.Config{}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
-	model, err := llm.New(llm.Config{BaseURL: llmURL, Model: "fake-model"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	agent := orchestrator.New(model, reg, orchestrator.Config{}, nil)
-	srv := server.New(server.Deps{DB: db, Registry: reg, Agent: agent, Keys: auth.NewKeys(db, auth.Config{}, nil)},
-		server.Config{Auth: auth.ModeNone})
-	g, hs := server.NewGRPCServer(srv)
-	server.SetServing(hs, true)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	b.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	return conn, connectorv1.NewConnectorServiceClient(conn)
 }
 
 // benchMCP serves echo and extra tools of realistic size (a description

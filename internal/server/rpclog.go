@@ -64,13 +64,16 @@ func (n rpcNames) annotate(ctx context.Context) {
 	span.SetAttributes(attrs...)
 }
 
-func (n rpcNames) logAttrs() []slog.Attr {
-	var attrs []slog.Attr
-	for _, a := range []slog.Attr{slog.String("workspace_id", n.workspace), slog.String("connector_id", n.connector),
-		slog.String("tool", n.tool)} {
-		if a.Value.String() != "" {
-			attrs = append(attrs, a)
-		}
+// appendLogAttrs appends the names given to attrs.
+func (n rpcNames) appendLogAttrs(attrs []slog.Attr) []slog.Attr {
+	if n.workspace != "" {
+		attrs = append(attrs, slog.String("workspace_id", n.workspace))
+	}
+	if n.connector != "" {
+		attrs = append(attrs, slog.String("connector_id", n.connector))
+	}
+	if n.tool != "" {
+		attrs = append(attrs, slog.String("tool", n.tool))
 	}
 	return attrs
 }
@@ -94,10 +97,10 @@ func rpcLevel(ctx context.Context, code codes.Code) slog.Level {
 	return slog.LevelInfo
 }
 
-// statusAttrs describe a failed RPC: its reason and message, and the cause
+// appendStatusAttrs appends what describes a failed RPC: its reason and message, and the cause
 // toStatus noted for an INTERNAL. A tool's failure is described by its
 // reason only: the MCP server's words may repeat the arguments.
-func statusAttrs(ctx context.Context, err error) []slog.Attr {
+func appendStatusAttrs(ctx context.Context, attrs []slog.Attr, err error) []slog.Attr {
 	st := status.Convert(err)
 	var reason string
 	for _, d := range st.Details() {
@@ -105,7 +108,6 @@ func statusAttrs(ctx context.Context, err error) []slog.Attr {
 			reason = info.GetReason()
 		}
 	}
-	var attrs []slog.Attr
 	if reason != "" {
 		attrs = append(attrs, slog.String("reason", reason))
 	}
@@ -120,9 +122,8 @@ func statusAttrs(ctx context.Context, err error) []slog.Attr {
 	return attrs
 }
 
-// peerAttrs are the caller's address and the RPC's trace id.
-func peerAttrs(ctx context.Context) []slog.Attr {
-	var attrs []slog.Attr
+// appendPeerAttrs appends the caller's address and the RPC's trace id.
+func appendPeerAttrs(ctx context.Context, attrs []slog.Attr) []slog.Attr {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		attrs = append(attrs, slog.String("peer", p.Addr.String()))
 	}

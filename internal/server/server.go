@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -175,24 +176,40 @@ func (s *Server) Close(ctx context.Context) {
 // runs, with a bare RESOURCE_EXHAUSTED. With auth on, the auth.Guard runs
 // right after panic recovery: a refused call is logged by the guard, and
 // never reaches the other interceptors. Every RPC but health checks gets
-// a server span (otelgrpc), in the caller's trace if it sent one. opts come
-// after the service's own, for transport credentials (TLS).
+// a server span (otelgrpc), in the caller's trace if it sent one; with a
+// no-op TracerProvider no span is made, and the caller's trace context is
+// only carried on (continueTrace). opts come after the service's own, for
+// transport credentials (TLS).
 func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	unary := []grpc.UnaryServerInterceptor{s.recoverUnary}
-	stream := []grpc.StreamServerInterceptor{s.recoverStream}
+	server := []grpc.ServerOption{
+		// RPCs run on a goroutine per CPU that stays, while one is free,
+		// on a new goroutine otherwise. A new goroutine starts with a small
+		// stack and grows it several times through the interceptors, the
+		// handler and the MCP client, copying it each time; a worker keeps
+		// the stack it grew.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.MaxRecvMsgSize(s.cfg.MaxRecvBytes),
+		grpc.MaxSendMsgSize(s.cfg.MaxSendBytes),
+	}
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	if makesSpans(s.tracer) {
+		server = append(server, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(s.tracer),
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))))
+	} else {
+		t := newContinueTrace()
+		unary, stream = append(unary, t.unary), append(stream, t.stream)
+	}
+	unary, stream = append(unary, s.recoverUnary), append(stream, s.recoverStream)
 	if s.keys != nil && s.cfg.Auth.Guarded() {
 		guard := auth.NewGuard(s.keys, s.cfg.Auth, accessRules(), s.logger)
 		unary = append(unary, guard.Unary())
 		stream = append(stream, guard.Stream())
 	}
-	g := grpc.NewServer(append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(s.cfg.MaxRecvBytes),
-		grpc.MaxSendMsgSize(s.cfg.MaxSendBytes),
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(s.tracer),
-			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
+	g := grpc.NewServer(append(append(server,
 		grpc.ChainUnaryInterceptor(append(unary, s.logUnary, s.deadlineUnary)...),
 		grpc.ChainStreamInterceptor(append(stream, s.logStream)...),
-	}, opts...)...)
+	), opts...)...)
 	connectorv1.RegisterConnectorServiceServer(g, s)
 	hs := health.NewServer()
 	SetServing(hs, false)
@@ -249,20 +266,25 @@ func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 // Requests are not logged: they may carry secrets and tool arguments.
 func (s *Server) logRPC(ctx context.Context, method string, names rpcNames, start time.Time, err error) {
 	code := status.Code(err)
-	attrs := []slog.Attr{
+	level := rpcLevel(ctx, code)
+	if !s.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 12) // what a line has at most
+	attrs = append(attrs,
 		slog.String("method", method),
 		slog.String("code", code.String()),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-	}
-	attrs = append(attrs, names.logAttrs()...)
+	)
+	attrs = names.appendLogAttrs(attrs)
 	if err != nil {
-		attrs = append(attrs, statusAttrs(ctx, err)...)
+		attrs = appendStatusAttrs(ctx, attrs, err)
 	}
-	attrs = append(attrs, peerAttrs(ctx)...)
+	attrs = appendPeerAttrs(ctx, attrs)
 	if key, ok := auth.KeyFrom(ctx); ok {
 		attrs = append(attrs, slog.String("key_id", key.ID))
 	}
-	s.logger.LogAttrs(ctx, rpcLevel(ctx, code), "rpc", attrs...)
+	s.logger.LogAttrs(ctx, level, "rpc", attrs...)
 }
 
 func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {

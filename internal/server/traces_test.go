@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/metadata"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
@@ -164,4 +165,28 @@ func traceparents(hs []http.Header) []string {
 		out = append(out, h.Get("Traceparent"))
 	}
 	return out
+}
+
+// TestUntracedCallContinuesTrace checks that with traces off (a no-op
+// provider, as telemetry.SetupTracing gives by default) a call still
+// carries the caller's trace on: its trace id in the RPC's log line, its
+// traceparent to the MCP server, unchanged.
+func TestUntracedCallContinuesTrace(t *testing.T) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	f := setup(t, options{tracer: noop.NewTracerProvider()})
+	srv := newTestMCP(t)
+	f.create(t, "ws", mcpConnector("m", srv.url()))
+	f.waitReady(t, "ws", "m")
+	parent := "00-" + callerTraceID + "-" + callerSpanID + "-01"
+	before := len(rpcLines(t, f.logs.String()))
+	traced := metadata.AppendToOutgoingContext(ctx(t), "traceparent", parent)
+	if _, err := f.client.CallTool(traced, &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	if line := nextRPCLine(t, f.logs, before); line["trace_id"] != callerTraceID {
+		t.Errorf("log line trace_id %v; want %s", line["trace_id"], callerTraceID)
+	}
+	if got := srv.toolCallHeaders(); len(got) != 1 || got[0].Get("Traceparent") != parent {
+		t.Errorf("MCP server got tools/call with %v; want traceparent %s", traceparents(got), parent)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"math"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -58,7 +57,19 @@ const (
 	maxNarrowToolsAbove = 100000
 )
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+// validID reports whether v is a well-formed id: ^[A-Za-z0-9][A-Za-z0-9._-]*$.
+// Every call checks two, so it is a loop rather than a regular expression.
+func validID(v string) bool {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return v != ""
+}
 
 // id checks a workspace or connector id.
 func (c *checker) id(field, v string) {
@@ -67,7 +78,7 @@ func (c *checker) id(field, v string) {
 		c.add(field, "required")
 	case len(v) > maxIDLen:
 		c.add(field, "longer than %d characters", maxIDLen)
-	case !idPattern.MatchString(v):
+	case !validID(v):
 		c.add(field, "must start with a letter or digit and contain only letters, digits, '.', '_' and '-'")
 	}
 }

@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,7 +107,7 @@ func main() {
 	mcptest.AddProgressTool(s, written)
 
 	if *httpAddr != "" {
-		log.Fatal(http.ListenAndServe(*httpAddr, legacyOnly(written.Handler(server.NewStreamableHTTPServer(s)))))
+		log.Fatal(serveHTTP(*httpAddr, legacyOnly(written.Handler(server.NewStreamableHTTPServer(s)))))
 	}
 	err := server.NewStdioServer(s).Listen(context.Background(), os.Stdin, written.Writer(os.Stdout))
 	if *stubborn {
@@ -136,6 +138,22 @@ func lockProfile(dir string) {
 // profileLock holds the profile's lock; a file nobody refers to would be
 // closed by its finalizer.
 var profileLock *os.File
+
+// serveHTTP serves mcp on addr, and GET /accepted: how many TCP
+// connections the server has accepted so far, that request's own included,
+// so that a benchmark can count the connections its clients open.
+func serveHTTP(addr string, mcp http.Handler) error {
+	var accepted atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("/", mcp)
+	mux.HandleFunc("GET /accepted", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, accepted.Load()) })
+	hs := &http.Server{Addr: addr, Handler: mux, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			accepted.Add(1)
+		}
+	}}
+	return hs.ListenAndServe()
+}
 
 // legacyOnly answers the 2026-07 server/discover probe with "method not
 // found", so clients use classic sessions, as most deployed servers do.
