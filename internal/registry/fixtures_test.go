@@ -126,12 +126,27 @@ func (s *mcpServer) start(addr string) {
 	s.mu.Unlock()
 }
 
+// stop closes the server and every connection to it. httptest's Close
+// waits for active requests and closes only idle connections, so a client
+// that reconnects meanwhile (an SSE stream, which never ends on its own)
+// would hold it forever: connections are cut until Close returns.
 func (s *mcpServer) stop() {
 	s.mu.Lock()
 	hs := s.http
 	s.mu.Unlock()
-	hs.CloseClientConnections()
-	hs.Close()
+	closed := make(chan struct{})
+	go func() {
+		hs.Close()
+		close(closed)
+	}()
+	for {
+		hs.CloseClientConnections()
+		select {
+		case <-closed:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // restart stops the server and starts a new one, with no memory of old
