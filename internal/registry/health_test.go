@@ -1,9 +1,12 @@
 package registry_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
@@ -83,4 +86,22 @@ func TestChecksSpreadOverTheInterval(t *testing.T) {
 	if most := slices.Max(byAge[:]); most > n/2 {
 		t.Errorf("last checks by age, in eighths of the interval: %v; want them spread, not %d of %d together", byAge, most, n)
 	}
+}
+
+// TestCheckFindsAChangedSchema: a health check notices a tool that changed
+// in anything but its name, with no notification to say so.
+func TestCheckFindsAChangedSchema(t *testing.T) {
+	srv := newMCPServer(t, legacyServer, quietServer)
+	reg := run(t, newSource(httpSpec(1, srv.url())), testConfig())
+	echo(t, reg, 1, "x")
+
+	srv.server().AddTool(mcp.NewTool("echo", mcp.WithDescription("Echoes text"), mcp.WithString("text", mcp.Required()),
+		mcp.WithString("suffix")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("x"), nil
+	})
+	waitFor(t, "the new echo parameter in the catalog", func() bool {
+		tools, _ := reg.Tools(1)
+		i := slices.IndexFunc(tools, func(t mcp.Tool) bool { return t.Name == "echo" })
+		return i >= 0 && tools[i].InputSchema.Properties["suffix"] != nil
+	})
 }
