@@ -43,23 +43,27 @@ func newCatalog(tools []mcp.Tool) *catalog {
 
 func byName(a, b mcp.Tool) int { return strings.Compare(a.Name, b.Name) }
 
-// lists reports whether tools, as a server listed them, are k's tools to
-// the last field. A health check that finds them so has nothing to sync,
-// and knows it without hashing the list anew (which costs as much as
-// listing it).
-func (k *catalog) lists(tools []mcp.Tool) bool {
+// relisted returns a copy of k that holds tools, if a server listed k's
+// tools again, the same to the last field; else nil. A health check that
+// finds them so has nothing to sync, and knows it without hashing the list
+// anew (which costs as much as listing it). The copy holds the new list,
+// not k's: the client remembers the new one too, and they share their
+// schemas, where keeping k's would hold two copies of each.
+func (k *catalog) relisted(tools []mcp.Tool) *catalog {
 	if len(tools) != len(k.tools) {
-		return false
+		return nil
 	}
 	if !slices.IsSortedFunc(tools, byName) {
 		tools = slices.SortedFunc(slices.Values(tools), byName)
 	}
 	for i := range tools {
 		if !reflect.DeepEqual(tools[i], k.tools[i]) {
-			return false
+			return nil
 		}
 	}
-	return true
+	same := *k
+	same.tools = tools
+	return &same
 }
 
 // lookup returns a listed tool.
@@ -150,9 +154,10 @@ func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*
 	c.mu.Lock()
 	prev := c.cat
 	c.mu.Unlock()
-	if prev != nil && prev.hash != "" && !force && prev.lists(tools) {
-		same := *prev // a copy: publishing sets its version, and prev is published
-		return &same, ToolChanges{}, nil
+	if prev != nil && prev.hash != "" && !force {
+		if same := prev.relisted(tools); same != nil {
+			return same, ToolChanges{}, nil
+		}
 	}
 	next := newCatalog(tools)
 	if prev != nil && prev.hash == next.hash && !force {
@@ -186,7 +191,11 @@ func (c *conn) publishCatalog(next *catalog, seq uint64) {
 	}
 	c.catSeq = seq
 	if c.cat != nil && next.hash == c.cat.hash && maps.Equal(next.disabled, c.cat.disabled) {
-		return // nothing new: keep the version
+		// Nothing new: keep the version, but hold the list just listed,
+		// whose schemas the client shares, and let the old one go.
+		next.version = c.cat.version
+		c.cat = next
+		return
 	}
 	next.version = c.reg.catVersions.Add(1)
 	c.cat = next
