@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -33,7 +34,7 @@ type catalog struct {
 // newCatalog indexes tools, as listed by the server; flags come later.
 func newCatalog(tools []mcp.Tool) *catalog {
 	tools = slices.Clone(tools)
-	slices.SortFunc(tools, func(a, b mcp.Tool) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(tools, byName)
 	b, _ := json.Marshal(tools)
 	sum := sha256.Sum256(b)
 	byName := make(map[string]int, len(tools))
@@ -41,6 +42,31 @@ func newCatalog(tools []mcp.Tool) *catalog {
 		byName[t.Name] = i
 	}
 	return &catalog{tools: tools, byName: byName, hash: string(sum[:])}
+}
+
+func byName(a, b mcp.Tool) int { return strings.Compare(a.Name, b.Name) }
+
+// relisted returns a copy of k that holds tools, if a server listed k's
+// tools again, the same to the last field; else nil. A health check that
+// finds them so has nothing to sync, and knows it without hashing the list
+// anew (which costs as much as listing it). The copy holds the new list,
+// not k's: the client remembers the new one too, and they share their
+// schemas, where keeping k's would hold two copies of each.
+func (k *catalog) relisted(tools []mcp.Tool) *catalog {
+	if len(tools) != len(k.tools) {
+		return nil
+	}
+	if !slices.IsSortedFunc(tools, byName) {
+		tools = slices.SortedFunc(slices.Values(tools), byName)
+	}
+	for i := range tools {
+		if !reflect.DeepEqual(tools[i], k.tools[i]) {
+			return nil
+		}
+	}
+	same := *k
+	same.tools = tools
+	return &same
 }
 
 // lookup returns a listed tool.
@@ -149,10 +175,15 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 // the next check tries again; with no flags known yet, the catalog is nil
 // and the error says why.
 func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*catalog, ToolChanges, error) {
-	next := newCatalog(tools)
 	c.mu.Lock()
 	prev := c.cat
 	c.mu.Unlock()
+	if prev != nil && prev.hash != "" && !force {
+		if same := prev.relisted(tools); same != nil {
+			return same, ToolChanges{}, nil
+		}
+	}
+	next := newCatalog(tools)
 	if prev != nil && prev.hash == next.hash && !force {
 		next.disabled, next.approval = prev.disabled, prev.approval
 		c.reg.logger.Debug("tool list unchanged", append(c.logAttrs(), slog.Int("tools", len(next.tools)))...)
@@ -185,7 +216,11 @@ func (c *conn) publishCatalog(next *catalog, seq uint64) {
 	}
 	c.catSeq = seq
 	if c.cat != nil && next.hash == c.cat.hash && next.sameFlags(c.cat) {
-		return // nothing new: keep the version
+		// Nothing new: keep the version, but hold the list just listed,
+		// whose schemas the client shares, and let the old one go.
+		next.version = c.cat.version
+		c.cat = next
+		return
 	}
 	next.version = c.reg.catVersions.Add(1)
 	c.cat = next

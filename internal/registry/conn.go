@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -48,10 +49,16 @@ type conn struct {
 	connecting bool      // a connect is under way
 	busy       bool      // a scheduler job runs for this conn
 	closed     bool
-	replaced   bool       // closed because a new conn took its place
-	legacy     bool       // the last session opened with the initialize handshake
-	noClassic  bool       // the server refused the initialize handshake
-	sessions   sessionsOf // per_session connectors: the open sessions
+	replaced   bool        // closed because a new conn took its place
+	legacy     bool        // the last session opened with the initialize handshake
+	noClassic  bool        // the server refused the initialize handshake
+	sessions   sessionsOf  // per_session connectors: the open sessions
+	timer      *time.Timer // fires when the next connect or check is due; see arm
+	saved      Health      // as last written to the source; see saveHealth
+
+	// phase places c's health checks within the interval: checks of
+	// different connectors fall at different moments, not all at once.
+	phase time.Duration
 
 	flight singleflight.Group
 	// epoch counts re-initializes; a caller reads it before its request so
@@ -72,7 +79,8 @@ type usage struct {
 
 func newConn(reg *Registry, spec Spec) *conn {
 	p, hc := newPool(reg.cfg.Egress, reg.cfg.MaxIdleConnsPerConnector)
-	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting}}
+	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting},
+		phase: rand.N(reg.cfg.HealthInterval)}
 	reg.metrics.startCounters(c)
 	return c
 }
@@ -196,7 +204,7 @@ func (c *conn) connect(link trace.Link) (err error) {
 	c.publishCatalog(cat, seq)
 	c.legacy = !mcp.IsModernProtocol(version)
 	c.health = Health{State: StateReady, Latency: time.Since(start), CheckedAt: time.Now(), ProtocolVersion: version}
-	c.nextCheck = time.Now().Add(c.reg.cfg.HealthInterval)
+	c.scheduleCheck()
 	h := c.health
 	c.mu.Unlock()
 
@@ -212,7 +220,7 @@ func (c *conn) connect(link trace.Link) (err error) {
 	}
 	c.reg.logger.Info("connector connected", append(c.logAttrs(), slog.String("protocol_version", version),
 		slog.Int("tools", len(tools)), slog.String("latency", h.Latency.String()))...)
-	c.reg.saveHealth(c, h)
+	c.saveHealth(h)
 	return nil
 }
 
@@ -257,6 +265,7 @@ func (c *conn) fail(cause error) {
 	c.setDown(cause)
 	delay := c.reg.backoff(c.failures)
 	c.nextTry = time.Now().Add(delay)
+	c.arm()
 	h, closed, failures := c.health, c.closed, c.failures
 	c.mu.Unlock()
 	if closed {
@@ -267,7 +276,7 @@ func (c *conn) fail(cause error) {
 		slog.Int("failures", failures))...)
 	c.reg.logger.Warn("connector connect failed", append(c.logAttrs(), slog.String("state", string(h.State)),
 		slog.String("error", h.LastError))...)
-	c.reg.saveHealth(c, h)
+	c.saveHealth(h)
 }
 
 // drop takes the connector down because its session s died or stopped
@@ -293,6 +302,7 @@ func (c *conn) drop(s *session, cause error) {
 	if c.flaps > 1 {
 		c.nextTry = c.nextTry.Add(c.reg.backoff(c.flaps - 1))
 	}
+	c.arm()
 	h, delay, flaps := c.health, time.Until(c.nextTry), c.flaps
 	c.mu.Unlock()
 	c.reg.logger.Debug("connector reconnect scheduled", append(c.logAttrs(), slog.String("delay", max(delay, 0).String()),
@@ -300,8 +310,7 @@ func (c *conn) drop(s *session, cause error) {
 	c.reg.closeLater(s)
 	c.reg.logger.Warn("connector connection lost", append(c.logAttrs(), slog.String("state", string(h.State)),
 		slog.String("error", h.LastError))...)
-	c.reg.saveHealth(c, h)
-	c.reg.poke()
+	c.saveHealth(h)
 }
 
 // setDown records the connector as down with cause. c.mu must be held.
@@ -342,11 +351,11 @@ func (c *conn) check() Health {
 	if c.gen == gen {
 		c.failures = 0
 		c.health = Health{State: StateReady, Latency: time.Since(start), CheckedAt: time.Now(), ProtocolVersion: c.health.ProtocolVersion}
-		c.nextCheck = time.Now().Add(c.reg.cfg.HealthInterval)
+		c.scheduleCheck()
 	}
 	h := c.health
 	c.mu.Unlock()
-	c.reg.saveHealth(c, h)
+	c.saveHealth(h)
 	return h
 }
 
@@ -357,6 +366,36 @@ func (c *conn) perSession() bool { return c.spec.SessionMode == SessionPerSessio
 // down reports whether the connector needs a connect. c.mu must be held.
 func (c *conn) down() bool {
 	return c.sess == nil && !(c.perSession() && c.health.State == StateReady)
+}
+
+// saveHealth writes h to the source when it says something new: a state,
+// error or protocol version other than the last written, or a check time
+// more than HealthSaveInterval past the last written one. Latency and check
+// time alone are not news: they change on every check, and the registry
+// serves them from memory (see Registry.Health). A failed write is tried
+// again with the next health.
+func (c *conn) saveHealth(h Health) {
+	c.mu.Lock()
+	last := c.saved
+	news := h.State != last.State || h.LastError != last.LastError || h.ProtocolVersion != last.ProtocolVersion ||
+		h.CheckedAt.Sub(last.CheckedAt) >= c.reg.cfg.HealthSaveInterval
+	if news {
+		c.saved = h
+	}
+	c.mu.Unlock()
+	if !news {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.reg.source.SaveHealth(ctx, c.spec.ID, h); err != nil {
+		c.reg.logger.Error("save health", append(c.logAttrs(), slog.String("error", err.Error()))...)
+		c.mu.Lock()
+		if c.saved == h {
+			c.saved = Health{}
+		}
+		c.mu.Unlock()
+	}
 }
 
 func (c *conn) snapshot() Health {
@@ -373,6 +412,7 @@ func (c *conn) retire(replaced bool) *session {
 	defer c.mu.Unlock()
 	s := c.sess
 	c.sess, c.closed, c.replaced = nil, true, replaced
+	c.arm()
 	return s
 }
 

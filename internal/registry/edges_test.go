@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 )
 
 // The connection edges a new user hits: a call right after connecting, a
@@ -79,8 +80,9 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 	// on-demand probe can bring it back.
 	cfg.BackoffBase, cfg.BackoffMax = time.Hour, time.Hour
 	cfg.ProbeAfter = 200 * time.Millisecond
-	src := newSource(httpSpec(1, srv.url()))
-	reg := run(t, src, cfg)
+	m := telemetrytest.New(t)
+	cfg.MeterProvider = m.Provider
+	reg := run(t, newSource(httpSpec(1, srv.url())), cfg)
 
 	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
 	if !errors.Is(err, registry.ErrUnavailable) || errors.Is(err, registry.ErrToolNotFound) {
@@ -91,7 +93,10 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 		h, _ := reg.Health(1)
 		return time.Since(h.CheckedAt) > cfg.ProbeAfter
 	})
-	before := src.healthCount(1)
+	before := m.Value(t, "connector.connect.errors", conn("c1")...)
+	if before == 0 {
+		t.Fatal("the failed connect was not counted")
+	}
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
@@ -101,8 +106,8 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := src.healthCount(1) - before; n > 1 {
-		t.Errorf("20 calls to a down connector made %d connect attempts, want at most 1", n)
+	if n := m.Value(t, "connector.connect.errors", conn("c1")...) - before; n > 1 {
+		t.Errorf("20 calls to a down connector made %v connect attempts, want at most 1", n)
 	}
 
 	srv.start(addr)

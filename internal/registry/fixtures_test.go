@@ -33,6 +33,7 @@ type mcpServer struct {
 	legacy   bool // answer server/discover with method-not-found
 	silent   bool // never answer server/discover
 	anyHost  bool // serve any Host header (mcp-go refuses non-loopback ones on loopback)
+	quiet    bool // send no notifications/tools/list_changed
 	addr     string
 	requests atomic.Int64 // every HTTP request
 	inits    atomic.Int64
@@ -58,6 +59,7 @@ func legacyServer(s *mcpServer) { s.legacy = true }
 func silentProbe(s *mcpServer)  { s.silent = true }
 func sseServer(s *mcpServer)    { s.sse = true }
 func anyHost(s *mcpServer)      { s.anyHost = true }
+func quietServer(s *mcpServer)  { s.quiet = true }
 
 // progressServer serves mcptest.ProgressTool too.
 func progressServer(s *mcpServer) { s.progress = mcptest.NewWritten() }
@@ -101,7 +103,7 @@ func (s *mcpServer) start(addr string) {
 		s.t.Fatalf("listen %s: %v", addr, err)
 	}
 	s.addr = lis.Addr().String()
-	m := server.NewMCPServer("test", "1.0", server.WithToolCapabilities(true))
+	m := server.NewMCPServer("test", "1.0", server.WithToolCapabilities(!s.quiet))
 	s.addTools(m)
 	s.sessions = &sessionIDs{live: map[string]bool{}}
 	var h http.Handler

@@ -17,61 +17,85 @@ func (r *Registry) Run(ctx context.Context) error {
 	if err := r.Load(ctx); err != nil {
 		return err
 	}
-	tick := time.NewTicker(r.tickInterval())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.dispatch(ctx)
+	}()
+	defer wg.Wait()
+	tick := time.NewTicker(r.cfg.UsageInterval)
 	defer tick.Stop()
-	nextUsage := time.Now().Add(r.cfg.UsageInterval)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		case <-r.wake:
 		}
-		r.schedule()
-		if time.Now().After(nextUsage) {
-			r.expireSessions()
-			r.reportUsage(ctx)
-			nextUsage = time.Now().Add(r.cfg.UsageInterval)
-		}
+		r.expireSessions()
+		r.reportUsage(ctx)
 	}
 }
 
-// tickInterval is how often the loop looks for due work.
-func (r *Registry) tickInterval() time.Duration {
-	return max(min(r.cfg.HealthInterval, r.cfg.BackoffBase)/4, 5*time.Millisecond)
-}
-
-// schedule starts a job for each connector whose connect or check is due,
-// at most Concurrency at once.
-func (r *Registry) schedule() {
-	now := time.Now()
-	for _, c := range r.snapshot() {
-		c.mu.Lock()
-		due := !c.busy && !c.closed && (c.down() && !now.Before(c.nextTry) || c.sess != nil && !now.Before(c.nextCheck))
-		if due {
-			c.busy = true
-		}
-		c.mu.Unlock()
-		if !due {
+// dispatch runs the job of each connector that comes due (see conn.arm),
+// in the order they come due, at most Concurrency at once.
+func (r *Registry) dispatch(ctx context.Context) {
+	for {
+		c := r.due.pop()
+		if c == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.due.wake:
+			}
 			continue
+		}
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
 		if !r.enter() {
 			return
 		}
 		go func() {
 			defer r.bg.Done()
-			select {
-			case r.sem <- struct{}{}:
-			case <-r.life.Done():
-				return
-			}
 			defer func() { <-r.sem }()
-			c.check()
-			c.mu.Lock()
-			c.busy = false
-			c.mu.Unlock()
+			c.job()
 		}()
 	}
+}
+
+// dueQueue holds the connectors whose timers fired, for dispatch.
+type dueQueue struct {
+	mu    sync.Mutex
+	conns []*conn
+	wake  chan struct{} // receives when conns may have become non-empty
+}
+
+func newDueQueue() *dueQueue { return &dueQueue{wake: make(chan struct{}, 1)} }
+
+func (q *dueQueue) push(c *conn) {
+	q.mu.Lock()
+	q.conns = append(q.conns, c)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the connector that came due first, or nil.
+func (q *dueQueue) pop() *conn {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.conns) == 0 {
+		return nil
+	}
+	c := q.conns[0]
+	q.conns[0] = nil
+	q.conns = q.conns[1:]
+	return c
 }
 
 func (r *Registry) snapshot() []*conn {
@@ -143,4 +167,67 @@ func (r *Registry) shutdown() {
 	r.bg.Wait()
 	r.metrics.stop()
 	r.logger.Info("registry closed", slog.Int("connections", len(conns)))
+}
+
+// arm sets c's timer to fire when its next connect or check is due, or
+// stops it when none is. c.mu must be held.
+func (c *conn) arm() {
+	at, ok := c.dueAt()
+	switch {
+	case !ok:
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+	case c.timer == nil:
+		c.timer = time.AfterFunc(time.Until(at), func() { c.reg.due.push(c) })
+	default:
+		c.timer.Reset(time.Until(at))
+	}
+}
+
+// dueAt returns when c's next connect (while down) or health check (while
+// up) is due; false if none is. c.mu must be held.
+func (c *conn) dueAt() (time.Time, bool) {
+	switch {
+	case c.closed:
+		return time.Time{}, false
+	case c.down():
+		return c.nextTry, true
+	case c.sess != nil:
+		return c.nextCheck, true
+	}
+	return time.Time{}, false // a per_session connector: nothing of its own to check
+}
+
+// job runs c's connect or health check if it is due, then arms c's timer
+// for the next one.
+func (c *conn) job() {
+	c.mu.Lock()
+	at, ok := c.dueAt()
+	run := ok && !c.busy && !time.Now().Before(at)
+	if run {
+		c.busy = true
+	}
+	c.mu.Unlock()
+	if !run {
+		return // not due after all, or running: whoever moved it armed the timer
+	}
+	c.check()
+	c.mu.Lock()
+	c.busy = false
+	c.arm()
+	c.mu.Unlock()
+}
+
+// scheduleCheck sets c's next health check to the first moment on c's
+// phase at least half an interval from now. After a check that ran on
+// time that is one interval after the last, so checks of connectors
+// loaded together stay spread over the interval instead of bunching up.
+// c.mu must be held.
+func (c *conn) scheduleCheck() {
+	iv := c.reg.cfg.HealthInterval
+	from := time.Now().Add(iv / 2)
+	wait := (c.phase - time.Duration(from.UnixNano())%iv + iv) % iv
+	c.nextCheck = from.Add(wait)
+	c.arm()
 }

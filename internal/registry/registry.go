@@ -110,6 +110,10 @@ type Config struct {
 	DiscoverTimeout time.Duration // bound on the 2026-07 server/discover probe; 1s
 	CloseGrace      time.Duration // before a stdio server's process group is killed; 2s
 	UsageInterval   time.Duration // between counter reports; 5s
+	// HealthSaveInterval is how often a connector's health is written
+	// to the source when only its check time and latency changed; a
+	// change of state, error or protocol version is written at once; 10m.
+	HealthSaveInterval time.Duration
 	// MaxIdleConnsPerConnector is how many idle HTTP connections an SSE
 	// or streamable-HTTP connector keeps open to its server for reuse:
 	// more than the calls it runs at once, or calls beyond it open new
@@ -143,6 +147,7 @@ func (c *Config) setDefaults() {
 	def(&c.DiscoverTimeout, time.Second)
 	def(&c.CloseGrace, 2*time.Second)
 	def(&c.UsageInterval, 5*time.Second)
+	def(&c.HealthSaveInterval, 10*time.Minute)
 	def(&c.ProbeAfter, 3*time.Second)
 	def(&c.ProbeTimeout, 3*time.Second)
 	def(&c.SessionIdleTTL, 15*time.Minute)
@@ -186,9 +191,9 @@ type Registry struct {
 	loaded   bool
 	stopping bool // set by shutdown: no new background work
 
-	wake chan struct{}
-	sem  chan struct{}
-	bg   sync.WaitGroup // jobs, late closes and refreshes
+	due *dueQueue // connectors whose connect or check is due
+	sem chan struct{}
+	bg  sync.WaitGroup // jobs, late closes and refreshes
 
 	// catVersions numbers the catalogs of every connection (see Catalog).
 	catVersions atomic.Uint64
@@ -206,7 +211,7 @@ func New(source ConnectorSource, cfg Config, logger *slog.Logger) *Registry {
 		life: life, cancel: cancel,
 		conns: make(map[int64]*conn),
 		byRef: make(map[ref]int64),
-		wake:  make(chan struct{}, 1),
+		due:   newDueQueue(),
 		sem:   make(chan struct{}, cfg.Concurrency),
 	}
 	r.metrics = newMetrics(cfg.MeterProvider, r)
@@ -285,7 +290,9 @@ func (r *Registry) Add(spec Spec) {
 	old := r.put(c)
 	r.mu.Unlock()
 	r.retireLater(old)
-	r.poke()
+	c.mu.Lock()
+	c.arm() // a connect, due now
+	c.mu.Unlock()
 }
 
 // Replace swaps in a connection with spec's new settings: the new client
@@ -295,12 +302,11 @@ func (r *Registry) Add(spec Spec) {
 // still take effect and reconnect with backoff.
 func (r *Registry) Replace(ctx context.Context, spec Spec) {
 	c := newConn(r, spec)
-	_ = c.connectShared(ctx)
+	_ = c.connectShared(ctx) // arms c's timer, for a check or a reconnect
 	r.mu.Lock()
 	old := r.put(c)
 	r.mu.Unlock()
 	r.retireLater(old)
-	r.poke()
 }
 
 // retireLater closes a replaced conn once its calls have drained, off the
@@ -507,13 +513,6 @@ func (r *Registry) get(id int64) (*conn, error) {
 	return c, nil
 }
 
-func (r *Registry) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
 // enter registers background work that shutdown must wait for; it
 // returns false once shutdown has begun. Pair a true with r.bg.Done().
 func (r *Registry) enter() bool {
@@ -554,12 +553,4 @@ func (r *Registry) closeLater(s *session) {
 		defer r.bg.Done()
 		s.close(r.cfg.CloseGrace)
 	}()
-}
-
-func (r *Registry) saveHealth(c *conn, h Health) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := r.source.SaveHealth(ctx, c.spec.ID, h); err != nil {
-		r.logger.Error("save health", append(c.logAttrs(), slog.String("error", err.Error()))...)
-	}
 }

@@ -255,6 +255,38 @@ func TestLifecycleDrivesConnections(t *testing.T) {
 	}
 }
 
+// TestGetConnectorShowsTheLiveCheckTime: health checks that find nothing
+// new leave the stored row alone, and GetConnector shows the registry's
+// last check, not the row's.
+func TestGetConnectorShowsTheLiveCheckTime(t *testing.T) {
+	f := setup(t)
+	srv := newTestMCP(t)
+	f.create(t, "ws", mcpConnector("m", srv.url()))
+	f.waitReady(t, "ws", "m")
+	row, err := f.db.GetConnector(ctx(t), "ws", "m")
+	if err != nil || row.Health.CheckedAt == nil {
+		t.Fatalf("stored connector = %+v, %v; want its health checked", row, err)
+	}
+	stored := *row.Health.CheckedAt
+
+	var live time.Time
+	deadline := time.Now().Add(20 * time.Second)
+	for !live.After(stored.Add(time.Second)) { // five health intervals
+		if time.Now().After(deadline) {
+			t.Fatalf("GetConnector's check time stayed at %v; the stored one is %v", live, stored)
+		}
+		time.Sleep(20 * time.Millisecond)
+		resp, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = resp.GetConnector().GetHealth().GetCheckTime().AsTime()
+	}
+	if row, err = f.db.GetConnector(ctx(t), "ws", "m"); err != nil || !row.Health.CheckedAt.Equal(stored) {
+		t.Errorf("stored check time moved from %v to %v (%v); checks of a healthy connector need not write it", stored, row.Health.CheckedAt, err)
+	}
+}
+
 func TestRefreshAndCheck(t *testing.T) {
 	f := setup(t)
 	srv := newTestMCP(t)
