@@ -1,7 +1,6 @@
 // Package mcptest gives the tests' mcp-go servers a long-running tool that
 // reports MCP progress the way a well-behaved server does: every
-// notifications/progress written out before the result; and the
-// benchmarks' direct mcp-go clients their handshake (Dial).
+// notifications/progress written out before the result.
 //
 // mcp-go's servers queue a tool's notifications apart from its result
 // (stdio, SSE and streamable HTTP alike), so the result can overtake the
@@ -29,8 +28,8 @@ const ProgressTool = "progress"
 
 // AddProgressTool adds ProgressTool to m. Called with {"steps": n,
 // "label": l} it sends n notifications/progress with the request's
-// progress token (progress i, total n, message "l i"), each once out has
-// seen the one before written, and answers "done n" once all are; with "hold": true it does not
+// progress token (progress i, total n, message "l i"), waits until out has
+// seen each written, and answers "done n"; with "hold": true it does not
 // answer, and waits for the request to be cancelled instead. A request
 // without a progress token gets no notifications and the answer "done n
 // without a token".
@@ -46,19 +45,15 @@ func AddProgressTool(m *server.MCPServer, out *Written) {
 		if token == nil {
 			return mcp.NewToolResultText(fmt.Sprintf("done %d without a token", steps)), nil
 		}
-		// One at a time: mcp-go's streamable-HTTP server hands a session's
-		// notifications to whichever of its requests' streams takes them
-		// first, so two queued at once, while another call of the session
-		// runs, can reach the client in either order.
 		for i := 1; i <= steps; i++ {
 			err := m.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), map[string]any{
 				"progressToken": token, "progress": i, "total": steps, "message": fmt.Sprintf("%s %d", label, i)})
 			if err != nil {
 				return nil, err
 			}
-			if err := out.wait(ctx, fmt.Sprint(token), i); err != nil {
-				return nil, err
-			}
+		}
+		if err := out.wait(ctx, fmt.Sprint(token), steps); err != nil {
+			return nil, err
 		}
 		if req.GetBool("hold", false) {
 			<-ctx.Done()

@@ -54,7 +54,8 @@ type Decision struct {
 	Arguments         map[string]any `json:",omitempty"`
 	OriginalArguments map[string]any `json:",omitempty"`
 	Message           string         `json:",omitempty"` // Deny: told to the model
-	Actor             string         `json:",omitempty"`
+	Actor             string         `json:",omitempty"` // who decided, as the caller names them
+	KeyID             string         `json:",omitempty"` // the API key the decision came with, if any
 	At                time.Time
 }
 

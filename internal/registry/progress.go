@@ -101,10 +101,22 @@ type progressQueue struct {
 
 	mu      sync.Mutex
 	pending []Progress
+	last    float64 // the highest progress queued so far
+	any     bool
 }
 
+// push queues p. MCP has progress rise with every update, so one that
+// does not is out of date and dropped: a server with calls running at
+// once can deliver a request's notifications out of order (mcp-go's
+// streamable-HTTP server hands them to whichever request's stream takes
+// them first).
 func (q *progressQueue) push(p Progress) {
 	q.mu.Lock()
+	if q.any && p.Progress <= q.last {
+		q.mu.Unlock()
+		return
+	}
+	q.last, q.any = p.Progress, true
 	if len(q.pending) < maxQueuedProgress {
 		q.pending = append(q.pending, p)
 	} else {

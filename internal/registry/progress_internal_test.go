@@ -77,3 +77,16 @@ func TestProgressQueueKeepsTheNewest(t *testing.T) {
 		t.Errorf("delivered %d updates, %v … %v", len(got), got[:2], got[len(got)-2:])
 	}
 }
+
+// An update whose progress does not rise is out of date: dropped.
+func TestProgressThatDoesNotRiseIsDropped(t *testing.T) {
+	q := &progressQueue{wake: make(chan struct{}, 1)}
+	for _, v := range []float64{1, 3, 2, 3, 4} {
+		q.push(Progress{Progress: v})
+	}
+	var got []float64
+	q.deliver(func(p Progress) { got = append(got, p.Progress) })
+	if diff := cmp.Diff([]float64{1, 3, 4}, got); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/server"
 )
@@ -673,5 +674,33 @@ func TestRunRecordsHoldNoSecret(t *testing.T) {
 	}
 	if strings.Contains(rows, distinctive) {
 		t.Error("a run row holds a connector secret")
+	}
+}
+
+// TestDecisionsRecordTheirAPIKey: with auth on, a decision's record names
+// the API key it came with, beside the actor the caller names.
+func TestDecisionsRecordTheirAPIKey(t *testing.T) {
+	model := llmtest.New(t, llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}), llmtest.Answer("ok"))
+	f := setup(t, options{llmURL: model.URL(), auth: auth.ModeAuto})
+	key := f.createKey(t, "", "ws", scopeAdmin)
+	c := bearer(ctx(t), key.GetToken())
+	srv := newTestMCP(t)
+	conn := mcpConnector("m", srv.url())
+	conn.ApprovalPolicy = connectorv1.ApprovalPolicy_APPROVAL_POLICY_ALL
+	if _, err := f.client.CreateConnector(c, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: conn}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := f.client.QueryConnector(c, &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "q"})
+	if err != nil || q.GetResult().GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL {
+		t.Fatalf("query = %v, %v", q, err)
+	}
+	done, err := f.client.ResumeQuery(c, &connectorv1.ResumeQueryRequest{WorkspaceId: "ws", RunId: q.GetResult().GetRunId(),
+		ActorId: "alice", Decisions: []*connectorv1.Decision{approve("call_1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := done.GetResult().GetSteps()[0].GetCalls()[0].GetDecision()
+	if d.GetApiKeyId() != key.GetApiKey().GetKeyId() || d.GetActorId() != "alice" {
+		t.Errorf("decision = %v; want actor alice and key %s", d, key.GetApiKey().GetKeyId())
 	}
 }

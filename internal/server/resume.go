@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
@@ -102,12 +103,17 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err != nil {
 		return nil, err
 	}
+	// A resume asks the model again: it counts against the connector's
+	// query rate limit as a query does.
+	if !s.limits.allow(la.row.ID, la.row.Config.RateLimit) {
+		return nil, newStatus(codes.ResourceExhausted, ReasonRateLimited, "the connector's query rate limit is exceeded; try again shortly")
+	}
 	cat, err := s.reg.Catalog(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	conn := la.connector(cat, s.emb)
-	decisions, err := decisionsFromProto(req, st, conn)
+	decisions, err := decisionsFromProto(ctx, req, st, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +158,7 @@ func resumable(run *store.Run) error {
 // decisionsFromProto checks a request's decisions against the run's
 // pending calls: exactly one per pending call, by its id, and edited
 // arguments that the tool's schema accepts.
-func decisionsFromProto(req resumeRequest, st *orchestrator.State, conn *orchestrator.Connector) (map[string]orchestrator.Decision, error) {
+func decisionsFromProto(ctx context.Context, req resumeRequest, st *orchestrator.State, conn *orchestrator.Connector) (map[string]orchestrator.Decision, error) {
 	pending := map[string]orchestrator.Call{}
 	for _, c := range st.Result.Steps[len(st.Result.Steps)-1].Calls {
 		if c.Pending {
@@ -161,6 +167,10 @@ func decisionsFromProto(req resumeRequest, st *orchestrator.State, conn *orchest
 	}
 	var ch checker
 	now := time.Now()
+	var keyID string
+	if k, ok := auth.KeyFrom(ctx); ok {
+		keyID = k.ID
+	}
 	out := make(map[string]orchestrator.Decision, len(pending))
 	for i, d := range req.GetDecisions() {
 		field := fmt.Sprintf("decisions[%d]", i)
@@ -179,7 +189,7 @@ func decisionsFromProto(req resumeRequest, st *orchestrator.State, conn *orchest
 		}
 		// A message is kept with any decision; a denial's also goes to
 		// the model.
-		dec := orchestrator.Decision{Actor: req.GetActorId(), At: now, Message: d.GetMessage()}
+		dec := orchestrator.Decision{Actor: req.GetActorId(), KeyID: keyID, At: now, Message: d.GetMessage()}
 		switch d.GetKind() {
 		case connectorv1.DecisionKind_DECISION_KIND_APPROVE:
 			dec.Kind = orchestrator.Approve
@@ -349,5 +359,5 @@ func decisionToProto(d *orchestrator.Decision) *connectorv1.CallDecision {
 		return nil
 	}
 	return &connectorv1.CallDecision{Kind: decisionKinds[d.Kind], OriginalArguments: toStruct(d.OriginalArguments),
-		Message: d.Message, ActorId: d.Actor, DecideTime: timestamppb.New(d.At)}
+		Message: d.Message, ActorId: d.Actor, ApiKeyId: d.KeyID, DecideTime: timestamppb.New(d.At)}
 }

@@ -766,8 +766,10 @@ type CallDecision struct {
 	OriginalArguments *structpb.Struct `protobuf:"bytes,2,opt,name=original_arguments,json=originalArguments,proto3" json:"original_arguments,omitempty"`
 	Message           string           `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// ResumeQueryRequest.actor_id.
-	ActorId       string                 `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
-	DecideTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	ActorId    string                 `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	DecideTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	// The API key the decision came with, when auth is on: who relayed it.
+	ApiKeyId      string `protobuf:"bytes,6,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -835,6 +837,13 @@ func (x *CallDecision) GetDecideTime() *timestamppb.Timestamp {
 		return x.DecideTime
 	}
 	return nil
+}
+
+func (x *CallDecision) GetApiKeyId() string {
+	if x != nil {
+		return x.ApiKeyId
+	}
+	return ""
 }
 
 // ToolCall is one tool call of a query run.
@@ -1875,14 +1884,16 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\vannotations\x18\x05 \x01(\v2\x1d.connector.v1.ToolAnnotationsR\vannotations\x12\x1c\n" +
 	"\treasoning\x18\x06 \x01(\tR\treasoning\x12\x1d\n" +
 	"\n" +
-	"step_index\x18\a \x01(\x05R\tstepIndex\"\xf8\x01\n" +
+	"step_index\x18\a \x01(\x05R\tstepIndex\"\x96\x02\n" +
 	"\fCallDecision\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.connector.v1.DecisionKindR\x04kind\x12F\n" +
 	"\x12original_arguments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11originalArguments\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x19\n" +
 	"\bactor_id\x18\x04 \x01(\tR\aactorId\x12;\n" +
 	"\vdecide_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"decideTime\"\xd9\x02\n" +
+	"decideTime\x12\x1c\n" +
+	"\n" +
+	"api_key_id\x18\x06 \x01(\tR\bapiKeyId\"\xd9\x02\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x125\n" +
