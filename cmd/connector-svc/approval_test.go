@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"testing"
-
 	"net/http/httptest"
 	"sync/atomic"
+	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"

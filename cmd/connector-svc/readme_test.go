@@ -66,24 +66,20 @@ func TestREADMECommands(t *testing.T) {
 		run := strings.NewReplacer("localhost:50051", addr, "127.0.0.1:3001", mcpAddr, ".dev/bin/connector-svc", bin).Replace(line)
 		if m := varLine.FindStringSubmatch(line); m != nil {
 			// NAME=$(grpcurl … | sed …): kept for the lines after it.
-			cmd := exec.Command("bash", "-o", "pipefail", "-c", run+"\nprintf %s \"$"+m[1]+"\"")
-			cmd.Env, cmd.Stderr = env, os.Stderr
-			val, err := cmd.Output()
-			if err != nil || len(val) == 0 {
-				t.Fatalf("README line %d: %v; printed %q\n%s", i+1, err, val, line)
+			val := readmeVar(t, i, line, run, m[1], env)
+			if len(val) == 0 {
+				t.Fatalf("README line %d printed nothing into %s:\n%s", i+1, m[1], line)
 			}
-			env = append(env, m[1]+"="+string(val))
+			env = append(env, m[1]+"="+val)
 			continue
 		}
 		if m := keyLine.FindStringSubmatch(line); m != nil {
 			name, workspace := m[1], m[2]
-			cmd := exec.Command("bash", "-c", run+"\nprintf %s \"$"+name+"\"")
-			cmd.Env, cmd.Stderr = env, os.Stderr
-			token, err := cmd.Output()
-			if err != nil || !tokenPattern.Match(token) {
-				t.Fatalf("README line %d: %v; printed %q\n%s", i+1, err, token, line)
+			token := readmeVar(t, i, line, run, name, env)
+			if !tokenPattern.MatchString(token) {
+				t.Fatalf("README line %d printed %q, not a token:\n%s", i+1, token, line)
 			}
-			env, keys[workspace] = append(env, name+"="+string(token)), string(token)
+			env, keys[workspace] = append(env, name+"="+token), token
 			waitUnauthenticated(t, "a call without a key, after the README created one", func() error {
 				_, err := client.ListConnectors(testCtx(t), &connectorv1.ListConnectorsRequest{WorkspaceId: workspace})
 				return err
@@ -109,6 +105,20 @@ func TestREADMECommands(t *testing.T) {
 	if len(keys) == 0 {
 		t.Error("the README creates no API key")
 	}
+}
+
+// readmeVar runs README line i (as run), which sets variable name, and
+// returns the variable's value; a failing command, in a pipe too, fails
+// the test.
+func readmeVar(t *testing.T, i int, line, run, name string, env []string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", run+"\nprintf %s \"$"+name+"\"")
+	cmd.Env, cmd.Stderr = env, os.Stderr
+	val, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("README line %d: %v; printed %q\n%s", i+1, err, val, line)
+	}
+	return string(val)
 }
 
 // varLine is a README line that keeps part of a grpcurl answer in a

@@ -456,10 +456,16 @@ func (c Catalog) Tool(name string) (mcp.Tool, *bool, bool) {
 	if err != nil {
 		return mcp.Tool{}, nil, false
 	}
+	return t, c.Override(name), true
+}
+
+// Override returns a tool's approval override: true, always ask; false,
+// never; nil, none (its connector's policy decides).
+func (c Catalog) Override(name string) *bool {
 	if v, set := c.cat.approval[name]; set {
-		return t, &v, true
+		return &v
 	}
-	return t, nil, true
+	return nil
 }
 
 // Catalog returns connector id's current catalog once it can take calls:

@@ -129,7 +129,7 @@ func agentTools(cat registry.Catalog, policy string) []orchestrator.Tool {
 	for _, t := range enabled {
 		spec, _ := toolSpec(t)
 		tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: spec.InputSchema,
-			Annotations: t.Annotations, RequiresApproval: catalogNeedsApproval(policy, cat, t.Name)})
+			Annotations: t.Annotations, RequiresApproval: needsApproval(policy, t, cat.Override(t.Name))})
 	}
 	return tools
 }

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
-	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -134,10 +133,4 @@ func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest) e
 		return approvalRequired(req.GetToolName())
 	}
 	return nil
-}
-
-// catalogNeedsApproval is needsApproval for a tool of cat.
-func catalogNeedsApproval(policy string, cat registry.Catalog, name string) bool {
-	t, override, ok := cat.Tool(name)
-	return ok && needsApproval(policy, t, override)
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -117,7 +118,7 @@ func TestGatedCallPausesAndApprovalRunsIt(t *testing.T) {
 	if n := len(srv.toolCallHeaders()); n != 1 {
 		t.Errorf("the MCP server got %d tools/call, want 1", n)
 	}
-	if msgs := toolMessages(model.Requests()[1]); !slices0(msgs, "hi") {
+	if msgs := toolMessages(model.Requests()[1]); !slices.Equal(msgs, []string{"hi"}) {
 		t.Errorf("the model's tool messages after approval = %q, want [hi]", msgs)
 	}
 	call := done.GetSteps()[0].GetCalls()[0]
@@ -137,8 +138,6 @@ func TestGatedCallPausesAndApprovalRunsIt(t *testing.T) {
 		t.Errorf("run after resume = %v", run.GetStatus())
 	}
 }
-
-func slices0(got []string, want ...string) bool { return cmp.Equal(got, want) }
 
 func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
 	t.Helper()
@@ -171,7 +170,7 @@ func TestApproveWithEditedArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	// echo answers with what it received.
-	if msgs := toolMessages(model.Requests()[1]); !slices0(msgs, "send 10 EUR") {
+	if msgs := toolMessages(model.Requests()[1]); !slices.Equal(msgs, []string{"send 10 EUR"}) {
 		t.Errorf("the server answered %q; want it to have received the edited arguments", msgs)
 	}
 	call := done.GetSteps()[0].GetCalls()[0]
@@ -299,12 +298,11 @@ func TestPausedRunExpires(t *testing.T) {
 		options{approvalTimeout: 200 * time.Millisecond, runSweep: time.Hour},
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"late"}`}))
 	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "the paused run to show as expired", func() bool {
+		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_EXPIRED
+	})
 	_, err := f.resume(t, res.GetRunId(), approve("call_1"))
 	wantStatus(t, err, codes.FailedPrecondition, server.ReasonRunExpired, "")
-	if run := f.getRun(t, res.GetRunId()); run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_EXPIRED {
-		t.Errorf("GetQueryRun = %v, want EXPIRED", run.GetStatus())
-	}
 	// Listed as expired, not as awaiting, before any sweep marks it so.
 	for st, want := range map[connectorv1.QueryStatus]int{connectorv1.QueryStatus_QUERY_STATUS_EXPIRED: 1,
 		connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL: 0} {
@@ -503,11 +501,7 @@ func TestStreamApprovalEventOrder(t *testing.T) {
 	}
 	var kinds []string
 	var runID string
-	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			break
-		}
+	for _, msg := range recvAll(t, stream) {
 		kinds = append(kinds, eventKind(msg))
 		if a := msg.GetApprovalRequired(); a != nil {
 			runID = a.GetRunId()
@@ -527,11 +521,7 @@ func TestStreamApprovalEventOrder(t *testing.T) {
 	}
 	kinds = nil
 	var last *connectorv1.StreamQueryConnectorResponse
-	for {
-		msg, err := rs.Recv()
-		if err != nil {
-			break
-		}
+	for _, msg := range recvAll(t, rs) {
 		kinds = append(kinds, eventKind(msg.GetEvent()))
 		last = msg.GetEvent()
 	}
@@ -575,11 +565,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-// slowAnswer answers after d, as a slow model does.
-func slowAnswer(d time.Duration, text string) llmtest.Step {
+// heldAnswer answers once released, telling reached when the request
+// came: a model still thinking while the test looks.
+func heldAnswer(text string, reached, release chan struct{}) llmtest.Step {
 	answer := llmtest.Answer(text)
 	return func(req openai.ChatCompletionRequest) llmtest.Reply {
-		time.Sleep(d)
+		close(reached)
+		<-release
 		return answer(req)
 	}
 }
@@ -588,22 +580,29 @@ func slowAnswer(d time.Duration, text string) llmtest.Step {
 // decisions are in its record, and the run goes on to its end even if the
 // caller gives up.
 func TestResumeOutlivesItsCaller(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
 	f, _, srv := approvalFixture(t, connectorv1.ApprovalPolicy_APPROVAL_POLICY_ALL, options{},
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"hi"}`}),
-		slowAnswer(time.Second, "It said hi."))
+		heldAnswer("It said hi.", reached, release))
 	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
-	short, cancel := context.WithTimeout(ctx(t), 300*time.Millisecond)
-	defer cancel()
-	_, err := f.client.ResumeQuery(short, &connectorv1.ResumeQueryRequest{WorkspaceId: "ws", RunId: res.GetRunId(), ActorId: "alice",
-		Decisions: []*connectorv1.Decision{approve("call_1")}})
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("ResumeQuery with a short deadline: %v, want DEADLINE_EXCEEDED", err)
+	caller, cancel := context.WithCancel(ctx(t))
+	errs := make(chan error, 1)
+	go func() {
+		_, err := f.client.ResumeQuery(caller, &connectorv1.ResumeQueryRequest{WorkspaceId: "ws", RunId: res.GetRunId(), ActorId: "alice",
+			Decisions: []*connectorv1.Decision{approve("call_1")}})
+		errs <- err
+	}()
+	<-reached // the approved call ran; the model is asked again
+	cancel()
+	if err := <-errs; status.Code(err) != codes.Canceled {
+		t.Fatalf("ResumeQuery cancelled by its caller: %v, want CANCELED", err)
 	}
 	// Meanwhile the record says who decided what.
 	if run := f.getRun(t, res.GetRunId()); run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_RUNNING ||
 		run.GetResult().GetSteps()[0].GetCalls()[0].GetDecision().GetActorId() != "alice" {
 		t.Errorf("run while resumed = %v; want RUNNING with alice's decision", run)
 	}
+	close(release)
 	waitFor(t, "the resumed run to complete", func() bool {
 		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_COMPLETED
 	})

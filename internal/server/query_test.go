@@ -217,9 +217,10 @@ func TestStreamEventOrder(t *testing.T) {
 }
 
 // recvAll receives a stream's messages until it ends.
-func recvAll(t *testing.T, stream connectorv1.ConnectorService_StreamQueryConnectorClient) []*connectorv1.StreamQueryConnectorResponse {
+// recvAll reads a stream to its end, failing the test on an error.
+func recvAll[T any](t *testing.T, stream interface{ Recv() (*T, error) }) []*T {
 	t.Helper()
-	var msgs []*connectorv1.StreamQueryConnectorResponse
+	var msgs []*T
 	for {
 		msg, err := stream.Recv()
 		if err == io.EOF {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,10 @@ type Run struct {
 const runColumns = `id, workspace_id, coalesce(connector_id, 0), connector_external_id, session_id, query, context,
 	max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms, version,
 	created_at, updated_at, expires_at, finished_at`
+
+// listColumns are runColumns without the resume state, which a listing
+// does not show: it is not read at all.
+var listColumns = strings.Replace(runColumns, " state,", " NULL::jsonb,", 1)
 
 func scanRun(row pgx.Row) (*Run, error) {
 	var r Run
@@ -150,7 +155,7 @@ type RunFilter struct {
 // creation time), without their resume state. A paused run past its
 // expiry counts as expired, whether or not ExpireRuns has marked it yet.
 func (db *DB) ListRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
-	q := `SELECT ` + runColumns + ` FROM query_runs WHERE workspace_id = $1
+	q := `SELECT ` + listColumns + ` FROM query_runs WHERE workspace_id = $1
 		AND ($2 = '' OR connector_external_id = $2)
 		AND ($3 = '' OR CASE WHEN status = 'awaiting_approval' AND expires_at <= now() THEN 'expired' ELSE status END = $3)
 		AND ($4::timestamptz IS NULL OR created_at >= $4)
@@ -165,9 +170,6 @@ func (db *DB) ListRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Run, error) { return scanRun(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list query runs: %w", err)
-	}
-	for _, r := range runs {
-		r.State = nil
 	}
 	return runs, nil
 }
