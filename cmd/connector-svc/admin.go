@@ -62,6 +62,7 @@ func (cfg *config) readAdmin(getenv func(string) string) error {
 type observability struct {
 	meters metric.MeterProvider
 	ready  *telemetry.Readiness
+	build  build // what the binary was built from: in the start-up line and a metric
 }
 
 // withAdmin builds the metrics exporters and the admin listener, runs
@@ -69,7 +70,9 @@ type observability struct {
 // and pushes the metrics not exported yet.
 func withAdmin(ctx context.Context, cfg config, db *store.DB, logger *slog.Logger,
 	serve func(context.Context, observability) error) error {
-	metrics, err := telemetry.NewMetrics(ctx, telemetry.MetricsConfig{Exporters: cfg.MetricsExporters, OTLPProtocol: cfg.OTLPProtocol})
+	b := readBuild()
+	metrics, err := telemetry.NewMetrics(ctx, telemetry.MetricsConfig{Exporters: cfg.MetricsExporters, OTLPProtocol: cfg.OTLPProtocol,
+		Build: b.attrs()})
 	if err != nil {
 		return err
 	}
@@ -80,14 +83,14 @@ func withAdmin(ctx context.Context, cfg config, db *store.DB, logger *slog.Logge
 			logger.Warn("metrics not flushed", slog.String("error", err.Error()))
 		}
 	}()
-	obs := observability{meters: metrics.MeterProvider(), ready: telemetry.NewReadiness(db, telemetry.ReadinessConfig{}, logger)}
+	obs := observability{meters: metrics.MeterProvider(), ready: telemetry.NewReadiness(db, telemetry.ReadinessConfig{}, logger), build: b}
 	if cfg.AdminAddr == "" {
 		return serve(ctx, obs)
 	}
 	admin, err := telemetry.ListenAdmin(telemetry.AdminConfig{Addr: cfg.AdminAddr, Metrics: metrics.Handler(),
 		Ready: obs.ready, Pprof: cfg.AdminPprof}, logger)
 	if err != nil {
-		return err
+		return inUse(err, "ADMIN_ADDR (-admin-addr, or off)")
 	}
 	logger.InfoContext(ctx, "admin serving", slog.String("addr", admin.Addr()), slog.Bool("metrics", metrics.Handler() != nil),
 		slog.Bool("pprof", cfg.AdminPprof), slog.Any("metrics_exporters", cfg.MetricsExporters))

@@ -185,6 +185,9 @@ func sample(fams map[string]*dto.MetricFamily, metric, labels string) (float64, 
 	}
 	want := map[string]string{}
 	for _, kv := range strings.Split(labels, ",") {
+		if kv == "" { // no labels
+			continue
+		}
 		k, v, _ := strings.Cut(kv, "=")
 		want[k] = v
 	}
@@ -221,13 +224,17 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 // seriesNames are the names a PromQL query can select in fams: a
-// histogram's _bucket, _sum and _count series.
+// histogram's _bucket, _sum and _count series, a summary's _sum and
+// _count.
 func seriesNames(fams map[string]*dto.MetricFamily) map[string]bool {
 	out := map[string]bool{}
 	for name, fam := range fams {
 		out[name] = true
-		if fam.GetType() == dto.MetricType_HISTOGRAM {
+		switch fam.GetType() {
+		case dto.MetricType_HISTOGRAM:
 			out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = true, true, true
+		case dto.MetricType_SUMMARY:
+			out[name+"_sum"], out[name+"_count"] = true, true
 		}
 	}
 	return out
@@ -266,7 +273,13 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-var metricName = regexp.MustCompile(`\bconnector_[a-z0-9_]+`)
+// metricName matches the names of the service's metrics, its RPCs' and
+// the Go runtime's and process's in a query whose label matchers and
+// grouping clauses are cut (labelClauses): rpc_method is a label.
+var (
+	metricName   = regexp.MustCompile(`\b(?:connector|rpc|go|process)_[a-z0-9_]+`)
+	labelClauses = regexp.MustCompile(`\{[^}]*\}|\b(?:by|without|on|ignoring)\s*\([^)]*\)|,\s*[a-z_]+\)`)
+)
 
 // dashboardMetrics are the metric names the dashboard's panels and
 // variables query, sorted.
@@ -286,7 +299,7 @@ func dashboardMetrics(t *testing.T) []string {
 		}
 	}
 	for _, e := range exprs {
-		for _, name := range metricName.FindAllString(e, -1) {
+		for _, name := range metricName.FindAllString(labelClauses.ReplaceAllString(e, " "), -1) {
 			seen[name] = true
 		}
 	}

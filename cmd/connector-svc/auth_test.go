@@ -90,16 +90,25 @@ func TestKeysCLI(t *testing.T) {
 		t.Errorf("keys list does not tell the revoked key from the valid one:\n%s", list)
 	}
 
-	for name, args := range map[string][]string{
-		"no scope":          {"create", "--workspace", "acme"},
-		"bad scope":         {"create", "--workspace", "acme", "--scope", "root"},
-		"no workspace":      {"create", "--scope", "admin"},
-		"list no workspace": {"list"},
-		"revoke unknown":    {"revoke", "aaaaaaaa"},
-		"revoke no id":      {"revoke"},
+	for name, tt := range map[string]struct {
+		args []string
+		want string // what the error says is wrong
+	}{
+		"no scope":          {[]string{"create", "--workspace", "acme"}, "keys create: --scope is missing"},
+		"bad scope":         {[]string{"create", "--workspace", "acme", "--scope", "root"}, "keys create: --scope:"},
+		"no workspace":      {[]string{"create", "--scope", "admin"}, "keys create: --workspace is missing"},
+		"list no workspace": {[]string{"list"}, "keys list: --workspace is missing"},
+		"list extra":        {[]string{"list", "--workspace", "acme", "all"}, `keys list takes flags only, not ["all"]`},
+		"revoke unknown":    {[]string{"revoke", "aaaaaaaa"}, `no API key "aaaaaaaa"`},
+		"revoke no id":      {[]string{"revoke"}, "keys revoke: want one key ID"},
 	} {
-		if out, err := keysCLI(t, url, args...); err == nil || anyToken.MatchString(out) {
+		out, err := keysCLI(t, url, tt.args...)
+		if err == nil || anyToken.MatchString(out) {
 			t.Errorf("keys %s: %q, %v; want an error and no token", name, out, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "<nil>") {
+			t.Errorf("keys %s: %v; want an error saying %q", name, err, tt.want)
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
 // config is everything an operator can set. Each field has an environment
@@ -60,18 +63,37 @@ type config struct {
 	AdminPprof, AdminAnyAddress bool
 	MetricsExporters            []string // from OTEL_METRICS_EXPORTER
 	OTLPProtocol                string
+
+	// Version is -version: print the version, read nothing else.
+	Version bool
 }
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/connector_svc?sslmode=disable"
 
+// commands are the commands that take the service's flags, before or
+// after their name; keys takes flags of its own.
+var commands = []string{"serve", "migrate", "reseal", "healthcheck", "version"}
+
+// usageError is a command line that cannot run: main prints it, then the
+// usage, to stderr.
+type usageError struct {
+	err   error
+	usage string
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
 // parseConfig reads flags from args, then, for each flag not given, its
-// environment variable through getenv. It returns the remaining arguments
-// (the subcommand). Help shows the built-in defaults, never the
-// environment's values: those may hold secrets (a DATABASE_URL password).
-func parseConfig(args []string, getenv func(string) string, usage io.Writer) (config, []string, error) {
+// environment variable through getenv. It returns the remaining arguments:
+// the command and, for keys, its arguments. -h prints the usage to stdout
+// and returns flag.ErrHelp; a bad command line is a *usageError. Help
+// shows the built-in defaults, never the environment's values: those may
+// hold secrets (a DATABASE_URL password).
+func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, []string, error) {
 	fs := flag.NewFlagSet("connector-svc", flag.ContinueOnError)
-	fs.SetOutput(usage)
-	fs.Usage = func() { printUsage(fs, usage) }
+	fs.SetOutput(io.Discard) // the errors are returned; the usage printed by the caller's choice
+	fs.Usage = func() {}
 	var cfg config
 	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
 	var approvalTimeout, runRetention string
@@ -104,8 +126,17 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	sizeFlags(fs, &cfg)
 	tlsFlags(fs, &cfg)
 	adminFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
+	rest, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(fs, stdout)
 		return config{}, nil, err
+	}
+	if err != nil {
+		return config{}, nil, &usageError{err: err, usage: usageText(fs)}
+	}
+	if cfg.Version || rest[0] == "version" {
+		return config{Version: true}, rest, nil // whatever the environment holds
 	}
 	if err := setFromEnv(fs, getenv); err != nil {
 		return config{}, nil, err
@@ -114,7 +145,6 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	cfg.LLMAPIKey = getenv("LLM_API_KEY")
 	cfg.StdioAllowedCommands = splitList(allowed)
 
-	var err error
 	if cfg.RPCTimeout, err = positiveDuration("RPC_TIMEOUT", rpcTimeout); err != nil {
 		return config{}, nil, err
 	}
@@ -175,28 +205,76 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if cfg.EgressDeny, err = egress.ParsePrefixes(egressDeny); err != nil {
 		return config{}, nil, fmt.Errorf("EGRESS_DENY_CIDRS: %w", err)
 	}
-	return cfg, fs.Args(), nil
+	return cfg, rest, nil
+}
+
+// parseArgs parses the flags, the command ("serve" if none) and the flags
+// after a command that takes them, and returns the command and, for keys,
+// its arguments.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	rest := fs.Args()
+	switch {
+	case len(rest) == 0:
+		return []string{"serve"}, nil
+	case rest[0] == "keys":
+		return rest, nil
+	case !slices.Contains(commands, rest[0]):
+		return nil, fmt.Errorf("unknown command %q: want %s or keys", rest[0], strings.Join(commands, ", "))
+	}
+	if err := fs.Parse(rest[1:]); err != nil {
+		return nil, fmt.Errorf("%s: %w", rest[0], err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s takes flags only, not %q", rest[0], fs.Args())
+	}
+	return rest[:1], nil
+}
+
+// usageText is the usage printUsage prints.
+func usageText(fs *flag.FlagSet) string {
+	var b strings.Builder
+	printUsage(fs, &b)
+	return b.String()
 }
 
 // printUsage is the -h text: the commands, the flags with their built-in
-// defaults, and the settings that are environment only.
+// defaults, and the settings that are environment only. The values a
+// setting takes come from the code that reads it.
 func printUsage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "Usage: connector-svc [flags] [serve|migrate|reseal|healthcheck|keys ...]\n\n"+
+	fmt.Fprintf(w, "Usage: connector-svc [flags] [serve|migrate|reseal|healthcheck|version] [flags]\n"+
+		"       connector-svc [flags] keys create|list|revoke ...\n\n"+
 		"  serve        apply migrations, then serve gRPC (default)\n"+
 		"  migrate      apply migrations and exit\n"+
 		"  keys         create, list or revoke API keys (connector-svc keys -h)\n"+
 		"  reseal       seal every stored secret again under the first SECRET_KEY, and exit\n"+
-		"  healthcheck  ask the service at GRPC_ADDR for its gRPC health; exit 0 if SERVING, else 1\n\n"+
-		"Flags (each overrides the environment variable named; defaults are the built-in ones):\n")
+		"  healthcheck  ask the service at GRPC_ADDR for its gRPC health; exit 0 if SERVING, else 1\n"+
+		"  version      print the version, VCS revision and Go version the binary was built from (also -version)\n\n"+
+		"Flags, before or after the command (for keys, before it: keys has flags of its own). Each overrides\n"+
+		"the environment variable named; defaults are the built-in ones:\n")
+	fs.SetOutput(w)
 	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 	fmt.Fprintf(w, "\nEnvironment only (a flag would show in ps):\n"+
 		"  SECRET_KEY   base64 of 32 random bytes (openssl rand -base64 32) sealing connector secrets;\n"+
 		"               several, comma-separated, to rotate: the first seals, all open\n"+
 		"  LLM_API_KEY  bearer key for LLM_BASE_URL\n"+
 		"\nOpenTelemetry, environment only (the standard variables):\n"+
-		"  OTEL_METRICS_EXPORTER  prometheus (default: /metrics on ADMIN_ADDR), otlp, both comma-separated, or none\n"+
-		"  OTEL_TRACES_EXPORTER   otlp or none (default); OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES name the spans\n"+
-		"  OTEL_EXPORTER_OTLP_*   where otlp pushes: endpoint, protocol (http/protobuf or grpc), headers\n")
+		"  OTEL_METRICS_EXPORTER  %s (default: /metrics on ADMIN_ADDR), %s, both comma-separated, or %s\n"+
+		"  OTEL_TRACES_EXPORTER   %s (default %s); OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES name the spans\n"+
+		"  OTEL_EXPORTER_OTLP_*   where otlp pushes: endpoint, protocol (%s or %s), headers\n",
+		telemetry.ExporterPrometheus, telemetry.ExporterOTLP, telemetry.ExporterNone,
+		orList(telemetry.TraceExporters()), "none", telemetry.ProtocolHTTP, telemetry.ProtocolGRPC)
+}
+
+// orList is "a, b or c".
+func orList(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
 }
 
 func sizeFlags(fs *flag.FlagSet, cfg *config) {
@@ -235,6 +313,9 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if f.Name == "version" { // a command, not a setting: VERSION may mean anything
+			return
+		}
 		v := getenv(name)
 		if err != nil || given[f.Name] || v == "" {
 			return

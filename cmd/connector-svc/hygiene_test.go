@@ -58,6 +58,10 @@ func TestHelpShowsNoEnvironmentValues(t *testing.T) {
 		if args[0] == "-h" && !errors.Is(err, flag.ErrHelp) {
 			t.Errorf("run -h = %v; want flag.ErrHelp", err)
 		}
+		var usage *usageError
+		if errors.As(err, &usage) { // main prints it to stderr
+			out.WriteString(usage.usage)
+		}
 		secrets.check(t, "the output of run "+strings.Join(args, " "), out.String()+err.Error())
 		for _, want := range []string{"SECRET_KEY", "LLM_API_KEY", "DATABASE_URL", defaultDatabaseURL, "127.0.0.1:50051"} {
 			if !strings.Contains(out.String(), want) {

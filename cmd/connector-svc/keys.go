@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
-const keysUsage = `Usage:
+// keysUsage is the keys -h text. The RPCs of scope query come from the
+// table the auth guard enforces.
+func keysUsage() string {
+	return `Usage:
   connector-svc keys create --workspace W --scope admin[,query] [--name N]
       prints the new key's token, once, and nothing else: KEY=$(connector-svc keys create …)
   connector-svc keys list --workspace W
@@ -23,11 +27,30 @@ const keysUsage = `Usage:
       calls with the key fail at once, in every running service
 
 A key belongs to one workspace. Scope admin: connectors, tools and keys (admin
-may also query); scope query: CallTool, QueryConnector, StreamQueryConnector,
-ListSessions, CloseSession. The token is csk_<id>_<secret>: its id is what list
-shows and revoke takes. The database is DATABASE_URL (or -database-url before
-"keys").
+may also query); scope query: ` + wrap(strings.Join(server.ScopeMethods(auth.ScopeQuery), ", ")+".", 80, len("may also query); scope query: ")) + `
+The token is csk_<id>_<secret>: its id is what list shows and revoke takes.
+The database is DATABASE_URL (or -database-url before "keys").
 `
+}
+
+// wrap breaks s at spaces into lines of at most width columns, the first
+// of which starts at column first.
+func wrap(s string, width, first int) string {
+	var b strings.Builder
+	col := first
+	for i, w := range strings.Fields(s) {
+		if i > 0 && col+1+len(w) > width {
+			b.WriteString("\n")
+			col = 0
+		} else if i > 0 {
+			b.WriteString(" ")
+			col++
+		}
+		b.WriteString(w)
+		col += len(w)
+	}
+	return b.String()
+}
 
 // keysCommand is one parsed `keys` subcommand, run on the key store.
 type keysCommand func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error
@@ -47,28 +70,55 @@ func runKeys(ctx context.Context, cfg config, args []string, stdout io.Writer) e
 	return cmd(ctx, auth.NewKeys(db, auth.Config{}, nil), stdout)
 }
 
+// parseKeys parses the arguments of keys. -h prints the usage to usage
+// and returns flag.ErrHelp; bad arguments are a *usageError that names
+// what is missing or extra.
 func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
-		fmt.Fprint(usage, keysUsage)
-		if len(args) > 0 {
-			return nil, flag.ErrHelp
-		}
-		return nil, errors.New("keys: want create, list or revoke")
+	bad := func(format string, a ...any) error {
+		return &usageError{err: fmt.Errorf(format, a...), usage: keysUsage()}
+	}
+	if len(args) == 0 {
+		return nil, bad("keys: want create, list or revoke")
+	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprint(usage, keysUsage())
+		return nil, flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("connector-svc keys "+args[0], flag.ContinueOnError)
-	fs.SetOutput(usage)
-	fs.Usage = func() { fmt.Fprint(usage, keysUsage) }
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	workspace := fs.String("workspace", "", "the key's workspace")
 	scope := fs.String("scope", "", "create: admin, query or admin,query")
 	name := fs.String("name", "", "create: what the key is for")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(usage, keysUsage())
 		return nil, err
+	} else if err != nil {
+		return nil, bad("keys %s: %v", args[0], err)
 	}
-	switch {
-	case args[0] == "create" && fs.NArg() == 0:
+	switch args[0] {
+	case "create", "list":
+		if fs.NArg() > 0 {
+			return nil, bad("keys %s takes flags only, not %q", args[0], fs.Args())
+		}
+		if *workspace == "" {
+			return nil, bad("keys %s: --workspace is missing: a key belongs to one workspace", args[0])
+		}
+	case "revoke":
+		if fs.NArg() != 1 {
+			return nil, bad("keys revoke: want one key ID (connector-svc keys list --workspace W shows them), not %q", fs.Args())
+		}
+	default:
+		return nil, bad("keys %s: unknown; want create, list or revoke", args[0])
+	}
+	switch args[0] {
+	case "create":
+		if *scope == "" {
+			return nil, bad("keys create: --scope is missing: admin, query or admin,query")
+		}
 		scopes, err := auth.ParseScopes(strings.Split(*scope, ","))
-		if err != nil || *workspace == "" {
-			return nil, fmt.Errorf("keys create: want --workspace W --scope admin[,query]: %v", err)
+		if err != nil {
+			return nil, bad("keys create: --scope: %v", err)
 		}
 		return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
 			_, token, err := keys.Create(ctx, *workspace, scopes, *name)
@@ -78,26 +128,23 @@ func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
 			_, err = fmt.Fprintln(stdout, token)
 			return err
 		}, nil
-	case args[0] == "list" && fs.NArg() == 0 && *workspace != "":
+	case "list":
 		return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
 			return listKeys(ctx, keys, *workspace, stdout)
 		}, nil
-	case args[0] == "revoke" && fs.NArg() == 1:
-		id := fs.Arg(0)
-		return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
-			k, err := keys.Revoke(ctx, "", id)
-			if errors.Is(err, store.ErrAPIKeyNotFound) {
-				return fmt.Errorf("keys revoke: no API key %q (connector-svc keys list --workspace W shows them)", id)
-			}
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(stdout, "revoked API key %s of workspace %s\n", k.ID, k.WorkspaceID)
-			return err
-		}, nil
 	}
-	fmt.Fprint(usage, keysUsage)
-	return nil, fmt.Errorf("keys %s: bad arguments %q", args[0], args[1:])
+	id := fs.Arg(0)
+	return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
+		k, err := keys.Revoke(ctx, "", id)
+		if errors.Is(err, store.ErrAPIKeyNotFound) {
+			return fmt.Errorf("keys revoke: no API key %q (connector-svc keys list --workspace W shows them)", id)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "revoked API key %s of workspace %s\n", k.ID, k.WorkspaceID)
+		return err
+	}, nil
 }
 
 // listKeys prints a workspace's keys as a table, revoked ones included.

@@ -10,9 +10,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
-	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,11 @@ func main() {
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
+	var usage *usageError
+	if errors.As(err, &usage) {
+		fmt.Fprintf(os.Stderr, "connector-svc: %v\n\n%s", err, usage.usage)
+		os.Exit(2)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "connector-svc: %v\n", err)
 		os.Exit(1)
@@ -52,15 +58,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	command := "serve"
-	if len(rest) > 0 {
-		command = rest[0]
+	command := rest[0]
+	if cfg.Version {
+		_, err := fmt.Fprintln(stdout, readBuild())
+		return err
 	}
 	if command == "keys" {
 		return runKeys(ctx, cfg, rest[1:], stdout)
-	}
-	if len(rest) > 1 || !slices.Contains([]string{"serve", "migrate", "reseal", "healthcheck"}, command) {
-		return fmt.Errorf("unknown command %q: want serve, migrate, reseal, healthcheck or keys", rest)
 	}
 	if command == "healthcheck" {
 		return healthcheck(ctx, cfg, stdout)
@@ -96,9 +100,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return reseal(ctx, db, box, logger)
 	}
 	if err := checkSecretKey(ctx, db, box); err != nil {
-		return err
+		return fmt.Errorf("%w\n\n%s", err, devSecretsHint(cfg.DatabaseURL))
 	}
-	keys := auth.NewKeys(db, auth.Config{}, logger)
+	keys := auth.NewKeys(db, auth.Config{OnFirstKey: func() { logFirstKey(ctx, cfg.Auth, logger) }}, logger)
 	if err := keys.Load(ctx); err != nil {
 		return err
 	}
@@ -113,6 +117,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// logFirstKey says what the first API key, created while the service
+// runs, changes for callers.
+func logFirstKey(ctx context.Context, mode auth.Mode, logger *slog.Logger) {
+	switch mode {
+	case auth.ModeAuto:
+		logger.InfoContext(ctx, "the first API key was created: API keys are now required (AUTH=auto); "+
+			"calls without one fail with UNAUTHENTICATED", slog.String("auth", string(mode)))
+	case auth.ModeKeys:
+		logger.InfoContext(ctx, "the first API key was created: calls with it are now accepted (AUTH=keys)",
+			slog.String("auth", string(mode)))
+	default:
+		logger.WarnContext(ctx, "an API key was created, but AUTH="+string(mode)+" asks callers for none; "+
+			"restart with AUTH=auto or AUTH=keys to require keys", slog.String("auth", string(mode)))
+	}
 }
 
 // openDB connects, creating the database if needed, and migrates.
@@ -145,6 +165,19 @@ func checkSecretKey(ctx context.Context, db *store.DB, box *secret.Box) error {
 		return fmt.Errorf("connector %q of workspace %q: %w", id, ws, err)
 	}
 	return nil
+}
+
+// devSecretsHint says how to get past stored secrets that do not open,
+// in development: `make run` takes SECRET_KEY from .dev/secret_key.
+func devSecretsHint(databaseURL string) string {
+	name := "connector_svc"
+	if u, err := url.Parse(databaseURL); err == nil && strings.Trim(u.Path, "/") != "" {
+		name = strings.Trim(u.Path, "/")
+	}
+	return "In development (make run), SECRET_KEY comes from .dev/secret_key: restore that file (or set SECRET_KEY to the key\n" +
+		"the secrets were sealed with), or start afresh by dropping the development database, which deletes its\n" +
+		"connectors and keys:\n" +
+		"  psql -h 127.0.0.1 -U postgres -c 'DROP DATABASE " + name + "'"
 }
 
 // reseal seals every stored secret again under the first SECRET_KEY, so
@@ -201,7 +234,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		return err
 	}
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp,
-		Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel}, server.Config{
+		MeterProvider: obs.meters, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
@@ -222,7 +255,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	g, hs := server.NewGRPCServer(srv, creds...)
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err)
+		return inUse(fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err), "GRPC_ADDR (-grpc-addr)")
 	}
 	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRegistry()
@@ -240,7 +273,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		slog.Bool("tls", cfg.TLSCertFile != ""), slog.Bool("client_certificates_required", cfg.TLSClientCAFile != ""),
 		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands),
 		slog.Any("egress_allow_cidrs", cfg.EgressAllow), slog.Any("egress_deny_cidrs", cfg.EgressDeny),
-		slog.String("auth", string(cfg.Auth)), slog.String("traces_exporter", tracing.Exporter))
+		slog.String("auth", string(cfg.Auth)), slog.String("traces_exporter", tracing.Exporter),
+		slog.String("version", obs.build.Version), slog.String("revision", obs.build.revision()))
 
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Serve(lis) })
@@ -260,6 +294,15 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// inUse says what a listen that failed with "address already in use"
+// most likely means; setting is where to give another address.
+func inUse(err error, setting string) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	return fmt.Errorf("%w: another connector-svc is probably running there; stop it, or set %s to a free address", err, setting)
 }
 
 // newAgent returns the connector agent, or nil when no LLM is configured:

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,8 +204,25 @@ func TestRunRefusesStoredSecretsWithoutTheirKey(t *testing.T) {
 		err := run(testCtx(t), []string{"-grpc-addr", "127.0.0.1:0", "-database-url", url}, getenv(env), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "SECRET_KEY") {
 			t.Errorf("%s: run = %v; want an error naming SECRET_KEY", name, err)
+			continue
+		}
+		// What to do in development: restore the key make run reads, or
+		// drop this database.
+		for _, want := range []string{".dev/secret_key", "DROP DATABASE " + dbName(t, url)} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: the error does not say %q:\n%v", name, want, err)
+			}
 		}
 	}
+}
+
+// dbName is the database name of a Postgres URL.
+func dbName(t *testing.T, databaseURL string) string {
+	u, err := neturl.Parse(databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
 }
 
 func TestRunUnreachableDatabase(t *testing.T) {

@@ -37,6 +37,10 @@ type Config struct {
 	LookupTimeout time.Duration
 	// RetryMax caps the wait between attempts to listen for changes (30s).
 	RetryMax time.Duration
+	// OnFirstKey, if set, is called once when this process learns that the
+	// first key exists after Load found none: created here, or told by Run
+	// of one created elsewhere (another replica, the keys CLI).
+	OnFirstKey func()
 }
 
 // Keys creates, lists, revokes and verifies API keys. Verify answers from a
@@ -52,6 +56,7 @@ type Keys struct {
 	// exist is whether any key was ever created: ModeAuto turns auth on
 	// when it becomes true.
 	exist   atomic.Bool
+	loaded  atomic.Bool // Load has run: a key appearing from now on is news
 	lookups singleflight.Group
 
 	mu    sync.RWMutex
@@ -93,9 +98,18 @@ func (k *Keys) Load(ctx context.Context) error {
 		return err
 	}
 	if exist {
-		k.exist.Store(true)
+		k.markExist()
 	}
+	k.loaded.Store(true)
 	return nil
+}
+
+// markExist records that a key exists, and calls OnFirstKey if it is the
+// first this process hears of after Load.
+func (k *Keys) markExist() {
+	if !k.exist.Swap(true) && k.loaded.Load() && k.cfg.OnFirstKey != nil {
+		k.cfg.OnFirstKey()
+	}
 }
 
 // Exist reports whether any key was ever created (revoked ones count), as
@@ -127,7 +141,7 @@ func (k *Keys) Create(ctx context.Context, workspaceID string, scopes []Scope, n
 		if err != nil {
 			return Key{}, "", err
 		}
-		k.exist.Store(true)
+		k.markExist()
 		return fromStore(row), token, nil
 	}
 }
@@ -205,7 +219,7 @@ func (k *Keys) lookup(ctx context.Context, h [sha256.Size]byte, gen uint64) (cac
 		return cached{}, fmt.Errorf("verify API key: %w", err)
 	}
 	c := cached{key: fromStore(row), until: k.now().Add(k.cfg.CacheTTL)}
-	k.exist.Store(true)
+	k.markExist()
 	k.mu.Lock()
 	if k.gen == gen {
 		k.cache[h] = c

@@ -44,5 +44,5 @@ func (k *Keys) resync(ctx context.Context) {
 // changed is told the id of each key created, revoked or deleted.
 func (k *Keys) changed(id string) {
 	k.forget(id)
-	k.exist.Store(true)
+	k.markExist()
 }

@@ -92,9 +92,10 @@ func New(cfg Config) (*Client, error) {
 	hc.Transport = telemetry.Traceparent(hc.Transport)
 	oc := openai.DefaultConfig(cfg.APIKey)
 	oc.BaseURL = cfg.BaseURL
-	oc.HTTPClient = &retrying{next: &hc, retries: cfg.MaxRetries, base: cfg.BackoffBase}
+	m := newMetrics(cfg.MeterProvider, cfg.Model)
+	oc.HTTPClient = &retrying{next: &hc, retries: cfg.MaxRetries, base: cfg.BackoffBase, retried: m.retried}
 	return &Client{api: openai.NewClientWithConfig(oc), model: cfg.Model, embeddingModel: cfg.EmbeddingModel,
-		metrics: newMetrics(cfg.MeterProvider)}, nil
+		metrics: m}, nil
 }
 
 // Model is the default model.
@@ -107,7 +108,7 @@ func (c *Client) Chat(ctx context.Context, req openai.ChatCompletionRequest) (re
 		req.Model = c.model
 	}
 	defer func(start time.Time) { c.metrics.record(ctx, req.Model, start, resp, err) }(time.Now())
-	resp, err = c.api.CreateChatCompletion(ctx, req)
+	resp, err = c.api.CreateChatCompletion(withModel(ctx, req.Model), req)
 	if err != nil {
 		return resp, apiError(ctx, err)
 	}
@@ -124,7 +125,7 @@ func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error)
 	if c.embeddingModel == "" {
 		return nil, ErrNoEmbeddings
 	}
-	resp, err := c.api.CreateEmbeddings(ctx, openai.EmbeddingRequest{Input: texts, Model: openai.EmbeddingModel(c.embeddingModel)})
+	resp, err := c.api.CreateEmbeddings(withModel(ctx, c.embeddingModel), openai.EmbeddingRequest{Input: texts, Model: openai.EmbeddingModel(c.embeddingModel)})
 	if err != nil {
 		return nil, apiError(ctx, err)
 	}
@@ -164,11 +165,13 @@ func apiError(ctx context.Context, err error) error {
 
 // retrying is go-openai's HTTP client: it retries 429 and 5xx answers and
 // connection failures with backoff, honouring Retry-After, while the
-// request's context allows.
+// request's context allows. It calls retried before each retry, with the
+// status retried (0: unreachable).
 type retrying struct {
 	next    *http.Client
 	retries int
 	base    time.Duration
+	retried func(ctx context.Context, status int)
 }
 
 func (r *retrying) Do(req *http.Request) (*http.Response, error) {
@@ -193,7 +196,9 @@ func (r *retrying) Do(req *http.Request) (*http.Response, error) {
 		if deadline, ok := req.Context().Deadline(); ok && time.Until(deadline) < wait {
 			return resp, err // no time left to wait: give the caller this answer
 		}
+		status := 0
 		if resp != nil {
+			status = resp.StatusCode
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 		}
@@ -202,6 +207,7 @@ func (r *retrying) Do(req *http.Request) (*http.Response, error) {
 		case <-req.Context().Done():
 			return nil, req.Context().Err()
 		}
+		r.retried(req.Context(), status)
 	}
 }
 

@@ -19,16 +19,18 @@ type metrics struct {
 	errors   metric.Int64Counter
 	duration metric.Float64Histogram
 	tokens   metric.Int64Counter
+	retries  metric.Int64Counter
 }
 
 // requestBuckets are the bounds, in seconds, of the request duration
 // histogram: a model answers in a second or in minutes.
 var requestBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300}
 
-// newMetrics makes the instruments on mp (nil: no-op). The names are
-// constants, checked by the tests; the SDK returns a working instrument
-// with any error.
-func newMetrics(mp metric.MeterProvider) *metrics {
+// newMetrics makes the instruments on mp (nil: no-op), with the requests
+// and retries of model (the default one) at 0. The names are constants,
+// checked by the tests; the SDK returns a working instrument with any
+// error.
+func newMetrics(mp metric.MeterProvider, model string) *metrics {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
@@ -43,7 +45,32 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		metric.WithExplicitBucketBoundaries(requestBuckets...))
 	x.tokens, _ = m.Int64Counter("connector.llm.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens the endpoint reported, by type: input (prompt) or output (completion)."))
+	x.retries, _ = m.Int64Counter("connector.llm.retries", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests to the endpoint sent again, by the status of the answer retried: 429, a 5xx, or unreachable."))
+	zero := metric.WithAttributeSet(attribute.NewSet(attribute.String("model", model)))
+	x.requests.Add(context.Background(), 0, zero)
+	x.retries.Add(context.Background(), 0, zero)
 	return &x
+}
+
+// modelKey is the context key of the model a request is for.
+type modelKey struct{}
+
+// retried counts a retry of a request made under ctx (see withModel)
+// whose answer was status (0: unreachable).
+func (x *metrics) retried(ctx context.Context, status int) {
+	model, _ := ctx.Value(modelKey{}).(string)
+	label := "unreachable"
+	if status != 0 {
+		label = strconv.Itoa(status)
+	}
+	x.retries.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("model", model), attribute.String("status", label))))
+}
+
+// withModel tells the retrying HTTP client which model ctx's request is
+// for: it sees only the HTTP request.
+func withModel(ctx context.Context, model string) context.Context {
+	return context.WithValue(ctx, modelKey{}, model)
 }
 
 // record records one request for model that started at start.

@@ -37,3 +37,31 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsCountRetries: a 429 and a 502 retried before the answer count
+// two retries of the model, one per status; the counter is at 0 before.
+func TestMetricsCountRetries(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Fail(http.StatusTooManyRequests, "slow down", nil),
+		llmtest.Fail(http.StatusBadGateway, "upstream", nil), llmtest.Answer("done"))
+	m := telemetrytest.New(t)
+	c, err := llm.New(llm.Config{BaseURL: srv.URL(), Model: "test-model", BackoffBase: time.Millisecond, MeterProvider: m.Provider})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := telemetrytest.Attrs("model", "test-model")
+	if got, ok := m.Point(t, "connector.llm.retries", model...); !ok || got != 0 {
+		t.Errorf("connector.llm.retries before any request = %v (present %v), want 0", got, ok)
+	}
+	if _, err := chat(t, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []string{"429", "502"} {
+		attrs := telemetrytest.Attrs("model", "test-model", "status", status)
+		if got, ok := m.Point(t, "connector.llm.retries", attrs...); !ok || got != 1 {
+			t.Errorf("connector.llm.retries%v = %v (present %v), want 1", attrs, got, ok)
+		}
+	}
+	if got, _ := m.Point(t, "connector.llm.requests", model...); got != 1 {
+		t.Errorf("connector.llm.requests = %v, want 1: a retried request counts once", got)
+	}
+}

@@ -28,6 +28,8 @@ type metrics struct {
 	state       metric.Int64ObservableGauge
 	sessions    metric.Int64ObservableGauge
 	gauges      metric.Registration // the gauges' callback
+	// zeroStates label the state gauge's zeros: each state, no connector.
+	zeroStates []metric.ObserveOption
 }
 
 // callBuckets are the bounds, in seconds, of the call duration histogram:
@@ -60,10 +62,17 @@ func newMetrics(mp metric.MeterProvider, r *Registry) *metrics {
 	x.processes, _ = m.Int64UpDownCounter("connector.stdio.processes", metric.WithUnit("{process}"),
 		metric.WithDescription("stdio server processes started and not yet reaped."))
 	x.state, _ = m.Int64ObservableGauge("connector.state",
-		metric.WithDescription("1 for each connector held, labelled with its state: connecting, ready, degraded or error."))
+		metric.WithDescription("1 for each connector held, labelled with its state: connecting, ready, degraded or error; "+
+			"and 0 for each state without a connector label, so that every state is present before the first connector."))
 	x.sessions, _ = m.Int64ObservableGauge("connector.sessions.open", metric.WithUnit("{session}"),
 		metric.WithDescription("Open per-session connections of a per_session connector."))
+	for _, s := range []State{StateConnecting, StateReady, StateDegraded, StateError} {
+		x.zeroStates = append(x.zeroStates, metric.WithAttributeSet(attribute.NewSet(attribute.String("state", string(s)))))
+	}
 	x.gauges, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, zero := range x.zeroStates {
+			o.ObserveInt64(x.state, 0, zero)
+		}
 		for _, c := range r.snapshot() {
 			c.mu.Lock()
 			state, sessions := c.health.State, len(c.sessions)
@@ -75,7 +84,18 @@ func newMetrics(mp metric.MeterProvider, r *Registry) *metrics {
 		}
 		return nil
 	}, x.state, x.sessions)
+	x.startTotals()
 	return &x
+}
+
+// startTotals creates each counter at zero without connector labels, so
+// that a dashboard or an alert on a fresh service reads 0, not nothing.
+func (x *metrics) startTotals() {
+	ctx := context.Background()
+	for _, c := range []metric.Int64Counter{x.calls, x.callErrors, x.reconnects, x.reinits, x.connectErrs} {
+		c.Add(ctx, 0)
+	}
+	x.processes.Add(ctx, 0)
 }
 
 // stop unregisters the gauges' callback.

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -98,6 +100,7 @@ type Server struct {
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.TracerProvider
+	meters metric.MeterProvider // nil: no RPC metrics
 }
 
 // Deps are the Server's collaborators.
@@ -124,6 +127,10 @@ type Deps struct {
 	// one. A caller's W3C trace context (otel's global propagator) is
 	// continued.
 	TracerProvider trace.TracerProvider
+	// MeterProvider records the RPCs' metrics (otelgrpc's
+	// rpc.server.call.duration, by method and status code, refused calls
+	// included); nil records none.
+	MeterProvider metric.MeterProvider
 }
 
 // New returns a Server.
@@ -154,7 +161,7 @@ func New(d Deps, cfg Config) *Server {
 		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, 2*cfg.QueryTimeout, d.Logger),
 		emb:  newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),
-		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider}
+		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
 }
 
 // countsInterval is how often query counters are written to the store.
@@ -178,7 +185,9 @@ func (s *Server) Close(ctx context.Context) {
 // never reaches the other interceptors. Every RPC but health checks gets
 // a server span (otelgrpc), in the caller's trace if it sent one; with a
 // no-op TracerProvider no span is made, and the caller's trace context is
-// only carried on (continueTrace). opts come after the service's own, for
+// only carried on (continueTrace). With a MeterProvider, the same otelgrpc
+// handler records every RPC but health checks (refused ones too: it sees
+// the status the caller got). opts come after the service's own, for
 // transport credentials (TLS).
 func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	server := []grpc.ServerOption{
@@ -193,8 +202,13 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 	}
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
-	if makesSpans(s.tracer) {
+	if makesSpans(s.tracer) || recordsMetrics(s.meters) {
+		var meters metric.MeterProvider = noopmetric.NewMeterProvider() // not otel's global one
+		if recordsMetrics(s.meters) {
+			meters = s.meters
+		}
 		server = append(server, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(s.tracer),
+			otelgrpc.WithMeterProvider(meters),
 			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))))
 	} else {
 		t := newContinueTrace()

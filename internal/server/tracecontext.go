@@ -7,6 +7,8 @@ import (
 
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -19,6 +21,13 @@ import (
 func makesSpans(tp trace.TracerProvider) bool {
 	_, off := tp.(noop.TracerProvider)
 	return !off
+}
+
+// recordsMetrics reports whether mp records metrics: false for nil and the
+// no-op provider that telemetry.NewMetrics gives when metrics are off.
+func recordsMetrics(mp metric.MeterProvider) bool {
+	_, off := mp.(noopmetric.MeterProvider)
+	return mp != nil && !off
 }
 
 // continueTrace is what otelgrpc's server handler does for an RPC when no

@@ -11,7 +11,9 @@
 //     sent to the HTTP servers the service calls (Traceparent). The
 //     packages that make spans take a trace.TracerProvider.
 //
-// The gRPC server has one otelgrpc stats handler (server.NewGRPCServer), for
-// its spans; RPC metrics, if wanted, come from that handler given a meter
-// provider, not from a second one.
+// Every exporter also gets the Go runtime's and the process's metrics,
+// from Prometheus's own collectors (go_*, process_*: bridged into OTLP),
+// and connector_svc.build_info. The gRPC server has one otelgrpc stats
+// handler (server.NewGRPCServer), for its spans and its RPC metrics
+// (rpc.server.call.duration by method and status code), not a second one.
 package telemetry

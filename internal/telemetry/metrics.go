@@ -9,7 +9,9 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelbridge "go.opentelemetry.io/contrib/bridges/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -87,6 +89,9 @@ type MetricsConfig struct {
 	// OTEL_METRIC_EXPORT_INTERVAL (default 60s), from the standard OTEL_*
 	// environment variables itself.
 	OTLPProtocol string
+	// Build labels the connector_svc.build_info gauge (always 1): the
+	// version, revision and Go version the binary was built from.
+	Build []attribute.KeyValue
 }
 
 // Metrics is the service's meter provider and its exporters.
@@ -94,17 +99,26 @@ type Metrics struct {
 	provider metric.MeterProvider
 	sdk      *sdkmetric.MeterProvider // nil when metrics are off
 	handler  http.Handler             // nil without the Prometheus exporter
-	once     sync.Once
+	// runtime gathers the Go runtime's and the process's metrics from
+	// Prometheus's own collectors: /metrics serves them as they are, and
+	// the OTLP exporter receives them through the Prometheus bridge.
+	runtime *prometheus.Registry
+	once    sync.Once
 }
 
 // NewMetrics builds the meter provider of cfg.Exporters. It starts
 // nothing that needs joining: the OTLP exporter's periodic reader runs
-// until Shutdown.
+// until Shutdown. Besides what the service's parts record, every exporter
+// gets the Go runtime's metrics (go_goroutines, go_memstats_*,
+// go_gc_duration_seconds, …), the process's (process_resident_memory_bytes,
+// process_open_fds, process_cpu_seconds_total, …) and the build info.
 func NewMetrics(ctx context.Context, cfg MetricsConfig) (*Metrics, error) {
 	m := &Metrics{provider: noop.NewMeterProvider()}
 	if len(cfg.Exporters) == 0 {
 		return m, nil
 	}
+	m.runtime = prometheus.NewRegistry()
+	m.runtime.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the name.
 	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "connector-svc")),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
@@ -121,7 +135,26 @@ func NewMetrics(ctx context.Context, cfg MetricsConfig) (*Metrics, error) {
 	}
 	m.sdk = sdkmetric.NewMeterProvider(opts...)
 	m.provider = m.sdk
+	if err := buildInfo(m.sdk, cfg.Build); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// buildInfo registers the build info gauge: 1, labelled with build.
+func buildInfo(mp metric.MeterProvider, build []attribute.KeyValue) error {
+	meter := mp.Meter("github.com/connector-svc/connector-svc/internal/telemetry")
+	set := metric.WithAttributeSet(attribute.NewSet(build...))
+	_, err := meter.Int64ObservableGauge("connector_svc.build_info",
+		metric.WithDescription("1, labelled with the version, VCS revision and Go version of the running binary."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, set)
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("build info gauge: %w", err)
+	}
+	return nil
 }
 
 // reader returns the reader of one exporter; the Prometheus one also sets
@@ -136,7 +169,7 @@ func (m *Metrics) reader(ctx context.Context, exporter, protocol string) (sdkmet
 		if err != nil {
 			return nil, fmt.Errorf("prometheus exporter: %w", err)
 		}
-		m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+		m.handler = promhttp.HandlerFor(prometheus.Gatherers{reg, m.runtime}, promhttp.HandlerOpts{})
 		return exp, nil
 	case ExporterOTLP:
 		var exp sdkmetric.Exporter
@@ -149,7 +182,7 @@ func (m *Metrics) reader(ctx context.Context, exporter, protocol string) (sdkmet
 		if err != nil {
 			return nil, fmt.Errorf("otlp metric exporter: %w", err)
 		}
-		return sdkmetric.NewPeriodicReader(exp), nil
+		return sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(otelbridge.NewMetricProducer(otelbridge.WithGatherer(m.runtime)))), nil
 	}
 	return nil, fmt.Errorf("unknown metrics exporter %q", exporter)
 }

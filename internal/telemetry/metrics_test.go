@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/connector-svc/connector-svc/internal/telemetry"
@@ -72,7 +73,8 @@ func TestMetricsOff(t *testing.T) {
 }
 
 func TestPrometheusNames(t *testing.T) {
-	m, err := telemetry.NewMetrics(context.Background(), telemetry.MetricsConfig{Exporters: []string{telemetry.ExporterPrometheus}})
+	m, err := telemetry.NewMetrics(context.Background(), telemetry.MetricsConfig{Exporters: []string{telemetry.ExporterPrometheus},
+		Build: []attribute.KeyValue{attribute.String("version", "v1.2.3")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,23 +92,27 @@ func TestPrometheusNames(t *testing.T) {
 		"connector_tool_calls_total 3\n",
 		"connector_tool_call_duration_seconds_count 1\n",
 		`target_info{`, `service_name="connector-svc"`,
+		"go_goroutines ", "process_resident_memory_bytes ", `connector_svc_build_info{version="v1.2.3"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("scrape lacks %q:\n%s", want, body)
 		}
 	}
-	if strings.Contains(body, "otel_scope_name") || strings.Contains(body, "go_goroutines") {
-		t.Errorf("scrape has scope labels or the default registry's metrics:\n%s", body)
+	if strings.Contains(body, "otel_scope_name") {
+		t.Errorf("scrape has scope labels:\n%s", body)
 	}
 }
 
 // TestOTLPExport pushes metrics to a fake OTLP/HTTP collector at
-// OTEL_EXPORTER_OTLP_ENDPOINT, on Shutdown.
+// OTEL_EXPORTER_OTLP_ENDPOINT, on Shutdown: the service's, the build info,
+// and the Go runtime's and process's through the Prometheus bridge.
 func TestOTLPExport(t *testing.T) {
 	var posts atomic.Int64
 	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/metrics" && strings.Contains(string(body), "connector.tool.calls") {
+		has := func(s string) bool { return strings.Contains(string(body), s) }
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/metrics" && has("connector.tool.calls") &&
+			has("connector_svc.build_info") && has("go_goroutines") && has("process_resident_memory_bytes") {
 			posts.Add(1)
 		}
 		w.Header().Set("Content-Type", "application/x-protobuf")
@@ -127,6 +133,6 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if posts.Load() == 0 {
-		t.Error("Shutdown pushed nothing to the collector")
+		t.Error("Shutdown pushed nothing to the collector, or not the runtime's and the build's metrics")
 	}
 }

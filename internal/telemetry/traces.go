@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
@@ -25,6 +26,11 @@ type Tracing struct {
 	Exporter string
 	shutdown func(context.Context) error
 }
+
+// TraceExporters are the values OTEL_TRACES_EXPORTER takes: the span
+// exporters autoexport registers (console writes spans to stdout, as
+// JSON, between the log lines).
+func TraceExporters() []string { return []string{"otlp", "console", "none"} }
 
 // SetupTracing builds the tracer provider that the standard OpenTelemetry
 // environment asks for. The SDK reads it from the process environment:
@@ -50,8 +56,9 @@ func SetupTracing(ctx context.Context) (*Tracing, error) {
 			return nil, nil
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("traces exporter (OTEL_TRACES_EXPORTER %q, OTEL_EXPORTER_OTLP_PROTOCOL %q): %w; want otlp or none, grpc or http/protobuf",
-			os.Getenv("OTEL_TRACES_EXPORTER"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), err)
+		return nil, fmt.Errorf("traces exporter (OTEL_TRACES_EXPORTER %q, OTEL_EXPORTER_OTLP_PROTOCOL %q): %w; want one of %s, and %s or %s",
+			os.Getenv("OTEL_TRACES_EXPORTER"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), err,
+			strings.Join(TraceExporters(), ", "), ProtocolHTTP, ProtocolGRPC)
 	}
 	if unset || autoexport.IsNoneSpanExporter(exp) || os.Getenv("OTEL_SDK_DISABLED") == "true" {
 		return &Tracing{Provider: noop.NewTracerProvider(), Exporter: "none"}, nil

@@ -144,3 +144,25 @@ func TestTraceparent(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceExportersAreAccepted: every value TraceExporters lists (the
+// help's list) is one SetupTracing takes, and its error names them all.
+func TestTraceExportersAreAccepted(t *testing.T) {
+	for _, name := range telemetry.TraceExporters() {
+		setenv(t, map[string]string{"OTEL_TRACES_EXPORTER": name, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+		tr, err := telemetry.SetupTracing(ctxT(t))
+		if err != nil {
+			t.Errorf("OTEL_TRACES_EXPORTER=%s: %v", name, err)
+			continue
+		}
+		if want := name; tr.Exporter != want {
+			t.Errorf("OTEL_TRACES_EXPORTER=%s: exporter %q", name, tr.Exporter)
+		}
+		_ = tr.Shutdown(ctxT(t))
+	}
+	setenv(t, map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"})
+	_, err := telemetry.SetupTracing(ctxT(t))
+	if err == nil || !strings.Contains(err.Error(), "otlp, console, none") {
+		t.Errorf("OTEL_TRACES_EXPORTER=jaeger: %v; want an error naming otlp, console, none", err)
+	}
+}
