@@ -66,6 +66,7 @@ func (b *syncBuffer) String() string {
 
 type fixture struct {
 	client connectorv1.ConnectorServiceClient
+	conn   *grpc.ClientConn
 	db     *store.DB
 	reg    *registry.Registry
 	logs   *syncBuffer
@@ -161,7 +162,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs, keys: keys, srv: srv}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, logs: logs, keys: keys, srv: srv}
 }
 
 func ctx(t *testing.T) context.Context {
