@@ -67,13 +67,18 @@ func (l *runLog) add(r *store.Run) {
 	l.pending = append(l.pending, r)
 }
 
-// save writes a run now.
+// save writes a run now. A run that can still go on (paused, or resumed
+// and running) is committed durably; a finished one asynchronously, so the
+// caller does not wait for a disk flush: its row is readable all the same.
 func (l *runLog) save(ctx context.Context, r *store.Run) error {
 	if l.db == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if r.FinishedAt != nil {
+		return l.db.SaveRunsAsyncCommit(ctx, []*store.Run{r})
+	}
 	return l.db.SaveRuns(ctx, []*store.Run{r})
 }
 
