@@ -1,8 +1,9 @@
 // Package auth decides who may call the service. It owns API keys: random
 // tokens shown once, stored only as their SHA-256, each bound to one
 // workspace and a set of scopes. It creates, lists and revokes them
-// (through the store), verifies them with a short-lived cache that a
-// revocation empties at once, and provides the gRPC interceptors that
+// (through the store), verifies them with a cache that is trusted only
+// while this process is confirmed to have heard of every revocation, and
+// provides the gRPC interceptors that
 // authenticate every call (Guard).
 package auth
 

@@ -202,6 +202,8 @@ func bearer(ctx context.Context) (string, error) {
 type workspaced interface{ GetWorkspaceId() string }
 
 // checkWorkspace refuses a request for another workspace than the key's.
+// A request naming none goes on to its handler, which refuses it as
+// invalid: every RPC with a scope requires workspace_id.
 func (g *Guard) checkWorkspace(ctx context.Context, method string, req any) error {
 	key, ok := KeyFrom(ctx)
 	if !ok {
@@ -214,7 +216,14 @@ func (g *Guard) checkWorkspace(ctx context.Context, method string, req any) erro
 		}
 		return nil
 	}
-	if ws := r.GetWorkspaceId(); ws != key.WorkspaceID {
+	ws := r.GetWorkspaceId()
+	if ws == "" {
+		// A missing workspace is a bad request, not another workspace: the
+		// handler refuses it (INVALID_ARGUMENT "workspace_id: required")
+		// with the request's other problems, before it reads anything.
+		return nil
+	}
+	if ws != key.WorkspaceID {
 		return g.deny(ctx, method, &key, codes.PermissionDenied, ReasonWrongWorkspace,
 			fmt.Sprintf("API key %s is for workspace %q, not %q", key.ID, key.WorkspaceID, ws), "workspace_id", key.WorkspaceID)
 	}

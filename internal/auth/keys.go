@@ -24,15 +24,20 @@ type KeyStore interface {
 	ListAPIKeys(ctx context.Context, workspaceID, after string, limit int) ([]*store.APIKey, error)
 	RevokeAPIKey(ctx context.Context, id, workspaceID string) (*store.APIKey, error)
 	AnyAPIKeys(ctx context.Context) (bool, error)
-	ListenAPIKeys(ctx context.Context, listening func(), changed func(id string)) error
+	ListenAPIKeys(ctx context.Context, interval time.Duration, listening func(), changed func(id string), confirmed func(since time.Time)) error
 }
 
 // Config tunes Keys; zero values take the defaults.
 type Config struct {
-	// CacheTTL bounds how long a verified key is trusted without asking the
-	// store again (30s). It only matters when a change notification is
-	// lost: a revocation empties the cache of every running service at once.
+	// CacheTTL bounds how long a verified key is kept without reading its
+	// row again (30s).
 	CacheTTL time.Duration
+	// Confirm is how long the cache is trusted after Run last confirmed
+	// that it has heard every key change committed before (1s); Run
+	// confirms every Confirm/4. Revoke waits Confirm before it returns, so
+	// that every service has heard of the revocation or stopped trusting
+	// its cache by then.
+	Confirm time.Duration
 	// LookupTimeout bounds one store lookup of a key (5s).
 	LookupTimeout time.Duration
 	// RetryMax caps the wait between attempts to listen for changes (30s).
@@ -44,9 +49,13 @@ type Config struct {
 }
 
 // Keys creates, lists, revokes and verifies API keys. Verify answers from a
-// cache, so a known key costs no database round trip; Revoke empties the
-// cache entry in this process at once, and Run does the same for changes
-// made by any other process. Safe for concurrent use.
+// cache, so a known key costs no database round trip, while Run confirms
+// that this process has heard of every key change: Run drops a changed key
+// from the cache as the change commits, whichever process made it, and
+// without a recent confirmation (Run not running, its connection down or
+// slow) every Verify reads the key's row. Revoke returns once every
+// service has either heard of the revocation or stopped trusting its
+// cache. Safe for concurrent use.
 type Keys struct {
 	db     KeyStore
 	cfg    Config
@@ -58,6 +67,10 @@ type Keys struct {
 	exist   atomic.Bool
 	loaded  atomic.Bool // Load has run: a key appearing from now on is news
 	lookups singleflight.Group
+
+	// confirmed is when the last round trip of Run that confirmed every
+	// change committed before it had been heard started (nil: none yet).
+	confirmed atomic.Pointer[time.Time]
 
 	mu    sync.RWMutex
 	cache map[[sha256.Size]byte]cached
@@ -82,6 +95,9 @@ func NewKeys(db KeyStore, cfg Config, logger *slog.Logger) *Keys {
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.Confirm <= 0 {
+		cfg.Confirm = time.Second
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -160,23 +176,35 @@ func (k *Keys) List(ctx context.Context, workspaceID, after string, limit int) (
 	return keys, nil
 }
 
-// Revoke revokes a key; calls with it fail from the moment Revoke returns.
-// workspaceID, when not empty, must be the key's. Returns
-// store.ErrAPIKeyNotFound if there is no such key (in that workspace).
-// Revoking a revoked key returns it unchanged.
+// Revoke revokes a key; calls with it fail in every service on the same
+// database from the moment Revoke returns, which takes Config.Confirm
+// after the revocation commits: by then each service has heard of it, or
+// stopped trusting its cache. workspaceID, when not empty, must be the
+// key's. Returns store.ErrAPIKeyNotFound if there is no such key (in that
+// workspace), or ctx's error, wrapped, if ctx ends before the wait (the
+// key is revoked all the same). Revoking a revoked key returns it
+// unchanged, after the same wait.
 func (k *Keys) Revoke(ctx context.Context, workspaceID, id string) (Key, error) {
 	row, err := k.db.RevokeAPIKey(ctx, id, workspaceID)
 	if err != nil {
 		return Key{}, err
 	}
 	k.forget(id)
+	t := time.NewTimer(k.cfg.Confirm)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return fromStore(row), fmt.Errorf("API key %s is revoked; other services may still accept it for up to %v: %w", id, k.cfg.Confirm, ctx.Err())
+	}
 	return fromStore(row), nil
 }
 
 // Verify returns the key whose token this is. It returns ErrUnknownKey for
 // a token no key has, ErrRevoked (with the key) for a revoked one, and a
 // wrapped store error when the store cannot answer. A key seen within
-// CacheTTL is answered from memory.
+// CacheTTL is answered from memory while Run's confirmations are recent;
+// otherwise the key's row is read.
 func (k *Keys) Verify(ctx context.Context, token string) (Key, error) {
 	if token == "" {
 		return Key{}, ErrNoKey
@@ -185,6 +213,15 @@ func (k *Keys) Verify(ctx context.Context, token string) (Key, error) {
 		return Key{}, ErrUnknownKey
 	}
 	h := hashToken(token)
+	if !k.trusted() {
+		// A lookup shared with others may have started before a
+		// revocation this process has not heard of: read on our own.
+		c, err := k.lookup(ctx, h, 0, false)
+		if err != nil {
+			return Key{}, err
+		}
+		return c.key, c.err()
+	}
 	k.mu.RLock()
 	c, ok := k.cache[h]
 	gen := k.gen
@@ -192,22 +229,41 @@ func (k *Keys) Verify(ctx context.Context, token string) (Key, error) {
 	if !ok || !k.now().Before(c.until) {
 		// One lookup per token and generation, however many callers wait.
 		v, err, _ := k.lookups.Do(strconv.FormatUint(gen, 10)+string(h[:]), func() (any, error) {
-			return k.lookup(ctx, h, gen)
+			return k.lookup(ctx, h, gen, true)
 		})
 		if err != nil {
 			return Key{}, err
 		}
 		c = v.(cached)
 	}
-	if c.key.RevokedAt != nil {
-		return c.key, ErrRevoked
-	}
-	return c.key, nil
+	return c.key, c.err()
 }
 
-// lookup reads a key from the store and caches it, unless the cache was
-// invalidated since generation gen.
-func (k *Keys) lookup(ctx context.Context, h [sha256.Size]byte, gen uint64) (cached, error) {
+// trusted reports whether Run confirmed, within Config.Confirm, that this
+// process has heard of every key change committed before.
+func (k *Keys) trusted() bool {
+	t := k.confirmed.Load()
+	return t != nil && time.Since(*t) < k.cfg.Confirm
+}
+
+// confirm records a confirmation of Run that started at since.
+func (k *Keys) confirm(since time.Time) {
+	if t := k.confirmed.Load(); t == nil || since.After(*t) {
+		k.confirmed.Store(&since)
+	}
+}
+
+// err is ErrRevoked for a revoked key.
+func (c cached) err() error {
+	if c.key.RevokedAt != nil {
+		return ErrRevoked
+	}
+	return nil
+}
+
+// lookup reads a key from the store and, with keep, caches it, unless the
+// cache was invalidated since generation gen.
+func (k *Keys) lookup(ctx context.Context, h [sha256.Size]byte, gen uint64, keep bool) (cached, error) {
 	// Shared by every caller waiting on this token: not cancelled by one.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.LookupTimeout)
 	defer cancel()
@@ -220,11 +276,13 @@ func (k *Keys) lookup(ctx context.Context, h [sha256.Size]byte, gen uint64) (cac
 	}
 	c := cached{key: fromStore(row), until: k.now().Add(k.cfg.CacheTTL)}
 	k.markExist()
-	k.mu.Lock()
-	if k.gen == gen {
-		k.cache[h] = c
+	if keep {
+		k.mu.Lock()
+		if k.gen == gen {
+			k.cache[h] = c
+		}
+		k.mu.Unlock()
 	}
-	k.mu.Unlock()
 	return c, nil
 }
 

@@ -8,20 +8,22 @@ import (
 
 // Run follows key changes made by any process (the keys CLI, another
 // replica) until ctx is done, and returns nil then. Each change empties the
-// cache entry of its key at once. While it cannot listen it retries with
-// backoff, and cached keys are trusted for at most CacheTTL meanwhile.
+// cache entry of its key at once, and every Config.Confirm/4 Run confirms
+// that it has heard every change committed before: the cache is trusted
+// only for Config.Confirm after that. While it cannot listen it retries
+// with backoff, and every call reads its key's row meanwhile.
 func (k *Keys) Run(ctx context.Context) error {
 	wait := time.Second
 	for {
-		err := k.db.ListenAPIKeys(ctx, func() {
+		err := k.db.ListenAPIKeys(ctx, k.cfg.Confirm/4, func() {
 			wait = time.Second
 			k.resync(ctx)
-		}, k.changed)
+		}, k.changed, k.confirm)
 		if ctx.Err() != nil {
 			return nil
 		}
-		k.logger.WarnContext(ctx, "cannot follow API key changes; retrying (cached keys stay trusted for the cache TTL at most)",
-			slog.String("error", err.Error()), slog.Duration("retry_in", wait), slog.Duration("cache_ttl", k.cfg.CacheTTL))
+		k.logger.WarnContext(ctx, "cannot follow API key changes; retrying (every call reads its key from the database meanwhile)",
+			slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		k.forgetAll()
 		select {
 		case <-ctx.Done():

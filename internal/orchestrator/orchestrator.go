@@ -107,6 +107,10 @@ type Request struct {
 	Context   string
 	MaxTools  int // 1..MaxMaxTools
 	PlanOnly  bool
+	// Throttle, when set, is called before each tool call of the run
+	// reaches the ToolCaller, and may wait (the connector's rate limit);
+	// an error fails that call as the ToolCaller's would.
+	Throttle func(ctx context.Context) error
 }
 
 // Status is how a run ended.

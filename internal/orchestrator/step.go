@@ -180,8 +180,15 @@ func (r *run) withProgress(ctx context.Context, index int, call Call) context.Co
 
 // runCall runs one tool and returns what the model sees and the traced call.
 func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
+	var res *mcp.CallToolResult
+	var err error
+	if r.req.Throttle != nil {
+		err = r.req.Throttle(ctx)
+	}
 	start := time.Now()
-	res, err := r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments)
+	if err == nil {
+		res, err = r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments)
+	}
 	call.Duration = time.Since(start)
 	var text string
 	switch {

@@ -228,9 +228,10 @@ func serveService(b *testing.B, o benchService) (*grpc.ClientConn, *auth.Keys) {
 	reg := registry.New(server.NewSource(db, nil, o.logger), registry.Config{MeterProvider: o.meters,
 		TracerProvider: o.tracer}, o.logger)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- reg.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	go func() { done <- keys.Run(ctx) }() // as in main: the key cache is trusted while it runs
+	b.Cleanup(func() { cancel(); <-done; <-done })
 	var agent *orchestrator.Agent
 	if o.llmURL != "" {
 		model, err := llm.New(llm.Config{BaseURL: o.llmURL, Model: "fake-model"})

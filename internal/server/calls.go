@@ -85,6 +85,9 @@ func (s *Server) callTool(ctx context.Context, req callRequest) (*connectorv1.Ca
 	if err := s.checkApproval(ctx, id, req); err != nil {
 		return nil, err
 	}
+	if err := s.admitCall(ctx, id, req); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	// A per_session connector runs it on the session's own connection, and
 	// refuses without one (ErrSessionRequired).

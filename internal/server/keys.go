@@ -91,7 +91,7 @@ func (s *Server) ListApiKeys(ctx context.Context, req *connectorv1.ListApiKeysRe
 }
 
 // RevokeApiKey implements connector.v1.ConnectorService. Calls with the key
-// fail from the moment it returns.
+// fail in every service from the moment it returns (auth.Keys.Revoke).
 func (s *Server) RevokeApiKey(ctx context.Context, req *connectorv1.RevokeApiKeyRequest) (*connectorv1.RevokeApiKeyResponse, error) {
 	var c checker
 	c.id("workspace_id", req.GetWorkspaceId())

@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -110,7 +107,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 		return nil, sessionRequired()
 	}
 	if !s.limits.allow(c.ID, c.Config.RateLimit) {
-		return nil, newStatus(codes.ResourceExhausted, ReasonRateLimited, "the connector's query rate limit is exceeded; try again shortly")
+		return nil, rateLimited(c.Config.RateLimit)
 	}
 	cat, err := s.reg.Catalog(ctx, id)
 	if err != nil {
@@ -122,6 +119,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	// per_session connector.
 	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
 		Connector: la.connector(cat, s.emb), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
+		Throttle: s.limits.throttle(c.ID, c.Config.RateLimit),
 	}, emit)
 	s.countQuery(c, res, err, true)
 	return s.endRun(ctx, run, c, res, err, false)
@@ -191,36 +189,6 @@ func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr
 		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens, res.Usage.CompletionTokens
 	}
 	s.counts.add(c.ID, d)
-}
-
-// limiter keeps a token bucket per connector, rebuilt when its rate limit
-// changes.
-type limiter struct {
-	mu      sync.Mutex
-	buckets map[int64]*bucket
-}
-
-type bucket struct {
-	cfg store.RateLimit
-	lim *rate.Limiter
-}
-
-// allow takes a token from connector id's bucket; no limit always allows.
-func (l *limiter) allow(id int64, cfg *store.RateLimit) bool {
-	if cfg == nil || cfg.RequestsPerSecond <= 0 {
-		return true
-	}
-	l.mu.Lock()
-	b := l.buckets[id]
-	if b == nil || b.cfg != *cfg {
-		b = &bucket{cfg: *cfg, lim: rate.NewLimiter(rate.Limit(cfg.RequestsPerSecond), max(cfg.Burst, 1))}
-		if l.buckets == nil {
-			l.buckets = map[int64]*bucket{}
-		}
-		l.buckets[id] = b
-	}
-	l.mu.Unlock()
-	return b.lim.Allow()
 }
 
 var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{

@@ -270,3 +270,48 @@ func TestStreamCancelStopsTheRun(t *testing.T) {
 	default:
 	}
 }
+
+// TestRunReadableAtOnce: the run id a query answers with is readable by
+// GetQueryRun at once, from the unary answer and from a stream's result.
+func TestRunReadableAtOnce(t *testing.T) {
+	var script []llmtest.Step
+	for range 6 {
+		script = append(script, llmtest.Answer("done"))
+	}
+	f, _, _ := queryFixture(t, script...)
+	get := func(runID string) {
+		t.Helper()
+		resp, err := f.client.GetQueryRun(ctx(t), &connectorv1.GetQueryRunRequest{WorkspaceId: "ws", RunId: runID})
+		if err != nil {
+			t.Fatalf("GetQueryRun(%s) right after the query answered: %v", runID, err)
+		}
+		if r := resp.GetRun(); r.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED || r.GetResult().GetAnswer() != "done" {
+			t.Errorf("run = %v", r)
+		}
+	}
+	for range 3 {
+		res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		get(res.GetRunId())
+	}
+	for range 3 {
+		stream, err := f.client.StreamQueryConnector(ctx(t), &connectorv1.StreamQueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var result *connectorv1.QueryResult
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("stream ended before its result: %v", err)
+			}
+			if result = msg.GetResult(); result != nil {
+				break
+			}
+		}
+		get(result.GetRunId()) // before the stream's end
+		recvAll(t, stream)
+	}
+}

@@ -103,10 +103,10 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err != nil {
 		return nil, err
 	}
-	// A resume asks the model again: it counts against the connector's
-	// query rate limit as a query does.
+	// A resume asks the model again: it takes a token of the connector's
+	// rate limit to start, as a query does.
 	if !s.limits.allow(la.row.ID, la.row.Config.RateLimit) {
-		return nil, newStatus(codes.ResourceExhausted, ReasonRateLimited, "the connector's query rate limit is exceeded; try again shortly")
+		return nil, rateLimited(la.row.Config.RateLimit)
 	}
 	cat, err := s.reg.Catalog(ctx, id)
 	if err != nil {
@@ -136,6 +136,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	defer cancel()
 	res, err := s.agent.Resume(registry.WithSession(runCtx, run.SessionID), orchestrator.Request{
 		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
+		Throttle: s.limits.throttle(la.row.ID, la.row.Config.RateLimit),
 	}, st, emit)
 	s.countQuery(la.row, res, err, false)
 	return s.endRun(runCtx, run, la.row, res, err, true)

@@ -15,12 +15,13 @@ import (
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
-// Every query run is kept as a row of query_runs (store.Run). A run that
-// ends is written in the background, in batches, so no query waits for it;
-// Close writes what is left. A run that pauses for approval is written
-// before its caller hears of it: resuming needs the row, after a restart
-// too. The same loop expires paused runs nobody decided about and purges
-// finished runs past their retention.
+// Every query run is kept as a row of query_runs (store.Run). A run whose
+// id its caller gets is written before the caller hears of it: GetQueryRun
+// on that id must find it at once, on any replica, and resuming a paused
+// run needs the row, after a restart too. Runs that failed, and rows whose
+// write failed, are written in the background, in batches; Close writes
+// what is left. The same loop expires paused runs nobody decided about and
+// purges finished runs past their retention.
 
 // Run record defaults (Config.ApprovalTimeout, Config.RunRetention).
 const (
@@ -59,17 +60,25 @@ func newRunLog(db *store.DB, retention, sweepEach, staleAfter time.Duration, log
 	return l
 }
 
-// add queues a finished run for the next write.
+// add queues a run for the next write.
 func (l *runLog) add(r *store.Run) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pending = append(l.pending, r)
 }
 
-// save writes a run now.
+// save writes a run now. A run that can still go on (paused, or resumed
+// and running) is committed durably; a finished one asynchronously, so the
+// caller does not wait for a disk flush: its row is readable all the same.
 func (l *runLog) save(ctx context.Context, r *store.Run) error {
+	if l.db == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if r.FinishedAt != nil {
+		return l.db.SaveRunsAsyncCommit(ctx, []*store.Run{r})
+	}
 	return l.db.SaveRuns(ctx, []*store.Run{r})
 }
 
@@ -176,15 +185,23 @@ func (s *Server) runRecord(ctx context.Context, base *store.Run, name string, re
 	return &rec, nil
 }
 
-// keepRun records a run: a paused one at once (its caller gets its id to
-// resume it), and a resumed one (its row says running until then); a
-// finished one in the background.
+// keepRun records a run. A run whose id its caller gets (one that ended
+// with a result or paused, and every resumed one) is written before the
+// caller hears of it, so GetQueryRun finds it at once, on every replica.
+// A paused run that cannot be written fails (it could never be resumed);
+// a finished one is queued for the background writer instead, and its
+// caller still gets the answer. A new run that failed gives its caller no
+// id: it is queued.
 func (s *Server) keepRun(ctx context.Context, rec *store.Run, resumed bool) error {
-	if resumed || rec.Status == store.RunAwaitingApproval {
-		return s.runs.save(ctx, rec)
+	if rec.Status == store.RunFailed && !resumed {
+		s.runs.add(rec)
+		return nil
 	}
-	s.runs.add(rec)
-	return nil
+	err := s.runs.save(ctx, rec)
+	if err != nil && rec.Status != store.RunAwaitingApproval {
+		s.runs.add(rec)
+	}
+	return err
 }
 
 // traceJSON is the trace of a run of the connector named name.

@@ -66,6 +66,7 @@ func (b *syncBuffer) String() string {
 
 type fixture struct {
 	client connectorv1.ConnectorServiceClient
+	conn   *grpc.ClientConn
 	db     *store.DB
 	reg    *registry.Registry
 	logs   *syncBuffer
@@ -144,7 +145,17 @@ func setup(t testing.TB, opts ...options) *fixture {
 		}
 		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
 	}
-	keys := auth.NewKeys(db, auth.Config{}, logger)
+	// As in main, the keys follow changes (Run); revocations wait less.
+	keys := auth.NewKeys(db, auth.Config{Confirm: 100 * time.Millisecond}, logger)
+	keysCtx, stopKeys := context.WithCancel(context.Background())
+	keysDone := make(chan error, 1)
+	go func() { keysDone <- keys.Run(keysCtx) }()
+	t.Cleanup(func() {
+		stopKeys()
+		if err := <-keysDone; err != nil {
+			t.Errorf("keys Run: %v", err)
+		}
+	})
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
 		Embedder: embedder, EmbeddingModel: embeddingModel},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
@@ -161,7 +172,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), db: db, reg: reg, logs: logs, keys: keys, srv: srv}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, logs: logs, keys: keys, srv: srv}
 }
 
 func ctx(t *testing.T) context.Context {

@@ -122,7 +122,9 @@ func TestListAPIKeysPagesWithinWorkspace(t *testing.T) {
 }
 
 // TestListenAPIKeys checks that creations and revocations by another
-// process (here another pool) reach a listener as they commit.
+// process (here another pool) reach a listener as they commit, and that a
+// confirmation whose round trip started after a change committed comes
+// after that change was passed on.
 func TestListenAPIKeys(t *testing.T) {
 	url := storetest.NewURL(t)
 	listener, err := store.Open(context.Background(), url, nil)
@@ -136,12 +138,25 @@ func TestListenAPIKeys(t *testing.T) {
 	}
 	t.Cleanup(writer.Close)
 
+	type confirmation struct {
+		since   time.Time
+		changes int // heard by then
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	listening := make(chan struct{})
 	changed := make(chan string, 10)
+	confirmed := make(chan confirmation, 1000)
+	var heard int // only the listener's goroutine touches it
 	done := make(chan error, 1)
 	go func() {
-		done <- listener.ListenAPIKeys(ctx, func() { close(listening) }, func(id string) { changed <- id })
+		done <- listener.ListenAPIKeys(ctx, 10*time.Millisecond, func() { close(listening) },
+			func(id string) { heard++; changed <- id },
+			func(since time.Time) {
+				select {
+				case confirmed <- confirmation{since, heard}:
+				default:
+				}
+			})
 	}()
 	select {
 	case <-listening:
@@ -153,6 +168,21 @@ func TestListenAPIKeys(t *testing.T) {
 	}
 	if _, err := writer.RevokeAPIKey(ctx, "a1", ""); err != nil {
 		t.Fatal(err)
+	}
+	committed := time.Now()
+	for {
+		select {
+		case c := <-confirmed:
+			if !c.since.After(committed) {
+				continue
+			}
+			if c.changes != 2 {
+				t.Errorf("a confirmation started after both changes committed had heard %d of them", c.changes)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no confirmation")
+		}
+		break
 	}
 	for _, what := range []string{"creation", "revocation"} {
 		select {

@@ -80,7 +80,26 @@ func scanRun(row pgx.Row) (*Run, error) {
 // one replaced (its version goes up). A run whose connector is gone keeps
 // only the connector's external id.
 func (db *DB) SaveRuns(ctx context.Context, runs []*Run) error {
+	return db.saveRuns(ctx, runs, false)
+}
+
+// SaveRunsAsyncCommit is SaveRuns with an asynchronous commit
+// (synchronous_commit off): it returns without waiting for the write-ahead
+// log to reach the disk, which costs a query a disk flush, yet the rows
+// are visible to every reader once it returns. Only a crash of Postgres
+// itself within a fraction of a second could lose them.
+func (db *DB) SaveRunsAsyncCommit(ctx context.Context, runs []*Run) error {
+	return db.saveRuns(ctx, runs, true)
+}
+
+func (db *DB) saveRuns(ctx context.Context, runs []*Run, asyncCommit bool) error {
 	batch := &pgx.Batch{}
+	if asyncCommit {
+		// One round trip. If a statement fails, the transaction stays open
+		// and aborted: the pool destroys a connection released so.
+		batch.Queue(`BEGIN`)
+		batch.Queue(`SET LOCAL synchronous_commit = off`)
+	}
 	for _, r := range runs {
 		trace := r.Trace
 		if len(trace) == 0 {
@@ -101,6 +120,9 @@ func (db *DB) SaveRuns(ctx context.Context, runs []*Run) error {
 			r.ID, r.WorkspaceID, r.ConnectorID, r.ConnectorExternalID, r.SessionID, r.Query, r.Context,
 			r.MaxTools, r.Status, r.Answer, r.Error, trace, nullJSON(r.State), r.PromptTokens, r.CompletionTokens,
 			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt)
+	}
+	if asyncCommit {
+		batch.Queue(`COMMIT`)
 	}
 	if err := db.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("save %d query runs: %w", len(runs), err)

@@ -87,3 +87,27 @@ func TestRunsLifecycle(t *testing.T) {
 		t.Errorf("PurgeRuns = %d, %v; want 3", n, err)
 	}
 }
+
+// TestSaveRunsAsyncCommit: rows saved with an asynchronous commit are
+// readable at once, and saved again as any other.
+func TestSaveRunsAsyncCommit(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	now := time.Now()
+	run := &store.Run{ID: "r1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 1,
+		Status: store.RunCompleted, Answer: "yes", CreatedAt: now, FinishedAt: &now}
+	if err := db.SaveRunsAsyncCommit(ctx, []*store.Run{run}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.GetRun(ctx, "ws1", "r1"); err != nil || got.Answer != "yes" || got.Version != 1 {
+		t.Fatalf("GetRun after SaveRunsAsyncCommit = %+v, %v", got, err)
+	}
+	run.Answer = "no"
+	if err := db.SaveRunsAsyncCommit(ctx, []*store.Run{run}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.GetRun(ctx, "ws1", "r1"); err != nil || got.Answer != "no" || got.Version != 2 {
+		t.Fatalf("GetRun after a second save = %+v, %v", got, err)
+	}
+}

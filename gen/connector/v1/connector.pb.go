@@ -526,7 +526,15 @@ func (x *HttpConfig) GetHeaderNames() []string {
 	return nil
 }
 
-// RateLimit is a token bucket for queries against one connector.
+// RateLimit is a token bucket for the calls that reach one connector's
+// server. A direct tool call (CallTool, StreamCallTool, in a session or
+// not) takes a token, and is refused with RESOURCE_EXHAUSTED
+// (RATE_LIMITED) when there is none. A query or a resume takes one to
+// start, refused the same way before the model is asked; then each tool
+// call it makes takes one more, waiting for it while the wait ends before
+// the run's deadline, and running at once past that, leaving the bucket in
+// debt: a query that started finishes, and what comes after it waits for
+// the bucket to refill.
 type RateLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Sustained rate; 0 means no limit.

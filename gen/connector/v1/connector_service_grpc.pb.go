@@ -116,8 +116,9 @@ type ConnectorServiceClient interface {
 	// key_id, in pages.
 	ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error)
 	// Revokes an API key of the workspace: calls with it fail from the moment
-	// this returns, in every running service. Revoking a revoked key returns
-	// it unchanged.
+	// this returns, in every running service. It returns a second after the
+	// revocation commits: by then every service has heard of it or stopped
+	// trusting its key cache. Revoking a revoked key returns it unchanged.
 	RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error)
 }
 
@@ -467,8 +468,9 @@ type ConnectorServiceServer interface {
 	// key_id, in pages.
 	ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error)
 	// Revokes an API key of the workspace: calls with it fail from the moment
-	// this returns, in every running service. Revoking a revoked key returns
-	// it unchanged.
+	// this returns, in every running service. It returns a second after the
+	// revocation commits: by then every service has heard of it or stopped
+	// trusting its key cache. Revoking a revoked key returns it unchanged.
 	RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error)
 	mustEmbedUnimplementedConnectorServiceServer()
 }
