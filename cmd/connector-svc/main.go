@@ -222,6 +222,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		SessionIdleTTL:           cfg.SessionIdleTTL,
 		MaxSessions:              cfg.MaxSessions,
 		MaxIdleConnsPerConnector: cfg.MaxIdleConns,
+		MaxResultBytes:           cfg.MaxToolResultBytes,
 		Egress:                   policy,
 		MeterProvider:            obs.meters,
 		TracerProvider:           tp,

@@ -75,14 +75,18 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 
 // startHTTPServerProcess runs the test server's streamable-HTTP mode in its
 // own process, so its memory and CPU are not the registry's.
-func startHTTPServerProcess(b testing.TB) string {
+func startHTTPServerProcess(b testing.TB) string { return startServerProcess(b, "-http", "/mcp") }
+
+// startServerProcess runs the test server in its own process, serving HTTP
+// in the mode named by flag (-http or -sse), and returns its URL.
+func startServerProcess(b testing.TB, flag, path string) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	cmd := exec.Command(stdioServer, "-http", addr)
+	cmd := exec.Command(stdioServer, flag, addr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -96,7 +100,7 @@ func startHTTPServerProcess(b testing.TB) string {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			return "http://" + addr + "/mcp"
+			return "http://" + addr + path
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("the HTTP test server did not listen: %v", err)

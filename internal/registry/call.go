@@ -139,6 +139,9 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any) (res 
 	switch {
 	case err == nil:
 		return res, nil
+	case errors.Is(err, ErrResultTooLarge):
+		// Refused as it was read: the session goes on.
+		return nil, err
 	case ctx.Err() != nil:
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			c.suspect(s, gen)
@@ -235,8 +238,14 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 }
 
 // callTool sends one tools/call over s. A ctx of WithProgress gives the
-// request a progress token of its own, routed to its fn while it runs.
+// request a progress token of its own, routed to its fn while it runs. An
+// answer over the size limit is ErrResultTooLarge.
 func callTool(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
+	res, err := sendCall(ctx, s, name, args)
+	return res, asTooLarge(err)
+}
+
+func sendCall(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
 	var req mcp.CallToolRequest
 	req.Params.Name = name
 	req.Params.Arguments = args

@@ -29,13 +29,15 @@ const stableAfter = 10 * time.Second
 type conn struct {
 	reg  *Registry
 	spec Spec
-	// hc is the connector's HTTP client over pool, its connection pool,
-	// kept across sessions.
+	// hc is the connector's HTTP client over pool, its share of the
+	// transports of its origin, kept across sessions.
 	hc     *http.Client
 	pool   *pool
 	redact *redactor
 
-	mu         sync.Mutex
+	// mu is read-locked by every call (ready): a hot connector's callers
+	// do not queue on it.
+	mu         sync.RWMutex
 	sess       *session // nil while down
 	gen        uint64   // bumped whenever sess changes
 	cat        *catalog // nil until first listed and synced
@@ -78,7 +80,7 @@ type usage struct {
 }
 
 func newConn(reg *Registry, spec Spec) *conn {
-	p, hc := newPool(reg.cfg.Egress, reg.cfg.MaxIdleConnsPerConnector)
+	p, hc := newPool(reg.transports, spec.URL, messageLimit(reg.cfg.MaxResultBytes))
 	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting},
 		phase: rand.N(reg.cfg.HealthInterval)}
 	reg.metrics.startCounters(c)
@@ -94,7 +96,7 @@ func newConn(reg *Registry, spec Spec) *conn {
 // errReplaced.
 func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
 	for range 3 {
-		c.mu.Lock()
+		c.mu.RLock()
 		s, gen, cat := c.sess, c.gen, c.cat
 		closed, replaced, lastErr := c.closed, c.replaced, c.health.LastError
 		now, up := time.Now(), !c.down()
@@ -103,7 +105,7 @@ func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
 		// A probe: a connector that is down is tried now, ahead of its backoff.
 		probe := !c.connecting && c.health.State != StateConnecting && now.Before(c.nextTry)
 		state := c.health.State
-		c.mu.Unlock()
+		c.mu.RUnlock()
 		switch {
 		case replaced:
 			return nil, 0, nil, errReplaced

@@ -2,8 +2,11 @@ package registry
 
 import (
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,53 +14,184 @@ import (
 	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
-// pool is a connector's HTTP connection pool. Once closed it keeps no idle
-// connection: a request that was still in flight when the connector closed
-// (a call racing a shutdown, the session's own DELETE) would otherwise
-// return its connection to the pool, where it and the server's end of it
-// linger until the idle timeout.
-type pool struct {
-	base   *http.Transport
-	closed atomic.Bool
+// transportsPerOrigin is how many HTTP transports the connectors of one
+// origin share. Each call takes the next in turn: callers of one busy
+// connector, or of many, do not all wait on one transport's lock over its
+// idle connections.
+const transportsPerOrigin = 4
+
+// transports are the HTTP transports of the registry's connectors, shared
+// by origin. An idle connector's cost is mostly its idle connection and its
+// transport; connectors that reach the same origin (scheme, host and port)
+// share a set of transports, and so their idle connections, instead. Every
+// connector's connections are checked by the same egress policy and use
+// the same TLS settings (the system's roots), so the origin is the whole
+// key. Requests are not multiplexed (HTTP/1.1): a connection carries one
+// request at a time, so one connector's slow call never holds up another's.
+type transports struct {
+	policy  *egress.Policy
+	maxIdle int
+	own     bool // each connector its own transport, as before sharing (to compare)
+
+	mu   sync.Mutex
+	sets map[string]*transportSet
 }
 
-// newPool returns a pool whose every connection goes to an address policy
-// allows, checked on the address dialed after resolution: a connector whose
-// DNS answer changes (rebinding) is refused at its next dial. It keeps up
-// to maxIdle idle connections, so that concurrent callers up to somewhat
-// fewer than that reuse theirs instead of opening new ones (see
-// Config.MaxIdleConnsPerConnector; http.DefaultTransport keeps 2 per host,
-// and 64 callers then open a connection for most calls). The client over
-// it sends each request's trace context (traceparent).
-func newPool(policy *egress.Policy, maxIdle int) (*pool, *http.Client) {
+func newTransports(policy *egress.Policy, maxIdle int, own bool) *transports {
+	return &transports{policy: policy, maxIdle: maxIdle, own: own, sets: map[string]*transportSet{}}
+}
+
+// transportSet is the transports of one origin and how many connectors use
+// them.
+type transportSet struct {
+	key   string
+	all   []*http.Transport
+	next  atomic.Uint32
+	users int         // guarded by transports.mu
+	done  atomic.Bool // its last user has gone
+}
+
+// acquire returns the transports for rawURL's origin, counting one more
+// user; release hands them back.
+func (t *transports) acquire(rawURL string) *transportSet {
+	if t.own {
+		return &transportSet{all: []*http.Transport{t.newTransport()}, users: 1}
+	}
+	key := origin(rawURL)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sets[key]
+	if s == nil {
+		s = &transportSet{key: key, all: make([]*http.Transport, transportsPerOrigin)}
+		for i := range s.all {
+			s.all[i] = t.newTransport()
+		}
+		t.sets[key] = s
+	}
+	s.users++
+	return s
+}
+
+// release counts one user less; the last one closes the idle connections.
+func (t *transports) release(s *transportSet) {
+	if !t.own {
+		t.mu.Lock()
+		s.users--
+		last := s.users == 0
+		if last {
+			delete(t.sets, s.key)
+		}
+		t.mu.Unlock()
+		if !last {
+			return
+		}
+	}
+	s.done.Store(true)
+	s.closeIdle()
+}
+
+// newTransport returns a transport whose every connection goes to an
+// address the policy allows, checked on the address dialed after
+// resolution: a connector whose DNS answer changes (rebinding) is refused
+// at its next dial. It keeps up to maxIdle idle connections per host, so
+// that concurrent callers up to somewhat fewer than that reuse theirs
+// instead of opening new ones (see Config.MaxIdleConnsPerConnector;
+// http.DefaultTransport keeps 2 per host, and 64 callers then open a
+// connection for most calls). Idle connections exist only as many as
+// calls ran at once, so a set shared by thousands of idle connectors
+// holds a few, not one each.
+func (t *transports) newTransport() *http.Transport {
 	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.DialContext = policy.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	base.DialContext = t.policy.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	// A connector's server is one host (an SSE server's endpoint may name
 	// another): the limit is per host, and the total does not cap it.
-	base.MaxIdleConnsPerHost, base.MaxIdleConns = maxIdle, 0
-	p := &pool{base: base}
+	base.MaxIdleConnsPerHost, base.MaxIdleConns = t.maxIdle, 0
+	return base
+}
+
+// origin is the scheme, host and port of rawURL, the port made explicit.
+func origin(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port)
+}
+
+func (s *transportSet) pick() *http.Transport {
+	if len(s.all) == 1 {
+		return s.all[0]
+	}
+	return s.all[int(s.next.Add(1))%len(s.all)]
+}
+
+func (s *transportSet) closeIdle() {
+	for _, tr := range s.all {
+		tr.CloseIdleConnections()
+	}
+}
+
+// pool is a connector's HTTP client side: its share of its origin's
+// transports, and what stays its own: the limit on what a response may
+// carry and its closing. Once closed it keeps no idle connection of a set
+// nobody uses any more: a request that was still in flight when the
+// connector closed (a call racing a shutdown, the session's own DELETE)
+// would otherwise return its connection to the pool, where it and the
+// server's end of it linger until the idle timeout.
+type pool struct {
+	reg    *transports
+	set    *transportSet
+	closed atomic.Bool
+	// maxMessage bounds each message a response carries (see limit.go).
+	maxMessage int
+}
+
+// newPool returns the pool of a connector of rawURL. The client over it
+// sends each request's trace context (traceparent). A response's messages
+// are limited to maxMessage bytes each.
+func newPool(t *transports, rawURL string, maxMessage int) (*pool, *http.Client) {
+	p := &pool{reg: t, set: t.acquire(rawURL), maxMessage: maxMessage}
 	return p, &http.Client{Transport: telemetry.Traceparent(p)}
 }
 
 // RoundTrip implements http.RoundTripper.
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := p.base.RoundTrip(req)
-	if !p.closed.Load() {
+	tr := p.set.pick()
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body = p.limit(resp)
+	}
+	if !p.set.done.Load() {
 		return resp, err
 	}
 	if err != nil {
-		p.base.CloseIdleConnections()
+		tr.CloseIdleConnections()
 		return resp, err
 	}
-	resp.Body = &closeThen{ReadCloser: resp.Body, then: p.base.CloseIdleConnections}
+	resp.Body = &closeThen{ReadCloser: resp.Body, then: tr.CloseIdleConnections}
 	return resp, nil
 }
 
-// close closes the idle connections now and every one that becomes idle
-// later.
+// limit bounds what resp's body may carry: an event stream, each event;
+// any other body (one JSON message), the whole.
+func (p *pool) limit(resp *http.Response) io.ReadCloser {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+		return newMessageLimiter(resp.Body, p.maxMessage, true)
+	}
+	return &limitBody{ReadCloser: resp.Body, left: int64(p.maxMessage), limit: p.maxMessage}
+}
+
+// close hands the connector's share of its transports back: the last
+// connector of an origin closes the idle connections now and every one
+// that becomes idle later. Safe to call more than once.
 func (p *pool) close() {
-	p.closed.Store(true)
-	p.base.CloseIdleConnections()
+	if p.closed.CompareAndSwap(false, true) {
+		p.reg.release(p.set)
+	}
 }
 
 // closeThen runs then after closing its body.

@@ -132,10 +132,14 @@ func (p *process) stderrTail() string {
 	return strings.TrimSpace(p.stderr.String())
 }
 
-// stdoutReader is the server's stdout for the MCP client. When it ends,
-// onClosed is told, unless the process is exiting, whose own report says
-// more.
-func (p *process) stdoutReader(onClosed func(error)) io.Reader {
+// stdoutReader is the server's stdout for the MCP client, a line at most
+// maxLine bytes long (see messageLimiter). When it ends, onClosed is told,
+// unless the process is exiting, whose own report says more.
+func (p *process) stdoutReader(maxLine int, onClosed func(error)) io.Reader {
+	return newMessageLimiter(p.eofReader(onClosed), maxLine, false)
+}
+
+func (p *process) eofReader(onClosed func(error)) io.Reader {
 	return &eofReader{r: p.stdout, onEOF: func() {
 		go func() {
 			if p.exitError(500*time.Millisecond) == nil {

@@ -122,6 +122,11 @@ type Config struct {
 	// their number, which a pool of exactly their number closes again at
 	// each lull. 128: for 64 callers.
 	MaxIdleConnsPerConnector int
+	// MaxResultBytes is the most content a tool result may carry (the
+	// server's MAX_TOOL_RESULT_BYTES): a message from a server is read
+	// up to about twice that and refused past it, with
+	// ErrResultTooLarge; 3 MiB.
+	MaxResultBytes int
 	// Egress checks every address an HTTP connector connects to (stdio
 	// servers make their own connections, unchecked); nil means the
 	// default policy, egress.New(egress.Config{}).
@@ -132,6 +137,10 @@ type Config struct {
 	// TracerProvider makes the spans of connects, re-initializes and tool
 	// calls; nil means otel's global one.
 	TracerProvider trace.TracerProvider
+
+	// ownTransports gives each connector an HTTP transport of its own,
+	// as before connectors shared them; for benchmarks that compare.
+	ownTransports bool
 }
 
 func (c *Config) setDefaults() {
@@ -157,6 +166,9 @@ func (c *Config) setDefaults() {
 	if c.MaxIdleConnsPerConnector <= 0 {
 		c.MaxIdleConnsPerConnector = 128
 	}
+	if c.MaxResultBytes <= 0 {
+		c.MaxResultBytes = 3 << 20
+	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 16
 	}
@@ -180,6 +192,8 @@ type Registry struct {
 	tracer trace.Tracer
 	// metrics records what the registry does, on Config.MeterProvider.
 	metrics *metrics
+	// transports are the HTTP transports connectors share, by origin.
+	transports *transports
 
 	// life bounds every background stream and connect; cancelled by Run's end.
 	life   context.Context
@@ -215,6 +229,7 @@ func New(source ConnectorSource, cfg Config, logger *slog.Logger) *Registry {
 		sem:   make(chan struct{}, cfg.Concurrency),
 	}
 	r.metrics = newMetrics(cfg.MeterProvider, r)
+	r.transports = newTransports(cfg.Egress, cfg.MaxIdleConnsPerConnector, cfg.ownTransports)
 	return r
 }
 

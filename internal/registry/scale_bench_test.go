@@ -23,33 +23,88 @@ import (
 // connectors spread over several test server processes, so that the
 // servers are not the bottleneck.
 
-// BenchmarkStartup10000 loads 10,000 streamable-HTTP connectors and
-// reports the time until all are READY and what each idle connector costs:
-// the process's resident memory (RSS) and Go heap, after a GC that returns
-// free memory to the OS, and goroutines.
-func BenchmarkStartup10000(b *testing.B) {
-	const n = 10_000
+// BenchmarkStartup loads 1,000 and 10,000 streamable-HTTP connectors, in
+// turn with each connector on a transport of its own (own-transports, as
+// before they were shared) and on the transports they share by origin
+// (shared), and reports the time until all are READY and what each idle
+// connector costs: the process's resident memory (RSS) and Go heap, after
+// a GC that returns free memory to the OS, and goroutines.
+func BenchmarkStartup(b *testing.B) {
 	urls := startHTTPServers(b, 8)
-	specs := make([]registry.Spec, n)
-	for i := range specs {
-		specs[i] = httpSpec(int64(i+1), urls[i%len(urls)])
+	for _, n := range []int{1_000, 10_000} {
+		specs := make([]registry.Spec, n)
+		for i := range specs {
+			specs[i] = httpSpec(int64(i+1), urls[i%len(urls)])
+		}
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			modes := []struct {
+				name string
+				cfg  registry.Config
+			}{
+				{"own-transports", registry.OwnTransports(registry.Config{HealthInterval: time.Hour})},
+				{"shared", registry.Config{HealthInterval: time.Hour}},
+			}
+			var got [2]startup
+			for i := 0; b.Loop(); i++ {
+				for j := range modes {
+					k := (i + j) % len(modes)
+					got[k].add(measureStartup(b, specs, modes[k].cfg))
+				}
+			}
+			for k, m := range modes {
+				r := got[k].mean()
+				b.ReportMetric(float64(r.elapsed.Milliseconds()), m.name+"-ms-to-all-ready")
+				b.ReportMetric(r.rss/1024, m.name+"-KiB-RSS/connector")
+				b.ReportMetric(r.heap/1024, m.name+"-KiB-heap/connector")
+				b.ReportMetric(r.goroutines, m.name+"-goroutines/connector")
+				b.Logf("%d connectors, %s: all READY in %s; per connector %.1f KiB RSS, %.1f KiB heap, %.1f goroutines",
+					n, m.name, r.elapsed.Round(time.Millisecond), r.rss/1024, r.heap/1024, r.goroutines)
+			}
+			if n == 10_000 {
+				r := got[1].mean()
+				benchgoal.Report(b, "startup-10000-all-ready", float64(r.elapsed.Milliseconds()), "ms-to-all-ready", benchgoal.AtMost, 10_000)
+				benchgoal.Report(b, "startup-10000-rss-per-connector", r.rss/1024, "KiB-RSS/connector", benchgoal.AtMost, 40)
+			}
+		})
 	}
-	for b.Loop() {
-		heap0, rss0 := settledMemory(b)
-		goroutines0 := runtime.NumGoroutine()
-		reg, stop := startRegistry(b, newSource(specs...), registry.Config{HealthInterval: time.Hour})
-		start := time.Now()
-		waitAllReady(b, reg, specs, 2*time.Minute)
-		elapsed := time.Since(start)
-		heap1, rss1 := settledMemory(b)
-		goroutines := runtime.NumGoroutine() - goroutines0
-		stop()
+}
 
-		benchgoal.Report(b, "startup-10000-all-ready", float64(elapsed.Milliseconds()), "ms-to-all-ready", benchgoal.AtMost, 10_000)
-		benchgoal.Report(b, "startup-10000-rss-per-connector", float64(rss1-rss0)/n/1024, "KiB-RSS/connector", benchgoal.AtMost, 40)
-		b.ReportMetric(float64(heap1-heap0)/n/1024, "KiB-heap/connector")
-		b.ReportMetric(float64(goroutines)/n, "goroutines/connector")
-	}
+// startup is what loading the connectors cost, per connector, added up
+// over runs.
+type startup struct {
+	runs                  int
+	elapsed               time.Duration
+	rss, heap, goroutines float64
+}
+
+func (s *startup) add(r startup) {
+	s.runs++
+	s.elapsed += r.elapsed
+	s.rss += r.rss
+	s.heap += r.heap
+	s.goroutines += r.goroutines
+}
+
+func (s startup) mean() startup {
+	n := float64(max(s.runs, 1))
+	return startup{elapsed: s.elapsed / time.Duration(max(s.runs, 1)), rss: s.rss / n, heap: s.heap / n, goroutines: s.goroutines / n}
+}
+
+// measureStartup loads specs into a new registry, waits until all are
+// READY, measures, and stops it.
+func measureStartup(b *testing.B, specs []registry.Spec, cfg registry.Config) startup {
+	n := float64(len(specs))
+	heap0, rss0 := settledMemory(b)
+	goroutines0 := runtime.NumGoroutine()
+	reg, stop := startRegistry(b, newSource(specs...), cfg)
+	start := time.Now()
+	waitAllReady(b, reg, specs, 2*time.Minute)
+	elapsed := time.Since(start)
+	heap1, rss1 := settledMemory(b)
+	goroutines := runtime.NumGoroutine() - goroutines0
+	stop()
+	return startup{runs: 1, elapsed: elapsed, rss: float64(rss1-rss0) / n, heap: float64(heap1-heap0) / n,
+		goroutines: float64(goroutines) / n}
 }
 
 // BenchmarkCallDuringSweeps calls one connector back to back while 1,000

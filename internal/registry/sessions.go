@@ -338,7 +338,8 @@ func (sc *sessConn) info() SessionInfo {
 // handshake or else the sessionless one first (see openBare), without
 // listing tools. It returns the protocol version agreed.
 func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
-	s, err := newSession(c.reg.life, spec, hc, c.clientOptions(classic), c.spec.ConnectTimeout, c.mcpLogger(), c.reg.metrics)
+	s, err := newSession(c.reg.life, spec, hc, c.clientOptions(classic), c.spec.ConnectTimeout,
+		messageLimit(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics)
 	if err != nil {
 		return nil, "", err
 	}

@@ -47,9 +47,9 @@ type session struct {
 // any one session, and log through logger. The stdio transport, built on
 // the process's pipes by transport.NewIO, takes no logger: it logs
 // through slog's default one. m counts stdio processes until they are
-// reaped.
+// reaped. A stdio server's lines are limited to maxMessage bytes each.
 func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration,
-	logger *slog.Logger, m *metrics) (*session, error) {
+	maxMessage int, logger *slog.Logger, m *metrics) (*session, error) {
 	ctx, cancel := context.WithCancel(life)
 	s := &session{cancel: cancel, opened: time.Now()}
 	var tr transport.Interface
@@ -63,7 +63,7 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 			return nil, err
 		}
 		s.proc = p
-		tr = transport.NewIO(p.stdoutReader(s.died), p.stdin, nil)
+		tr = transport.NewIO(p.stdoutReader(maxMessage, s.died), p.stdin, nil)
 	case TransportSSE:
 		sse, err := transport.NewSSE(spec.URL, transport.WithHeaders(spec.Headers), transport.WithHTTPClient(hc),
 			transport.WithSSELogger(logger))

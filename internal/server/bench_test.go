@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -40,7 +41,8 @@ import (
 // mcp-go call of the tool, on the protocol generation the service
 // negotiated; (c) CallTool through the service as it runs in production:
 // auth on with a key, default telemetry (no traces exported, Prometheus
-// metrics), JSON logs. The service's own work is (c) - (a) - (b) at p50.
+// metrics), JSON logs. The service's own work is (c) - (a) - (b) at p50,
+// and the goal is its share of (a) + (b).
 func BenchmarkCallToolServiceWork(b *testing.B) {
 	srv := newTestMCP(b)
 	svc := serveInProduction(b)
@@ -74,7 +76,11 @@ func BenchmarkCallToolServiceWork(b *testing.B) {
 	b.ReportMetric(p50(lat[2]), "p50-service-µs")
 	b.Logf("protocol %s: p50 grpc echo %.1f µs, direct mcp-go %.1f µs, CallTool %.1f µs", version,
 		p50(lat[0]), p50(lat[1]), p50(lat[2]))
-	benchgoal.Report(b, "calltool-service-work-p50", p50(lat[2])-p50(lat[0])-p50(lat[1]), "service-µs", benchgoal.AtMost, 50)
+	work := p50(lat[2]) - p50(lat[0]) - p50(lat[1])
+	b.ReportMetric(work, "service-µs")
+	// As a share of the parts, measured in the same run: absolute times
+	// move with the machine's load, the share much less.
+	benchgoal.Report(b, "calltool-service-work-share-p50", work/(p50(lat[0])+p50(lat[1])), "of-echo+direct", benchgoal.AtMost, 0.25)
 }
 
 // BenchmarkProtocolGenerations compares the two protocol generations
@@ -212,11 +218,12 @@ func serveInProduction(b *testing.B) production {
 
 // benchService says how serveService runs the service.
 type benchService struct {
-	auth   auth.Mode
-	tracer trace.TracerProvider // nil: otel's global one
-	meters metric.MeterProvider // nil: no metrics
-	logger *slog.Logger         // nil: no logs
-	llmURL string               // set: an agent on the fake model there
+	auth    auth.Mode
+	tracer  trace.TracerProvider // nil: otel's global one
+	meters  metric.MeterProvider // nil: no metrics
+	logger  *slog.Logger         // nil: no logs
+	llmURL  string               // set: an agent on the fake model there
+	llmHTTP *http.Client         // the agent's HTTP client; nil: llm's default
 }
 
 // serveService runs the whole service (store, registry, gRPC, and an
@@ -234,7 +241,7 @@ func serveService(b *testing.B, o benchService) (*grpc.ClientConn, *auth.Keys) {
 	b.Cleanup(func() { cancel(); <-done; <-done })
 	var agent *orchestrator.Agent
 	if o.llmURL != "" {
-		model, err := llm.New(llm.Config{BaseURL: o.llmURL, Model: "fake-model"})
+		model, err := llm.New(llm.Config{BaseURL: o.llmURL, Model: "fake-model", HTTPClient: o.llmHTTP})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -93,6 +94,9 @@ func (s *Server) callTool(ctx context.Context, req callRequest) (*connectorv1.Ca
 	// refuses without one (ErrSessionRequired).
 	ctx = registry.WithSession(ctx, req.GetSessionId())
 	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap())
+	if errors.Is(err, registry.ErrResultTooLarge) {
+		return nil, s.resultOverLimit()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,14 @@ func (s *Server) resultTooLarge(n int) error {
 			"MAX_TOOL_RESULT_BYTES with GRPC_MAX_SEND_BYTES and the client's receive limit", n, s.cfg.MaxToolResultBytes))
 }
 
+// resultOverLimit refuses a result the registry stopped reading at its
+// limit: its size is not known, only that it is over.
+func (s *Server) resultOverLimit() error {
+	return newStatus(codes.ResourceExhausted, ReasonToolResultTooLarge, fmt.Sprintf(
+		"the tool result is over the limit of %d bytes (MAX_TOOL_RESULT_BYTES) and was not read; ask the tool for less, or raise "+
+			"MAX_TOOL_RESULT_BYTES with GRPC_MAX_SEND_BYTES and the client's receive limit", s.cfg.MaxToolResultBytes))
+}
+
 // rawResultSize is the size of a result's text, binary data (decoded) and
 // structured content (as JSON), before any conversion.
 func rawResultSize(res *mcp.CallToolResult) int {

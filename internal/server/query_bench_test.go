@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,17 +67,7 @@ func benchQueryOverhead(b *testing.B, tools, narrowAbove int) float64 {
 		b.Fatal(err)
 	}
 	query := &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "Echo hi."}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		res, err := svc.QueryConnector(ctx, query)
-		if err == nil && len(res.GetResult().GetToolsUsed()) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no query succeeded: %v, %v", res, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitQueryWorks(b, svc, query)
 	sent := model.sent() // the two requests of the last query
 
 	health := healthpb.NewHealthClient(conn)
@@ -133,6 +124,22 @@ func benchQueryOverhead(b *testing.B, tools, narrowAbove int) float64 {
 	return float64(len(sent[0]))
 }
 
+// waitQueryWorks waits until query runs with one tool call: the connector
+// is connected and the agent ready.
+func waitQueryWorks(b *testing.B, svc connectorv1.ConnectorServiceClient, query *connectorv1.QueryConnectorRequest) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := svc.QueryConnector(context.Background(), query)
+		if err == nil && len(res.GetResult().GetToolsUsed()) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no query succeeded: %v, %v", res, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // benchMCP serves echo and extra tools of realistic size (a description
 // and four parameters each) over streamable HTTP.
 func benchMCP(b *testing.B, extra int) string {
@@ -181,6 +188,7 @@ func benchMCPClient(b *testing.B, url string) *client.Client {
 // requests.
 type instantModel struct {
 	http *httptest.Server
+	hc   *http.Client // what post sends with; nil: http.DefaultClient
 
 	mu   sync.Mutex
 	last [][]byte
@@ -231,11 +239,104 @@ func (m *instantModel) sent() [][]byte {
 // post sends body as a chat completion request and decodes the answer, as
 // a client does.
 func (m *instantModel) post(body []byte) error {
-	resp, err := http.Post(m.url()+"/chat/completions", "application/json", bytes.NewReader(body))
+	hc := m.hc
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Post(m.url()+"/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	var out openai.ChatCompletionResponse
 	return json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// BenchmarkConcurrentQueries runs 32 callers at once, in blocks of 2,000
+// queries taken in turn: QueryConnector on one connector through the
+// service (the model asks for one echo call, then answers), and the same
+// parts made directly by each caller: the gRPC hop (a health check on the
+// same connection), the model's two requests (the bodies the agent sent)
+// and the echo call on one mcp-go client of the same server. Both sides
+// send the model requests over one HTTP client of the same settings. It
+// reports both throughputs and their ratio.
+func BenchmarkConcurrentQueries(b *testing.B) {
+	const callers, block = 32, 2000
+	ctx := context.Background()
+	mcpURL := benchMCP(b, 0)
+	model := newInstantModel(b)
+	// Go's default client keeps 2 idle connections per host: 32 callers
+	// would open a connection for most model requests, on either side.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2 * callers
+	model.hc = &http.Client{Transport: tr}
+	conn, _ := serveService(b, benchService{auth: auth.ModeNone, llmURL: model.url(), llmHTTP: model.hc})
+	svc := connectorv1.NewConnectorServiceClient(conn)
+	if _, err := svc.CreateConnector(ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "ws",
+		Connector: mcpConnector("m", mcpURL)}); err != nil {
+		b.Fatal(err)
+	}
+	query := &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "Echo hi."}
+	waitQueryWorks(b, svc, query)
+	sent := model.sent()
+	health := healthpb.NewHealthClient(conn)
+	mc := benchMCPClient(b, mcpURL)
+	var echo mcp.CallToolRequest
+	echo.Params.Name = "echo"
+	echo.Params.Arguments = map[string]any{"text": "hi"}
+	sides := []func() error{
+		func() error { _, err := svc.QueryConnector(ctx, query); return err },
+		func() error {
+			if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				return err
+			}
+			for _, req := range sent {
+				if err := model.post(req); err != nil {
+					return err
+				}
+			}
+			_, err := mc.CallTool(ctx, echo)
+			return err
+		},
+	}
+	var elapsed [2]time.Duration
+	var errs [2]int64
+	runBlock := func(k int) {
+		var next, failed atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= block {
+					if err := sides[k](); err != nil {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed[k] += time.Since(start)
+		errs[k] += failed.Load()
+	}
+	runBlock(0) // unmeasured: both sides warm their connections
+	runBlock(1)
+	elapsed, errs = [2]time.Duration{}, [2]int64{}
+	blocks := 0
+	for i := 0; b.Loop(); i++ {
+		for j := range sides {
+			runBlock((i + j) % len(sides))
+		}
+		blocks++
+	}
+	b.StopTimer()
+	rate := func(k int) float64 { return float64(blocks*block) / elapsed[k].Seconds() }
+	b.ReportMetric(rate(0), "queries/s")
+	b.ReportMetric(rate(1), "direct-parts/s")
+	b.Logf("%d callers: service %.0f queries/s, direct %.0f/s", callers, rate(0), rate(1))
+	benchgoal.Report(b, "concurrent-queries-vs-direct", rate(0)/rate(1), "x-direct", benchgoal.AtLeast, 0.9)
+	if errs[0]+errs[1] != 0 {
+		b.Errorf("%d queries and %d direct runs failed", errs[0], errs[1])
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,7 @@ func main() {
 	child := flag.Bool("child", false, "start a child process (sleep) in the same process group")
 	pidfile := flag.String("pidfile", "", "append this process's pid, and the child's, to this file")
 	httpAddr := flag.String("http", "", "serve streamable HTTP (classic sessions) on this address instead of stdio")
+	sseAddr := flag.String("sse", "", "serve SSE on this address instead of stdio")
 	profile := flag.String("profile", "", "hold an exclusive lock on this directory (its $CONNECTOR_SESSION_ID subdirectory if set) while running, as a browser holds its profile")
 	exitAfter := flag.Duration("exit-after", 0, "exit with status 7 this long after starting, saying so (and $TOKEN) on stderr")
 	flag.Parse()
@@ -103,9 +105,23 @@ func main() {
 		return nil, nil
 	})
 
+	// big answers with a text of the given size; with stream set, it sends
+	// a notification first, so a streamable-HTTP answer is an SSE stream.
+	s.AddTool(mcp.NewTool("big", mcp.WithNumber("bytes", mcp.Required()), mcp.WithBoolean("stream")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if req.GetBool("stream", false) {
+				_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/message",
+					map[string]any{"level": "info", "data": "a big one is coming"})
+			}
+			return mcp.NewToolResultText(strings.Repeat("x", req.GetInt("bytes", 0))), nil
+		})
+
 	written := mcptest.NewWritten()
 	mcptest.AddProgressTool(s, written)
 
+	if *sseAddr != "" {
+		log.Fatal(serveHTTP(*sseAddr, server.NewSSEServer(s, server.WithBaseURL("http://"+*sseAddr))))
+	}
 	if *httpAddr != "" {
 		log.Fatal(serveHTTP(*httpAddr, legacyOnly(written.Handler(server.NewStreamableHTTPServer(s)))))
 	}
