@@ -85,7 +85,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 500 * time.Millisecond
 	}
-	hc := http.Client{}
+	hc := http.Client{Transport: pooledTransport()}
 	if cfg.HTTPClient != nil {
 		hc = *cfg.HTTPClient
 	}
@@ -96,6 +96,20 @@ func New(cfg Config) (*Client, error) {
 	oc.HTTPClient = &retrying{next: &hc, retries: cfg.MaxRetries, base: cfg.BackoffBase, retried: m.retried}
 	return &Client{api: openai.NewClientWithConfig(oc), model: cfg.Model, embeddingModel: cfg.EmbeddingModel,
 		metrics: m}, nil
+}
+
+// idleConnsPerHost is how many idle connections to the endpoint the client
+// keeps. Go's default of 2 makes concurrent queries open a new connection
+// (and, over TLS, a new handshake) for most model requests.
+const idleConnsPerHost = 64
+
+// pooledTransport is Go's default transport with room for concurrent
+// queries' connections to the one endpoint.
+func pooledTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = idleConnsPerHost
+	t.MaxIdleConnsPerHost = idleConnsPerHost
+	return t
 }
 
 // Model is the default model.
