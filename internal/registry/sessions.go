@@ -96,10 +96,7 @@ func (c *conn) sessionFor(id string) (*sessConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		if c.replaced {
-			return nil, errReplaced
-		}
-		return nil, ErrNotLoaded
+		return nil, c.closedErr
 	}
 	if sc := c.sessions[id]; sc != nil {
 		return sc, nil
@@ -212,15 +209,12 @@ func (sc *sessConn) current(ctx context.Context) (*session, error) {
 	return nil, unavailable(errors.New("the session's connection was lost again right after it was made"))
 }
 
-// closedErr is why a call cannot use the closed session: its connector was
-// replaced (the caller goes to the new one), or the session was closed.
+// closedErr is why a call cannot use the closed session: its connector
+// was replaced (errReplaced: the caller goes to the new one), deleted,
+// deactivated or shut down, or the session was closed.
 func (sc *sessConn) closedErr() error {
-	c := sc.parent
-	c.mu.Lock()
-	replaced := c.replaced
-	c.mu.Unlock()
-	if replaced {
-		return errReplaced
+	if why := sc.parent.closedCause(); why != nil {
+		return why
 	}
 	return unavailable(errors.New("the session was closed"))
 }
@@ -286,6 +280,7 @@ func (sc *sessConn) dropConn(s *session, cause error) {
 		return
 	}
 	sc.sess = nil
+	s.markDead()
 	sc.lastErr = sc.parent.redact.text(s.deathCause(cause, 0).Error())
 	why := sc.lastErr
 	sc.mu.Unlock()
@@ -338,14 +333,16 @@ func (sc *sessConn) info() SessionInfo {
 // handshake or else the sessionless one first (see openBare), without
 // listing tools. It returns the protocol version agreed.
 func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
-	s, err := newSession(c.reg.life, spec, hc, c.clientOptions(classic), c.spec.ConnectTimeout, c.mcpLogger(), c.reg.metrics)
+	own, end := sessionClient(hc)
+	s, err := newSession(c.reg.life, spec, own, c.clientOptions(classic), c.spec.ConnectTimeout, c.mcpLogger(), c.reg.metrics)
 	if err != nil {
-		return nil, "", err
+		return nil, "", transportHint(spec.Transport, err, end.streamed.Load())
 	}
+	s.end = end
 	res, err := s.client.Initialize(ctx, initializeRequest())
 	if err != nil {
 		s.close(c.reg.cfg.CloseGrace)
-		return nil, "", c.withStderr(s, fmt.Errorf("initialize: %w", err))
+		return nil, "", c.withStderr(s, transportHint(spec.Transport, fmt.Errorf("initialize: %w", err), false))
 	}
 	return s, res.ProtocolVersion, nil
 }
