@@ -303,3 +303,40 @@ func checkHints(t *testing.T, targets []wrongTransport) {
 		})
 	}
 }
+
+// TestSessionStillOpeningIsNotIdle: a per_session connection whose server
+// takes longer than the idle TTL to answer its handshake is in use, not
+// idle: the expiry leaves it, and the call that opens it succeeds.
+func TestSessionStillOpeningIsNotIdle(t *testing.T) {
+	f := newFrozenServer(t)
+	direct := newMCPServer(t, legacyServer)
+	slow, witness := httpSpec(1, f.url()), httpSpec(2, direct.url())
+	slow.SessionMode, witness.SessionMode = registry.SessionPerSession, registry.SessionPerSession
+	cfg := testConfig()
+	cfg.SessionIdleTTL = 200 * time.Millisecond
+	reg := run(t, newSource(slow, witness), cfg)
+	if _, err := reg.Catalog(ctxT(t), 1); err != nil {
+		t.Fatal(err)
+	}
+
+	f.Freeze()
+	done := make(chan error, 1)
+	go func() {
+		_, err := reg.CallTool(registry.WithSession(ctxT(t), "s"), 1, "echo", map[string]any{"text": "x"})
+		done <- err
+	}()
+	waitFor(t, "the session's handshake to reach the frozen server", func() bool { return f.Held.Load() >= 1 })
+	// A session of the other connector, opened after this one, expiring
+	// shows that an expiry ran after this one's TTL passed.
+	if _, err := reg.CallTool(registry.WithSession(ctxT(t), "w"), 2, "echo", map[string]any{"text": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the later idle session to expire", func() bool { return reg.SessionCount(2) == 0 })
+	if n := reg.SessionCount(1); n != 1 {
+		t.Errorf("sessions of the connector whose session is opening = %d, want 1", n)
+	}
+	f.Thaw()
+	if err := <-done; err != nil {
+		t.Errorf("the call whose session took longer than the idle TTL to open: %v", err)
+	}
+}

@@ -82,16 +82,21 @@ type sessConn struct {
 
 	flight   singleflight.Group
 	lastUsed atomic.Int64 // unix nanos
-	calls    atomic.Int64
-	errors   atomic.Int64
+	// inUse counts the calls that hold the session, from sessionFor to
+	// their end: an idle expiry skips it meanwhile. c.mu guards its rise
+	// from 0, so that an expiry never takes a session a call just got.
+	inUse  atomic.Int64
+	calls  atomic.Int64
+	errors atomic.Int64
 }
 
 // sessionsOf holds a per_session connector's open sessions. c.mu guards it.
 type sessionsOf map[string]*sessConn
 
 // sessionFor returns the session connection of id, opening the entry if
-// there is none (the connection itself opens on first use). Returns a
-// *SessionLimitError at the connector's cap.
+// there is none (the connection itself opens on first use), and counts
+// the caller in its inUse: the caller calls done when it is through.
+// Returns a *SessionLimitError at the connector's cap.
 func (c *conn) sessionFor(id string) (*sessConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -99,6 +104,7 @@ func (c *conn) sessionFor(id string) (*sessConn, error) {
 		return nil, c.closedErr
 	}
 	if sc := c.sessions[id]; sc != nil {
+		sc.inUse.Add(1)
 		return sc, nil
 	}
 	if limit := c.reg.cfg.MaxSessions; len(c.sessions) >= limit {
@@ -109,9 +115,13 @@ func (c *conn) sessionFor(id string) (*sessConn, error) {
 	}
 	sc := &sessConn{parent: c, id: id, opened: time.Now()}
 	sc.lastUsed.Store(sc.opened.UnixNano())
+	sc.inUse.Add(1)
 	c.sessions[id] = sc
 	return sc, nil
 }
+
+// done ends a use of sc that sessionFor counted.
+func (sc *sessConn) done() { sc.inUse.Add(-1) }
 
 // callSession runs a tool on the connection of the caller's session,
 // opening it on first use (concurrent first uses share one connect).
@@ -132,6 +142,7 @@ func (c *conn) callSession(ctx context.Context, sessionID, name string, args map
 	if err != nil {
 		return nil, err
 	}
+	defer sc.done()
 	defer func() {
 		if errors.Is(err, errReplaced) {
 			return // counted where it runs
@@ -362,13 +373,14 @@ func (c *conn) takeSessions(sessionID string) []*sessConn {
 	return out
 }
 
-// takeIdle removes and returns the sessions unused since before cutoff.
+// takeIdle removes and returns the sessions unused since before cutoff
+// and not in use now.
 func (c *conn) takeIdle(cutoff time.Time) []*sessConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*sessConn
 	for id, sc := range c.sessions {
-		if time.Unix(0, sc.lastUsed.Load()).Before(cutoff) {
+		if sc.inUse.Load() == 0 && time.Unix(0, sc.lastUsed.Load()).Before(cutoff) {
 			out = append(out, sc)
 			delete(c.sessions, id)
 		}
