@@ -32,7 +32,10 @@ func (c *conn) suspect(s *session, gen uint64) {
 		ctx, cancel := context.WithTimeout(c.reg.life, c.reg.cfg.ProbeTimeout)
 		defer cancel()
 		if _, err := c.listTools(ctx, s, gen); err != nil && c.reg.life.Err() == nil {
-			c.drop(s, fmt.Errorf("a call timed out and a probe got no answer within %s: %w", c.reg.cfg.ProbeTimeout, err))
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				err = fmt.Errorf("%w within %s: %w", errNoAnswer, c.reg.cfg.ProbeTimeout, err)
+			}
+			c.drop(s, fmt.Errorf("a call timed out and a probe got %w", err))
 		}
 	}()
 }
@@ -136,14 +139,16 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any) (res 
 	defer s.release()
 	epoch := c.epoch.Load()
 	res, err = callTool(ctx, s, name, args)
-	switch {
+	switch why := c.closedCause(); {
 	case err == nil:
 		return res, nil
 	case errors.Is(err, ErrResultTooLarge):
 		// Refused as it was read: the session goes on.
 		return nil, err
+	case why != nil && why != errReplaced:
+		return nil, why // deleted, deactivated or shut down under the call
 	case ctx.Err() != nil:
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if EndedByDeadline(ctx) {
 			c.suspect(s, gen)
 		}
 		return nil, err
@@ -167,9 +172,8 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any) (res 
 	}
 	c.reg.logger.Debug("call broke mid-flight; retrying on a new connection: the tool is read-only or idempotent",
 		append(c.logAttrs(), slog.String("tool", name))...)
-	if err := c.connectShared(ctx); err != nil {
-		return nil, unavailable(err)
-	}
+	// acquire waits for the reconnect the drop scheduled, or finds the
+	// session that took this one's place.
 	s2, _, _, err := c.acquire(ctx, name)
 	if err != nil {
 		return nil, err
@@ -223,7 +227,7 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 			return nil, nil // renewed already
 		}
 		c.reg.logger.Info("connector session lost; starting a new client", c.logAttrs()...)
-		return nil, c.connect(trace.LinkFromContext(ctx))
+		return nil, c.connect(trace.LinkFromContext(ctx), s)
 	})
 	select {
 	case r := <-ch:

@@ -51,12 +51,23 @@ type conn struct {
 	connecting bool      // a connect is under way
 	busy       bool      // a scheduler job runs for this conn
 	closed     bool
-	replaced   bool        // closed because a new conn took its place
-	legacy     bool        // the last session opened with the initialize handshake
-	noClassic  bool        // the server refused the initialize handshake
-	sessions   sessionsOf  // per_session connectors: the open sessions
-	timer      *time.Timer // fires when the next connect or check is due; see arm
-	saved      Health      // as last written to the source; see saveHealth
+	// closedErr is what calls get once the conn is closed: ErrDeleted,
+	// ErrDeactivated, ErrClosed (shutdown) or errReplaced.
+	closedErr error
+	// silent says the last failure was a server that took a request and
+	// gave no answer in time (see errNoAnswer): a connect to it is likely
+	// to hang too, so calls do not wait for one.
+	silent bool
+	// lostAt is when the live session was lost, if the connector went
+	// down that way and no connect attempt has failed since; zero
+	// otherwise. It names the last failure in the errors calls get.
+	lostAt    time.Time
+	replaced  bool        // closed because a new conn took its place
+	legacy    bool        // the last session opened with the initialize handshake
+	noClassic bool        // the server refused the initialize handshake
+	sessions  sessionsOf  // per_session connectors: the open sessions
+	timer     *time.Timer // fires when the next connect or check is due; see arm
+	saved     Health      // as last written to the source; see saveHealth
 
 	// phase places c's health checks within the interval: checks of
 	// different connectors fall at different moments, not all at once.
@@ -88,50 +99,110 @@ func newConn(reg *Registry, spec Spec) *conn {
 }
 
 // ready returns the live session and its catalog. A call that arrives
-// while the connector connects, or when a reconnect is due, waits for that
-// connect (within ctx). A connector that is down fails fast with
-// ErrUnavailable and its last error, unless its last attempt is older than
-// ProbeAfter: then this call starts one reconnect now, shared with every
-// other caller, and waits for it. A conn that was replaced answers
-// errReplaced.
+// while the connector first connects waits for that connect (within ctx).
+// A connector that is down fails fast with ErrUnavailable and its last
+// failure (see downError), unless a reconnect is due (its backoff is over,
+// or its last attempt is older than ProbeAfter): then this call starts one
+// reconnect, shared with every other caller, and waits for it. A call that
+// finds a reconnect under way waits for it too, unless the server gave no
+// answer last time: a reconnect to a server that takes requests and
+// answers none hangs as long as its connect timeout, and callers would
+// hang with it, so they fail fast, and a reconnect that is due starts in
+// the background. A conn that was replaced answers errReplaced; one that
+// was closed, why (ErrDeleted, ErrDeactivated, ErrClosed).
 func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
 	for range 3 {
 		c.mu.RLock()
-		s, gen, cat := c.sess, c.gen, c.cat
-		closed, replaced, lastErr := c.closed, c.replaced, c.health.LastError
-		now, up := time.Now(), !c.down()
-		join := c.connecting || c.health.State == StateConnecting || !now.Before(c.nextTry) ||
-			now.Sub(c.lastTry) >= c.reg.cfg.ProbeAfter
-		// A probe: a connector that is down is tried now, ahead of its backoff.
-		probe := !c.connecting && c.health.State != StateConnecting && now.Before(c.nextTry)
+		s, gen, cat, closedErr, up := c.sess, c.gen, c.cat, c.closedErr, !c.down()
+		now := time.Now()
+		join, start := c.joinable(now)
+		var downErr error
+		if !join {
+			downErr = c.downError(now, start)
+		}
 		state := c.health.State
 		c.mu.RUnlock()
 		switch {
-		case replaced:
-			return nil, 0, nil, errReplaced
-		case closed:
-			return nil, 0, nil, ErrNotLoaded
+		case closedErr != nil:
+			return nil, 0, nil, closedErr
 		case up:
 			return s, gen, cat, nil
+		case start && !join:
+			c.connectLater(trace.LinkFromContext(ctx))
+			return nil, 0, nil, downErr
 		case !join:
-			return nil, 0, nil, unavailable(errors.New(lastErr))
+			return nil, 0, nil, downErr
 		}
 		c.reg.logger.Debug("call waits for a connect", append(c.logAttrs(), slog.String("state", string(state)),
-			slog.Bool("probe", probe))...)
+			slog.Bool("starts_it", start))...)
 		if err := c.connectShared(ctx); err != nil {
+			if closed := c.closedCause(); closed != nil {
+				return nil, 0, nil, closed
+			}
 			return nil, 0, nil, unavailable(err)
 		}
 	}
 	return nil, 0, nil, unavailable(errors.New("the connection was lost again right after it was made"))
 }
 
+// joinable says whether a call to c, which is down, waits for a connect
+// (join), and whether one must start for it (start). c.mu must be held.
+func (c *conn) joinable(now time.Time) (join, start bool) {
+	switch {
+	case c.health.State == StateConnecting:
+		return true, !c.connecting // the first connect
+	case c.connecting:
+		return !c.silent, false
+	}
+	due := !now.Before(c.nextTry) || now.Sub(c.lastTry) >= c.reg.cfg.ProbeAfter
+	return due && !c.silent, due
+}
+
+// downError is what a call to c, which is down, gets when it does not
+// wait for a connect: the last failure, how long ago it was, and when the
+// next attempt is (started says this call starts one now). It wraps
+// ErrUnavailable. c.mu must be held.
+func (c *conn) downError(now time.Time, started bool) error {
+	last := "last connect attempt " + ago(now, c.health.CheckedAt) + " failed"
+	if !c.lostAt.IsZero() {
+		last = "connection lost " + ago(now, c.lostAt)
+	}
+	var next string
+	switch {
+	case started:
+		next = "a new attempt starts now"
+	case c.connecting:
+		next = "a new attempt has been under way for " + roundFor(now.Sub(c.lastTry))
+	default:
+		at := c.nextTry
+		if probe := c.lastTry.Add(c.reg.cfg.ProbeAfter); probe.Before(at) {
+			at = probe // a call after it starts the attempt
+		}
+		next = "next attempt in " + roundFor(at.Sub(now))
+	}
+	return unavailable(fmt.Errorf("%s: %s; %s", last, c.health.LastError, next))
+}
+
+// ago says how long before now t was, for an error message.
+func ago(now, t time.Time) string { return roundFor(now.Sub(t)) + " ago" }
+
+// roundFor rounds d for an error message: to the millisecond below a
+// second, to the tenth of a second above.
+func roundFor(d time.Duration) string {
+	d = max(d, 0)
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
 // connectShared runs one connect for all concurrent callers and waits for
 // it or for ctx. The connect itself is not bound to any caller's context:
 // its span starts a trace of its own, linked to the span of the caller
-// that started it.
+// that started it. A connector that is up by the time the connect would
+// start is left as it is (see connect).
 func (c *conn) connectShared(ctx context.Context) error {
-	link := trace.LinkFromContext(ctx)
-	ch := c.flight.DoChan("connect", func() (any, error) { return nil, c.connect(link) })
+	ch := c.flight.DoChan("connect", func() (any, error) { return nil, c.connect(trace.LinkFromContext(ctx), nil) })
 	select {
 	case r := <-ch:
 		return r.Err
@@ -140,12 +211,29 @@ func (c *conn) connectShared(ctx context.Context) error {
 	}
 }
 
+// connectLater starts one connect for all concurrent callers, and waits
+// for nothing.
+func (c *conn) connectLater(link trace.Link) {
+	c.flight.DoChan("connect", func() (any, error) { return nil, c.connect(link, nil) })
+}
+
+// closedCause is why c was closed; nil while it is open.
+func (c *conn) closedCause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closedErr
+}
+
 // connect opens a new session, lists its tools, syncs the catalog and only
 // then publishes session and catalog together as READY, closing the
 // previous session afterwards. On failure the connector goes down and the
 // next try is scheduled with backoff. link is the span of the caller who
-// asked for it, if any.
-func (c *conn) connect(link trace.Link) (err error) {
+// asked for it, if any. A connect replaces a live session only if it is
+// replacing (one the server forgot): a connector that is up by the time a
+// connect starts is left alone, so that a late request for a connect (a
+// health check that saw the connector down, a call that failed on a
+// session since replaced) never tears down the session that took its place.
+func (c *conn) connect(link trace.Link, replacing *session) (err error) {
 	// Runs in singleflight's goroutine: register it so shutdown waits.
 	if !c.reg.enter() {
 		return ErrClosed
@@ -154,7 +242,11 @@ func (c *conn) connect(link trace.Link) (err error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return c.closedErr
+	}
+	if !c.down() && c.sess != replacing {
+		c.mu.Unlock()
+		return nil // connected meanwhile
 	}
 	c.connecting, c.lastTry = true, time.Now()
 	failures := c.failures
@@ -174,15 +266,18 @@ func (c *conn) connect(link trace.Link) (err error) {
 
 	s, version, tools, err := c.open(ctx)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w within the connect timeout (%s): %w", errNoAnswer, c.spec.ConnectTimeout, err)
+		}
 		err = c.redact.err(err)
-		c.fail(err)
+		c.fail(err, replacing)
 		return err
 	}
 	seq := c.syncSeq.Add(1)
 	cat, _, err := c.syncCatalog(ctx, tools, false)
 	if cat == nil {
 		s.close(c.reg.cfg.CloseGrace)
-		c.fail(err)
+		c.fail(err, replacing)
 		return err
 	}
 	perSession := c.perSession()
@@ -193,13 +288,14 @@ func (c *conn) connect(link trace.Link) (err error) {
 		s.close(c.reg.cfg.CloseGrace)
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || (!c.down() && c.sess != replacing) {
+		closedErr := c.closedErr // nil: another connect came first
 		c.mu.Unlock()
 		s.close(c.reg.cfg.CloseGrace)
-		return ErrClosed
+		return closedErr
 	}
 	old, reconnect := c.sess, c.gen > 0
-	c.sess, c.gen, c.failures = s, c.gen+1, 0
+	c.sess, c.gen, c.failures, c.silent, c.lostAt = s, c.gen+1, 0, false, time.Time{}
 	if perSession {
 		c.sess = nil
 	}
@@ -260,10 +356,16 @@ func (c *conn) withStderr(s *session, err error) error {
 }
 
 // fail records a failed connect: the connector stays down and the next
-// try waits for the backoff.
-func (c *conn) fail(cause error) {
+// try waits for the backoff. A connector that another connect brought up
+// meanwhile stays up. replacing is the session the connect was to replace.
+func (c *conn) fail(cause error, replacing *session) {
 	c.mu.Lock()
+	if !c.down() && c.sess != replacing {
+		c.mu.Unlock()
+		return
+	}
 	c.failures++
+	c.lostAt = time.Time{}
 	c.setDown(cause)
 	delay := c.reg.backoff(c.failures)
 	c.nextTry = time.Now().Add(delay)
@@ -293,6 +395,8 @@ func (c *conn) drop(s *session, cause error) {
 		return
 	}
 	c.sess, c.gen = nil, c.gen+1
+	s.markDead()
+	c.lostAt = time.Now()
 	if time.Since(s.opened) < stableAfter {
 		c.flaps++
 	} else {
@@ -317,6 +421,7 @@ func (c *conn) drop(s *session, cause error) {
 
 // setDown records the connector as down with cause. c.mu must be held.
 func (c *conn) setDown(cause error) {
+	c.silent = errors.Is(cause, errNoAnswer)
 	c.health.State = StateDegraded
 	if c.failures >= c.reg.cfg.ErrorAfter {
 		c.health.State = StateError
@@ -341,6 +446,9 @@ func (c *conn) check() Health {
 	seq := c.syncSeq.Add(1)
 	list, err := c.listTools(ctx, s, gen)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w within %s: %w", errNoAnswer, c.reg.cfg.HealthTimeout, err)
+		}
 		c.drop(s, fmt.Errorf("health check: %w", err))
 		return c.snapshot()
 	}
@@ -406,23 +514,23 @@ func (c *conn) snapshot() Health {
 	return c.health
 }
 
-// retire marks the conn closed and hands back its session, if any.
-// replaced says whether a new conn took its place, so that callers who
-// still hold this one go to the new one.
-func (c *conn) retire(replaced bool) *session {
+// retire marks the conn closed and hands back its session, if any. why
+// is what calls get from now on: errReplaced sends callers who still hold
+// this conn to the new one.
+func (c *conn) retire(why error) *session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.sess
-	c.sess, c.closed, c.replaced = nil, true, replaced
+	c.sess, c.closed, c.replaced, c.closedErr = nil, true, why == errReplaced, why
 	c.arm()
 	return s
 }
 
-// close closes the conn now: its session (calls running on it fail with
-// ErrUnavailable), its per-session connections, in parallel, and its idle
-// HTTP connections.
-func (c *conn) close() {
-	s := c.retire(false)
+// close closes the conn now: its session, its per-session connections, in
+// parallel, and its idle HTTP connections. Calls running on it, or waiting
+// for it, fail with why: ErrDeleted, ErrDeactivated or ErrClosed.
+func (c *conn) close(why error) {
+	s := c.retire(why)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -440,7 +548,7 @@ func (c *conn) close() {
 // each per-session connection, takes no new calls, the calls running on it
 // finish (bounded by the call timeout), and then it closes.
 func (c *conn) closeDrained() {
-	s := c.retire(true)
+	s := c.retire(errReplaced)
 	closeSessions(c.takeSessions(""), c.spec.CallTimeout)
 	if s != nil {
 		s.drain(c.spec.CallTimeout)

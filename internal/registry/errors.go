@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 )
@@ -16,8 +17,15 @@ var (
 	// ErrUnavailable means the connector's MCP server cannot be reached now.
 	// Errors wrapping it carry the last connection error.
 	ErrUnavailable = errors.New("connector unavailable")
-	// ErrClosed means the registry or connection was closed.
-	ErrClosed = errors.New("registry closed")
+	// ErrClosed means the registry was closed: the service is shutting
+	// down.
+	ErrClosed = errors.New("the service is shutting down")
+	// ErrDeleted means the connector was deleted while a call ran on it or
+	// waited for it. It wraps ErrNotLoaded.
+	ErrDeleted error = &removedError{"deleted"}
+	// ErrDeactivated means the connector was deactivated while a call ran
+	// on it or waited for it. It wraps ErrNotLoaded.
+	ErrDeactivated error = &removedError{"deactivated"}
 	// ErrToolNotFound means the connector's server does not list the tool
 	// now (it may have listed it once).
 	ErrToolNotFound = errors.New("tool not found")
@@ -27,7 +35,40 @@ var (
 	// errReplaced means a conn was replaced by a new one for the same
 	// connector; the caller looks the connector up again.
 	errReplaced = errors.New("connection replaced")
+
+	// errNoAnswer marks a failure where the server took a request and gave
+	// no answer in time (a connect, a health check or a probe timed out),
+	// as opposed to one that answered with a refusal.
+	errNoAnswer = errors.New("no answer")
 )
+
+// removedError is a connector removed from the registry under a call.
+type removedError struct{ how string }
+
+func (e *removedError) Error() string { return "the connector was " + e.how + " during the call" }
+func (e *removedError) Unwrap() error { return ErrNotLoaded }
+
+// deadlineSlack is how close to its deadline a context may be cancelled
+// and still count as ended by it. A gRPC client whose deadline passes
+// cancels the call, and the server's context, a copy of that deadline
+// made when the request arrived, may see that cancel a moment before its
+// own timer fires.
+const deadlineSlack = 100 * time.Millisecond
+
+// EndedByDeadline reports whether ctx ended because its deadline passed:
+// it is past its deadline, or it was cancelled within a moment of it (see
+// deadlineSlack), which is how a gRPC server sees its caller's deadline
+// pass. A context cancelled earlier, or not ended, did not.
+func EndedByDeadline(ctx context.Context) bool {
+	switch ctx.Err() {
+	case context.DeadlineExceeded:
+		return true
+	case context.Canceled:
+		d, ok := ctx.Deadline()
+		return ok && time.Until(d) < deadlineSlack
+	}
+	return false
+}
 
 // unavailable wraps cause as ErrUnavailable.
 func unavailable(cause error) error {
@@ -70,4 +111,62 @@ func isConnectionBroken(err error) bool {
 	var te *transport.Error
 	return errors.As(err, &te) || errors.Is(err, ErrClosed) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// sendPrefix is what mcp-go's HTTP transports put before a failed send, at
+// two layers (SendRequest around sendHTTP), so that it comes twice.
+const sendPrefix = "failed to send request: "
+
+// sayOnce returns msg, an error's text, with what mcp-go repeats in it said
+// once: "failed to send request: failed to send request: x" becomes
+// "failed to send request: x".
+func sayOnce(msg string) string {
+	for strings.Contains(msg, sendPrefix+sendPrefix) {
+		msg = strings.ReplaceAll(msg, sendPrefix+sendPrefix, sendPrefix)
+	}
+	return msg
+}
+
+// Hints at the transport, for a connector whose server speaks the other
+// HTTP transport.
+const (
+	hintStreamable = "is this a streamable_http server? the SSE transport expects GET to open an event stream that " +
+		"names an endpoint; set the connector's transport to streamable_http"
+	hintSSE = "is this an SSE server? the streamable_http transport POSTs initialize to the URL; " +
+		"set the connector's transport to sse"
+)
+
+// transportHint adds a hint at the transport to err, a failed start or
+// initialize of a session over tr, when the server looks like one of the
+// other HTTP transport: an SSE GET refused with a 4xx, or answered with an
+// event stream (streamed) that never named its endpoint; a streamable-HTTP
+// initialize refused with a 4xx, which mcp-go reports as
+// ErrLegacySSEServer. errors.Is and errors.As still see what err wraps.
+func transportHint(tr string, err error, streamed bool) error {
+	var hint string
+	switch {
+	case tr == TransportSSE && (sseStreamRefused(err) || streamed):
+		hint = hintStreamable
+	case tr == TransportStreamableHTTP && errors.Is(err, transport.ErrLegacySSEServer):
+		hint = hintSSE
+	default:
+		return err
+	}
+	return fmt.Errorf("%w — %s", err, hint)
+}
+
+// sseStreamRefused reports whether err is mcp-go's SSE transport saying
+// the server answered its GET with a 4xx other than an authorization
+// failure or a rate limit. mcp-go gives only text ("unexpected status
+// code: 400"), so the text is matched here, in one place.
+func sseStreamRefused(err error) bool {
+	_, after, ok := strings.Cut(err.Error(), "unexpected status code: ")
+	if !ok || len(after) < 3 || after[0] != '4' {
+		return false
+	}
+	switch after[:3] {
+	case "401", "403", "429":
+		return false
+	}
+	return true
 }

@@ -194,6 +194,14 @@ func TestInteropTypeScriptSSERestart(t *testing.T) {
 		}
 	}
 	waitFor(t, "the SSE connector to work again", func() bool { return tsEcho(t, reg, 1, "after") == nil })
+	// Once a call has worked on the new session, nothing the old one
+	// left behind (its stream's end, a call that failed on it, a health
+	// check) may take the new one down.
+	for i := range 5 {
+		if err := tsEcho(t, reg, 1, fmt.Sprint("and then ", i)); err != nil {
+			t.Fatalf("call %d after the first that worked on the new session: %v", i, err)
+		}
+	}
 }
 
 // A stdio server killed under us is noticed at once, reaped, and replaced.

@@ -158,7 +158,7 @@ func (r *Registry) shutdown() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.close()
+			c.close(ErrClosed)
 			r.reportConn(context.Background(), c)
 		}()
 	}

@@ -57,14 +57,15 @@ func (r *redactor) text(s string) string {
 	return r.r.Replace(s)
 }
 
-// err returns err with secret values taken out of its text; errors.Is and
-// errors.As still see what it wraps. nil stays nil.
+// err returns err with secret values taken out of its text, and what
+// mcp-go repeats in it said once (see sayOnce); errors.Is and errors.As
+// still see what it wraps. nil stays nil.
 func (r *redactor) err(err error) error {
-	if err == nil || r.r == nil {
+	if err == nil {
 		return err
 	}
 	msg := err.Error()
-	if clean := r.r.Replace(msg); clean != msg {
+	if clean := r.text(sayOnce(msg)); clean != msg {
 		return &redactedError{msg: clean, err: err}
 	}
 	return err

@@ -103,7 +103,7 @@ type Config struct {
 	BackoffBase     time.Duration // first reconnect delay (full jitter); 1s
 	BackoffMax      time.Duration // reconnect delay cap; 5m
 	ErrorAfter      int           // consecutive failures before StateError; 3
-	ProbeAfter      time.Duration // a call to a down connector reconnects now if the last try is older; 3s
+	ProbeAfter      time.Duration // a call to a down connector reconnects now if the last try is older (the fail-fast window); 3s
 	ProbeTimeout    time.Duration // bound on the probe after a call timed out; 3s
 	SessionIdleTTL  time.Duration // a per-session connection unused this long closes; 15m
 	MaxSessions     int           // open sessions per per_session connector; 64
@@ -331,7 +331,7 @@ func (r *Registry) retireLater(old *conn) {
 		return
 	}
 	if !r.enter() {
-		old.close() // shutting down: close it here
+		old.close(ErrClosed) // shutting down: close it here
 		return
 	}
 	go func() {
@@ -341,9 +341,17 @@ func (r *Registry) retireLater(old *conn) {
 	}()
 }
 
-// Remove closes and forgets a connector's connection. It returns when the
-// connection is closed; calls running on it fail with ErrUnavailable.
-func (r *Registry) Remove(id int64) {
+// Remove closes and forgets the connection of a connector that was
+// deactivated. It returns when the connection is closed; calls running on
+// it, or waiting for it, fail with ErrDeactivated.
+func (r *Registry) Remove(id int64) { r.remove(id, ErrDeactivated) }
+
+// Delete closes and forgets the connection of a connector that was
+// deleted. It returns when the connection is closed; calls running on it,
+// or waiting for it, fail with ErrDeleted.
+func (r *Registry) Delete(id int64) { r.remove(id, ErrDeleted) }
+
+func (r *Registry) remove(id int64, why error) {
 	r.mu.Lock()
 	c := r.conns[id]
 	delete(r.conns, id)
@@ -352,7 +360,7 @@ func (r *Registry) Remove(id int64) {
 	}
 	r.mu.Unlock()
 	if c != nil {
-		c.close()
+		c.close(why)
 		r.reportConn(context.Background(), c)
 	}
 }
@@ -366,10 +374,13 @@ func (r *Registry) Remove(id int64) {
 // connection. Tools annotated read-only or idempotent are retried once on
 // a rebuilt connection if the connection broke mid-call. With WithProgress
 // in ctx, the server's progress notifications for the call reach its
-// callback before CallTool returns. Returns
-// ErrNotLoaded, ErrToolNotFound (the server does not list it now),
-// ErrToolDisabled, or an error wrapping ErrUnavailable when the connector
-// cannot be used now.
+// callback before CallTool returns. A call that ends by its deadline with
+// no answer has the session probed at once (see conn.suspect). Returns
+// ErrNotLoaded, ErrDeleted or ErrDeactivated (the connector went under the
+// call), ErrClosed (shutdown), ErrToolNotFound (the server does not list
+// it now), ErrToolDisabled, or an error wrapping ErrUnavailable when the
+// connector cannot be used now: it says what failed last, how long ago,
+// and when the next attempt is.
 func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map[string]any) (*mcp.CallToolResult, error) {
 	for {
 		c, err := r.get(id)

@@ -82,26 +82,29 @@ type sessConn struct {
 
 	flight   singleflight.Group
 	lastUsed atomic.Int64 // unix nanos
-	calls    atomic.Int64
-	errors   atomic.Int64
+	// inUse counts the calls that hold the session, from sessionFor to
+	// their end: an idle expiry skips it meanwhile. c.mu guards its rise
+	// from 0, so that an expiry never takes a session a call just got.
+	inUse  atomic.Int64
+	calls  atomic.Int64
+	errors atomic.Int64
 }
 
 // sessionsOf holds a per_session connector's open sessions. c.mu guards it.
 type sessionsOf map[string]*sessConn
 
 // sessionFor returns the session connection of id, opening the entry if
-// there is none (the connection itself opens on first use). Returns a
-// *SessionLimitError at the connector's cap.
+// there is none (the connection itself opens on first use), and counts
+// the caller in its inUse: the caller calls done when it is through.
+// Returns a *SessionLimitError at the connector's cap.
 func (c *conn) sessionFor(id string) (*sessConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		if c.replaced {
-			return nil, errReplaced
-		}
-		return nil, ErrNotLoaded
+		return nil, c.closedErr
 	}
 	if sc := c.sessions[id]; sc != nil {
+		sc.inUse.Add(1)
 		return sc, nil
 	}
 	if limit := c.reg.cfg.MaxSessions; len(c.sessions) >= limit {
@@ -112,9 +115,13 @@ func (c *conn) sessionFor(id string) (*sessConn, error) {
 	}
 	sc := &sessConn{parent: c, id: id, opened: time.Now()}
 	sc.lastUsed.Store(sc.opened.UnixNano())
+	sc.inUse.Add(1)
 	c.sessions[id] = sc
 	return sc, nil
 }
+
+// done ends a use of sc that sessionFor counted.
+func (sc *sessConn) done() { sc.inUse.Add(-1) }
 
 // callSession runs a tool on the connection of the caller's session,
 // opening it on first use (concurrent first uses share one connect).
@@ -135,6 +142,7 @@ func (c *conn) callSession(ctx context.Context, sessionID, name string, args map
 	if err != nil {
 		return nil, err
 	}
+	defer sc.done()
 	defer func() {
 		if errors.Is(err, errReplaced) {
 			return // counted where it runs
@@ -212,15 +220,12 @@ func (sc *sessConn) current(ctx context.Context) (*session, error) {
 	return nil, unavailable(errors.New("the session's connection was lost again right after it was made"))
 }
 
-// closedErr is why a call cannot use the closed session: its connector was
-// replaced (the caller goes to the new one), or the session was closed.
+// closedErr is why a call cannot use the closed session: its connector
+// was replaced (errReplaced: the caller goes to the new one), deleted,
+// deactivated or shut down, or the session was closed.
 func (sc *sessConn) closedErr() error {
-	c := sc.parent
-	c.mu.Lock()
-	replaced := c.replaced
-	c.mu.Unlock()
-	if replaced {
-		return errReplaced
+	if why := sc.parent.closedCause(); why != nil {
+		return why
 	}
 	return unavailable(errors.New("the session was closed"))
 }
@@ -286,6 +291,7 @@ func (sc *sessConn) dropConn(s *session, cause error) {
 		return
 	}
 	sc.sess = nil
+	s.markDead()
 	sc.lastErr = sc.parent.redact.text(s.deathCause(cause, 0).Error())
 	why := sc.lastErr
 	sc.mu.Unlock()
@@ -338,15 +344,17 @@ func (sc *sessConn) info() SessionInfo {
 // handshake or else the sessionless one first (see openBare), without
 // listing tools. It returns the protocol version agreed.
 func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
-	s, err := newSession(c.reg.life, spec, hc, c.clientOptions(classic), c.spec.ConnectTimeout,
+	own, end := sessionClient(hc)
+	s, err := newSession(c.reg.life, spec, own, c.clientOptions(classic), c.spec.ConnectTimeout,
 		messageLimit(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics)
 	if err != nil {
-		return nil, "", err
+		return nil, "", transportHint(spec.Transport, err, end.streamed.Load())
 	}
+	s.end = end
 	res, err := s.client.Initialize(ctx, initializeRequest())
 	if err != nil {
 		s.close(c.reg.cfg.CloseGrace)
-		return nil, "", c.withStderr(s, fmt.Errorf("initialize: %w", err))
+		return nil, "", c.withStderr(s, transportHint(spec.Transport, fmt.Errorf("initialize: %w", err), false))
 	}
 	return s, res.ProtocolVersion, nil
 }
@@ -366,13 +374,14 @@ func (c *conn) takeSessions(sessionID string) []*sessConn {
 	return out
 }
 
-// takeIdle removes and returns the sessions unused since before cutoff.
+// takeIdle removes and returns the sessions unused since before cutoff
+// and not in use now.
 func (c *conn) takeIdle(cutoff time.Time) []*sessConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*sessConn
 	for id, sc := range c.sessions {
-		if time.Unix(0, sc.lastUsed.Load()).Before(cutoff) {
+		if sc.inUse.Load() == 0 && time.Unix(0, sc.lastUsed.Load()).Before(cutoff) {
 			out = append(out, sc)
 			delete(c.sessions, id)
 		}

@@ -163,7 +163,9 @@ func isChildOf(pid, parent int, all []int) bool {
 func TestIdleSessionsCloseAndTheCapHolds(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxSessions = 2
-	cfg.SessionIdleTTL = 300 * time.Millisecond
+	// Long enough that s1 is still open when s3 tries, however long s2's
+	// server takes to start.
+	cfg.SessionIdleTTL = 2 * time.Second
 	reg := run(t, newSource(sessionSpec(1, t.TempDir())), cfg)
 	sessionCall(t, reg, 1, "s1", "pid", nil)
 	sessionCall(t, reg, 1, "s2", "pid", nil)

@@ -29,6 +29,7 @@ type session struct {
 	proc   *process // stdio only
 	cancel context.CancelFunc
 	opened time.Time
+	end    *sessionEnd // HTTP only: ends the session; see markDead
 	// progress routes notifications/progress to the calls that asked.
 	progress progressRoutes
 
@@ -176,12 +177,19 @@ func (s *session) drain(timeout time.Duration) {
 }
 
 // close closes the client and, for stdio, kills the server's whole process
-// group once grace has passed. It returns when everything is gone. Safe to
-// call more than once.
+// group once grace has passed, and returns when everything is gone. An
+// HTTP session's close returns at once: what it sends the server (a
+// DELETE) is bounded by the session's client (see sessionEnd), and waits
+// for nothing. Safe to call more than once.
 func (s *session) close(grace time.Duration) {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	if s.proc == nil {
+		go func() { _ = s.client.Close() }()
+		s.cancel()
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		_ = s.client.Close()

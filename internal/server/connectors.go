@@ -281,7 +281,7 @@ func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.reg.Remove(id)
+	s.reg.Delete(id)
 	s.agents.forget(id)
 	s.logger.InfoContext(ctx, "connector deleted",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()))

@@ -91,7 +91,9 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.ResourceExhausted, ReasonSessionLimit, fmt.Sprintf(
 			"the connector has %d open sessions, the most MAX_SESSIONS_PER_CONNECTOR allows; close one with CloseSession, or wait for an idle one to close",
 			sessionLimit.Limit))
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled) && registry.EndedByDeadline(ctx):
+		// The second: the caller's deadline passed, and its cancel came
+		// first; the caller sees DEADLINE_EXCEEDED.
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return status.Error(codes.Canceled, "canceled")
@@ -112,6 +114,10 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.NotFound, ReasonConnectorNotFound, "connector not found")
 	case errors.Is(err, store.ErrConflict):
 		return newStatus(codes.AlreadyExists, ReasonConnectorAlreadyExists, "a connector with this connector_id already exists in the workspace")
+	case errors.Is(err, registry.ErrDeleted):
+		return newStatus(codes.NotFound, ReasonConnectorNotFound, msg)
+	case errors.Is(err, registry.ErrDeactivated):
+		return newStatus(codes.FailedPrecondition, ReasonConnectorInactive, msg+"; activate it with ActivateConnector")
 	case errors.Is(err, registry.ErrUnavailable), errors.Is(err, registry.ErrNotLoaded), errors.Is(err, registry.ErrClosed):
 		// The message is the MCP server's connection error: addresses and
 		// reasons, never header or env values, URL query values redacted.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
 // rpcNames is what a request names: its workspace, connector and tool.
@@ -76,6 +77,17 @@ func (n rpcNames) appendLogAttrs(attrs []slog.Attr) []slog.Attr {
 		attrs = append(attrs, slog.String("tool", n.tool))
 	}
 	return attrs
+}
+
+// callerCode is the code the caller got for an RPC that ended with code:
+// a caller whose deadline passed got DEADLINE_EXCEEDED from its own
+// client, even where the service saw the cancel that deadline sent before
+// its own copy of it expired, and answered CANCELED.
+func callerCode(ctx context.Context, code codes.Code) codes.Code {
+	if code == codes.Canceled && registry.EndedByDeadline(ctx) {
+		return codes.DeadlineExceeded
+	}
+	return code
 }
 
 // rpcLevel is the level of an RPC's log line: error or warn when the

@@ -279,7 +279,7 @@ func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 // connector, tool), the caller's address and key id, and its trace id.
 // Requests are not logged: they may carry secrets and tool arguments.
 func (s *Server) logRPC(ctx context.Context, method string, names rpcNames, start time.Time, err error) {
-	code := status.Code(err)
+	code := callerCode(ctx, status.Code(err))
 	level := rpcLevel(ctx, code)
 	if !s.logger.Enabled(ctx, level) {
 		return
