@@ -7,10 +7,11 @@ GO ?= go
 ## A development SECRET_KEY is generated once into .dev/secret_key.
 ## The binary is built into .dev/bin and exec'd by the recipe's shell (not
 ## go run), so a signal to make or Ctrl-C reaches the service itself, and
-## nothing is left holding the port.
+## nothing is left holding the port. -buildvcs=auto records the commit for
+## `connector-svc version` even where GOFLAGS says -buildvcs=false.
 run: .dev/secret_key
 	@scripts/ensure-postgres.sh
-	$(GO) build -o .dev/bin/connector-svc ./cmd/connector-svc
+	$(GO) build -buildvcs=auto -o .dev/bin/connector-svc ./cmd/connector-svc
 	SECRET_KEY="$${SECRET_KEY:-$$(cat .dev/secret_key)}" \
 	STDIO_ALLOWED_COMMANDS="$${STDIO_ALLOWED_COMMANDS-npx}" \
 	exec .dev/bin/connector-svc

@@ -128,7 +128,7 @@ func (x *metrics) called(ctx context.Context, c *conn, tool string, d time.Durat
 	o := c.toolLabels(tool)
 	x.calls.Add(ctx, 1, o.add...)
 	x.callTime.Record(ctx, d.Seconds(), o.record...)
-	if kind := errorKind(res, err); kind != "" {
+	if kind := errorKind(ctx, res, err); kind != "" {
 		x.callErrors.Add(ctx, 1, metric.WithAttributeSet(labels(c.spec, attribute.String("tool", tool), attribute.String("kind", kind))))
 	}
 }
@@ -153,14 +153,17 @@ func (c *conn) toolLabels(tool string) *callOptions {
 	return o.(*callOptions)
 }
 
-// errorKind is the kind label of a failed call; "" if it did not fail.
-func errorKind(res *mcp.CallToolResult, err error) string {
+// errorKind is the kind label of a failed call made under ctx; "" if it
+// did not fail. A call that ended by its deadline is a timeout even when
+// the service saw the caller's cancel first (see EndedByDeadline), as the
+// caller got DEADLINE_EXCEEDED.
+func errorKind(ctx context.Context, res *mcp.CallToolResult, err error) string {
 	switch {
 	case err == nil && res != nil && res.IsError:
 		return "tool"
 	case err == nil:
 		return ""
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled) && EndedByDeadline(ctx):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
 		return "canceled"

@@ -30,3 +30,29 @@ func BenchmarkRecordCall(b *testing.B) {
 		})
 	}
 }
+
+// TestErrorKindFollowsTheDeadline: a call the caller's deadline ended is
+// a timeout though the service saw a cancel (gRPC cancels the handler's
+// context when the caller's deadline passes, a moment before the
+// handler's own copy of it); a cancel well before the deadline is not.
+func TestErrorKindFollowsTheDeadline(t *testing.T) {
+	atDeadline, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	cancel()
+	early, cancel := context.WithTimeout(context.Background(), time.Hour)
+	cancel()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{"deadline exceeded", context.Background(), context.DeadlineExceeded, "timeout"},
+		{"cancelled at the deadline", atDeadline, context.Canceled, "timeout"},
+		{"cancelled by the caller", early, context.Canceled, "canceled"},
+		{"unavailable", context.Background(), ErrUnavailable, "unavailable"},
+	} {
+		if got := errorKind(tt.ctx, nil, tt.err); got != tt.want {
+			t.Errorf("%s: kind %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
