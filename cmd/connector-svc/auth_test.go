@@ -100,7 +100,7 @@ func TestKeysCLI(t *testing.T) {
 		"list no workspace": {[]string{"list"}, "keys list: --workspace is missing"},
 		"list extra":        {[]string{"list", "--workspace", "acme", "all"}, `keys list takes flags only, not ["all"]`},
 		"revoke unknown":    {[]string{"revoke", "aaaaaaaa"}, `no API key "aaaaaaaa"`},
-		"revoke no id":      {[]string{"revoke"}, "keys revoke: want one key ID"},
+		"revoke no id":      {[]string{"revoke"}, "keys revoke: the key ID is missing"},
 	} {
 		out, err := keysCLI(t, url, tt.args...)
 		if err == nil || anyToken.MatchString(out) {

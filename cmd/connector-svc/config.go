@@ -105,7 +105,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	fs.StringVar(&health, "health-interval", "30s", "between tools/list health checks of each connector (HEALTH_INTERVAL)")
 	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", 16, "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
 	fs.IntVar(&cfg.MaxIdleConns, "mcp-http-max-idle-conns-per-connector", 128,
-		"idle HTTP connections an SSE or streamable-HTTP connector keeps for reuse; calls beyond it at once open new ones: keep it above the concurrent calls, twice is ample (MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR)")
+		"idle HTTP connections kept for reuse per host by each of the 4 transports the SSE and streamable-HTTP connectors of one origin share; calls beyond it at once open new ones: keep it above the calls an origin runs at once, twice is ample (MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR)")
 	fs.StringVar(&idleTTL, "session-idle-ttl", "15m", "a per-session connection unused this long closes (SESSION_IDLE_TTL)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
 	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")

@@ -105,7 +105,11 @@ func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
 			return nil, bad("keys %s: --workspace is missing: a key belongs to one workspace", args[0])
 		}
 	case "revoke":
-		if fs.NArg() != 1 {
+		switch fs.NArg() {
+		case 1:
+		case 0:
+			return nil, bad("keys revoke: the key ID is missing (connector-svc keys list --workspace W shows them)")
+		default:
 			return nil, bad("keys revoke: want one key ID (connector-svc keys list --workspace W shows them), not %q", fs.Args())
 		}
 	default:
