@@ -186,14 +186,25 @@ func TestCacheExpires(t *testing.T) {
 }
 
 // TestConcurrentVerifyLooksUpOnce: many callers with a key not cached yet
-// cost one store lookup. Confirmations count for a minute here: under load
+// cost one store lookup. Confirmations count for 4 s here: under load
 // the test's usual 100 ms can lapse between two, and an untrusted cache
-// reads per call on purpose.
+// reads per call on purpose. The callers start once the key's own
+// notification has been handled: handling it starts a new generation of
+// lookups, and callers on both sides of it would look up twice.
 func TestConcurrentVerifyLooksUpOnce(t *testing.T) {
-	keys, db := newKeys(t, Config{Confirm: time.Minute})
+	keys, db := newKeys(t, Config{Confirm: 4 * time.Second})
 	_, token, err := keys.Create(context.Background(), "acme", []Scope{ScopeAdmin}, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	created := time.Now()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if c := keys.confirmed.Load(); c != nil && c.After(created) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no confirmation of the key's creation within 20 s")
+		}
 	}
 	var wg sync.WaitGroup
 	for range 50 {
