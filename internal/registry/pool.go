@@ -15,9 +15,14 @@ import (
 )
 
 // transportsPerOrigin is how many HTTP transports the connectors of one
-// origin share. Each call takes the next in turn: callers of one busy
-// connector, or of many, do not all wait on one transport's lock over its
-// idle connections.
+// origin share. Each connector takes the next in turn and keeps it, so the
+// connectors of a busy server do not all wait on one transport's lock over
+// its idle connections. A connector's own requests stay on one transport:
+// spread over several, a session's sequential requests arrive on different
+// connections, each before the server has finished the last, and mcp-go's
+// stateful streamable-HTTP server (v1.2.1) then loses or misroutes the
+// session's notifications (progress), which it queues on one channel that
+// every request of the session reads (mark3labs/mcp-go#969).
 const transportsPerOrigin = 4
 
 // transports are the HTTP transports of the registry's connectors, shared
@@ -145,6 +150,7 @@ func (s *transportSet) closeIdle() {
 type pool struct {
 	reg    *transports
 	set    *transportSet
+	tr     *http.Transport // the one of set this connector uses
 	closed atomic.Bool
 	// maxMessage bounds each message a response carries (see limit.go).
 	maxMessage int
@@ -154,13 +160,14 @@ type pool struct {
 // sends each request's trace context (traceparent). A response's messages
 // are limited to maxMessage bytes each.
 func newPool(t *transports, rawURL string, maxMessage int) (*pool, *http.Client) {
-	p := &pool{reg: t, set: t.acquire(rawURL), maxMessage: maxMessage}
+	set := t.acquire(rawURL)
+	p := &pool{reg: t, set: set, tr: set.pick(), maxMessage: maxMessage}
 	return p, &http.Client{Transport: telemetry.Traceparent(p)}
 }
 
 // RoundTrip implements http.RoundTripper.
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	tr := p.set.pick()
+	tr := p.tr
 	resp, err := tr.RoundTrip(req)
 	if err == nil {
 		resp.Body = p.limit(resp)

@@ -106,3 +106,19 @@ func TestConnectorsOfOneOriginShareConnections(t *testing.T) {
 	}
 	echo(t, reg, n, "alone")
 }
+
+// TestSequentialCallsKeepToOneConnection: a connector's requests, one
+// after another, go over one transport and so one connection. Spread over
+// several, each arrives before the server has finished the last, and
+// mcp-go's stateful server then loses the session's progress
+// notifications (see transportsPerOrigin).
+func TestSequentialCallsKeepToOneConnection(t *testing.T) {
+	srv := newMCPServer(t)
+	cfg := testConfig()
+	cfg.HealthInterval = time.Hour // nothing runs beside the calls
+	reg := run(t, newSource(httpSpec(1, srv.url())), cfg)
+	callsFrom(t, reg, 1, 1, 20)
+	if n := srv.accepted.Load(); n != 1 {
+		t.Errorf("a connect and 20 calls, one after another, took %d connections, want 1", n)
+	}
+}
