@@ -61,7 +61,8 @@ func sseServer(s *mcpServer)    { s.sse = true }
 func anyHost(s *mcpServer)      { s.anyHost = true }
 func quietServer(s *mcpServer)  { s.quiet = true }
 
-// progressServer serves mcptest.ProgressTool too.
+// progressServer serves mcptest.ProgressTool too, without MCP sessions
+// (see start).
 func progressServer(s *mcpServer) { s.progress = mcptest.NewWritten() }
 
 func newMCPServer(t *testing.T, opts ...serverOption) *mcpServer {
@@ -106,14 +107,26 @@ func (s *mcpServer) start(addr string) {
 	m := server.NewMCPServer("test", "1.0", server.WithToolCapabilities(!s.quiet))
 	s.addTools(m)
 	s.sessions = &sessionIDs{live: map[string]bool{}}
+	opts := []server.StreamableHTTPOption{server.WithSessionIdManager(s.sessions)}
+	if s.progress != nil {
+		// mcp-go's stateful streamable-HTTP server (v1.2.1) queues a
+		// session's notifications on one channel, which every request of
+		// the session reads from, and a request that has ended (its
+		// goroutine not yet gone) discards what it takes
+		// (mark3labs/mcp-go#969): a tool's progress goes out on another
+		// request's response, or not at all, and the progress tool waits
+		// for it until the call times out. Stateless, every request has a
+		// session, and so a channel, of its own.
+		opts = []server.StreamableHTTPOption{server.WithStateLess(true)}
+	}
+	if s.anyHost {
+		opts = append(opts, server.WithDisableLocalhostProtection(true))
+	}
 	var h http.Handler
-	switch {
-	case s.sse:
+	if s.sse {
 		h = server.NewSSEServer(m, server.WithBaseURL("http://"+s.addr))
-	case s.anyHost:
-		h = server.NewStreamableHTTPServer(m, server.WithSessionIdManager(s.sessions), server.WithDisableLocalhostProtection(true))
-	default:
-		h = server.NewStreamableHTTPServer(m, server.WithSessionIdManager(s.sessions))
+	} else {
+		h = server.NewStreamableHTTPServer(m, opts...)
 	}
 	if s.progress != nil {
 		mcptest.AddProgressTool(m, s.progress)

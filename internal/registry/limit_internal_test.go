@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // TestMessageLimiter feeds stdio lines and SSE events, one byte per read:
@@ -56,5 +57,72 @@ func TestLimitBody(t *testing.T) {
 		if over := n > 100; over != errors.Is(err, ErrResultTooLarge) || len(got) != min(n, 100) {
 			t.Errorf("a body of %d bytes: read %d, %v", n, len(got), err)
 		}
+	}
+}
+
+// TestMessageLimiterHandsOnEachMessageAtItsEnd writes a stream one byte at
+// a time through a pipe and writes no more after a message ends until the
+// reader has it: every message, the last one too, is handed on as soon as
+// its end (the newline of a stdio line, the empty line after an SSE
+// event, CRLF or LF) is read, not when more bytes or the end of the stream
+// come.
+func TestMessageLimiterHandsOnEachMessageAtItsEnd(t *testing.T) {
+	small := `{"jsonrpc":"2.0","id":9,"result":{}}`
+	progress := `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}`
+	for _, tt := range []struct {
+		name     string
+		messages []string
+		events   bool
+	}{
+		{"stdio lines", []string{progress + "\n", small + "\n", small + "\r\n"}, false},
+		{"events", []string{
+			"event: message\ndata: " + progress + "\n\n",
+			"event: message\r\nid: 7\r\ndata: " + small + "\r\n\r\n",
+			": ping\n\n",
+			"id: 8\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\ndata: \"id\":3,\"result\":{}}\n\n",
+			"event: message\ndata: " + small + "\n\n",
+		}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			m := newMessageLimiter(pr, 1000, tt.events)
+			reads := make(chan string)
+			go func() {
+				defer close(reads)
+				p := make([]byte, 7) // messages take several reads
+				for {
+					n, err := m.Read(p)
+					if n > 0 {
+						reads <- string(p[:n])
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			for i, msg := range tt.messages {
+				for j := range len(msg) {
+					if _, err := pw.Write([]byte{msg[j]}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var got string
+				for got != msg {
+					select {
+					case r := <-reads:
+						got += r
+						if !strings.HasPrefix(msg, got) {
+							t.Fatalf("message %d: read %q, want %q", i, got, msg)
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatalf("message %d was not handed on once it ended: read %q of %q", i, got, msg)
+					}
+				}
+			}
+			pw.Close()
+			if r, ok := <-reads; ok {
+				t.Errorf("read %q after the last message", r)
+			}
+		})
 	}
 }

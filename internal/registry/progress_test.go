@@ -89,27 +89,41 @@ func TestProgressReachesTheCaller(t *testing.T) {
 	}
 }
 
-// Concurrent calls on one shared connection each get their own updates.
+// Concurrent calls on one shared connection each get their own updates,
+// round after round, over a stdio pipe and over streamable HTTP, where
+// each call is a request of its own, on a TCP connection of its own.
 func TestProgressRoutesByToken(t *testing.T) {
-	reg := run(t, newSource(stdioSpec(1)), testConfig())
-	ctx := ctxT(t)
-	var wg sync.WaitGroup
-	for i := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			label, steps := fmt.Sprint("call", i), 3+i
-			got, _, err := callProgress(ctx, reg, steps, label)
-			if err != nil {
-				t.Error(err)
-				return
+	for _, tt := range []struct {
+		name string
+		spec func(t *testing.T) registry.Spec
+	}{
+		{"stdio", func(*testing.T) registry.Spec { return stdioSpec(1) }},
+		{"streamable http", func(t *testing.T) registry.Spec { return httpSpec(1, newMCPServer(t, progressServer).url()) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := run(t, newSource(tt.spec(t)), testConfig())
+			ctx := ctxT(t)
+			for round := range 5 {
+				var wg sync.WaitGroup
+				for i := range 6 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						label, steps := fmt.Sprint("round", round, " call", i), 3+i
+						got, _, err := callProgress(ctx, reg, steps, label)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if diff := cmp.Diff(wantProgress(steps, label), got); diff != "" {
+							t.Errorf("%s (-want +got):\n%s", label, diff)
+						}
+					}()
+				}
+				wg.Wait()
 			}
-			if diff := cmp.Diff(wantProgress(steps, label), got); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", label, diff)
-			}
-		}()
+		})
 	}
-	wg.Wait()
 }
 
 // A callback that takes its time holds up neither the connection's other
