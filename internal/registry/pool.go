@@ -15,10 +15,12 @@ import (
 )
 
 // transportsPerOrigin is how many HTTP transports the connectors of one
-// origin share. Each connector takes the next in turn and keeps it, so the
-// connectors of a busy server do not all wait on one transport's lock over
-// its idle connections. A connector's own requests stay on one transport:
-// spread over several, a session's sequential requests arrive on different
+// origin share, so that the callers of a busy server do not all wait on one
+// transport's lock over its idle connections. Each connector has a home
+// transport among them: its requests go there, one after another, over one
+// connection, and spread over the others only while another of its
+// requests is under way (those arrive at the server side by side anyway).
+// Spread always, a session's sequential requests would arrive on different
 // connections, each before the server has finished the last, and mcp-go's
 // stateful streamable-HTTP server (v1.2.1) then loses or misroutes the
 // session's notifications (progress), which it queues on one channel that
@@ -150,7 +152,8 @@ func (s *transportSet) closeIdle() {
 type pool struct {
 	reg    *transports
 	set    *transportSet
-	tr     *http.Transport // the one of set this connector uses
+	home   *http.Transport // the one of set this connector uses first
+	busy   atomic.Int32    // requests under way, but for GET streams
 	closed atomic.Bool
 	// maxMessage bounds each message a response carries (see limit.go).
 	maxMessage int
@@ -161,25 +164,34 @@ type pool struct {
 // are limited to maxMessage bytes each.
 func newPool(t *transports, rawURL string, maxMessage int) (*pool, *http.Client) {
 	set := t.acquire(rawURL)
-	p := &pool{reg: t, set: set, tr: set.pick(), maxMessage: maxMessage}
+	p := &pool{reg: t, set: set, home: set.pick(), maxMessage: maxMessage}
 	return p, &http.Client{Transport: telemetry.Traceparent(p)}
 }
 
 // RoundTrip implements http.RoundTripper.
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	tr := p.tr
-	resp, err := tr.RoundTrip(req)
-	if err == nil {
-		resp.Body = p.limit(resp)
+	tr, counted := p.home, req.Method != http.MethodGet // a GET is a stream that stays open
+	if counted && p.busy.Add(1) > 1 {
+		tr = p.set.pick()
 	}
-	if !p.set.done.Load() {
-		return resp, err
+	resp, err := tr.RoundTrip(req)
+	var then []func()
+	if counted {
+		then = append(then, func() { p.busy.Add(-1) })
+	}
+	if p.set.done.Load() {
+		then = append(then, tr.CloseIdleConnections)
 	}
 	if err != nil {
-		tr.CloseIdleConnections()
+		for _, f := range then {
+			f()
+		}
 		return resp, err
 	}
-	resp.Body = &closeThen{ReadCloser: resp.Body, then: tr.CloseIdleConnections}
+	resp.Body = p.limit(resp)
+	if len(then) > 0 {
+		resp.Body = &closeThen{ReadCloser: resp.Body, then: then}
+	}
 	return resp, nil
 }
 
@@ -201,14 +213,20 @@ func (p *pool) close() {
 	}
 }
 
-// closeThen runs then after closing its body.
+// closeThen runs then after closing its body, once however often it is
+// closed.
 type closeThen struct {
 	io.ReadCloser
-	then func()
+	then []func()
+	once sync.Once
 }
 
 func (c *closeThen) Close() error {
 	err := c.ReadCloser.Close()
-	c.then()
+	c.once.Do(func() {
+		for _, f := range c.then {
+			f()
+		}
+	})
 	return err
 }

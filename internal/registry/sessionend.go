@@ -66,7 +66,7 @@ func (e *sessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return nil, err
 	}
-	resp.Body = &closeThen{ReadCloser: resp.Body, then: cancel}
+	resp.Body = &closeThen{ReadCloser: resp.Body, then: []func(){cancel}}
 	return resp, nil
 }
 
