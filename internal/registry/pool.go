@@ -175,24 +175,40 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		tr = p.set.pick()
 	}
 	resp, err := tr.RoundTrip(req)
-	var then []func()
-	if counted {
-		then = append(then, func() { p.busy.Add(-1) })
-	}
-	if p.set.done.Load() {
-		then = append(then, tr.CloseIdleConnections)
-	}
 	if err != nil {
-		for _, f := range then {
-			f()
-		}
+		p.done(tr, counted)
 		return resp, err
 	}
-	resp.Body = p.limit(resp)
-	if len(then) > 0 {
-		resp.Body = &closeThen{ReadCloser: resp.Body, then: then}
-	}
+	resp.Body = &pooledBody{ReadCloser: p.limit(resp), p: p, tr: tr, counted: counted}
 	return resp, nil
+}
+
+// done ends a request of the pool made over tr: it is no longer under way,
+// and the last connector of tr's origin keeps no connection idle.
+func (p *pool) done(tr *http.Transport, counted bool) {
+	if counted {
+		p.busy.Add(-1)
+	}
+	if p.set.done.Load() {
+		tr.CloseIdleConnections()
+	}
+}
+
+// pooledBody ends its request (pool.done) when it is first closed.
+type pooledBody struct {
+	io.ReadCloser
+	p       *pool
+	tr      *http.Transport
+	counted bool
+	closed  atomic.Bool
+}
+
+func (b *pooledBody) Close() error {
+	err := b.ReadCloser.Close()
+	if b.closed.CompareAndSwap(false, true) {
+		b.p.done(b.tr, b.counted)
+	}
+	return err
 }
 
 // limit bounds what resp's body may carry: an event stream, each event;
@@ -211,22 +227,4 @@ func (p *pool) close() {
 	if p.closed.CompareAndSwap(false, true) {
 		p.reg.release(p.set)
 	}
-}
-
-// closeThen runs then after closing its body, once however often it is
-// closed.
-type closeThen struct {
-	io.ReadCloser
-	then []func()
-	once sync.Once
-}
-
-func (c *closeThen) Close() error {
-	err := c.ReadCloser.Close()
-	c.once.Do(func() {
-		for _, f := range c.then {
-			f()
-		}
-	})
-	return err
 }

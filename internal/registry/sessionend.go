@@ -5,6 +5,7 @@ package registry
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -66,7 +67,7 @@ func (e *sessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return nil, err
 	}
-	resp.Body = &closeThen{ReadCloser: resp.Body, then: []func(){cancel}}
+	resp.Body = &closeThen{ReadCloser: resp.Body, then: cancel}
 	return resp, nil
 }
 
@@ -76,4 +77,16 @@ func (s *session) markDead() {
 	if s.end != nil {
 		s.end.dead.Store(true)
 	}
+}
+
+// closeThen runs then after closing its body.
+type closeThen struct {
+	io.ReadCloser
+	then func()
+}
+
+func (c *closeThen) Close() error {
+	err := c.ReadCloser.Close()
+	c.then()
+	return err
 }
