@@ -24,6 +24,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
@@ -157,7 +158,7 @@ func checkSecretKey(ctx context.Context, db *store.DB, box *secret.Box) error {
 	if err != nil || sealed == nil {
 		return err
 	}
-	if _, err := box.Open(sealed, server.SealContext(ws, id)); err != nil {
+	if _, err := box.Open(sealed, live.SealContext(ws, id)); err != nil {
 		if errors.Is(err, secret.ErrNoKey) {
 			return fmt.Errorf("connector %q of workspace %q has encrypted headers or env values, but SECRET_KEY is not set; "+
 				"set it to the key they were stored with", id, ws)
@@ -187,7 +188,7 @@ func reseal(ctx context.Context, db *store.DB, box *secret.Box, logger *slog.Log
 		return errors.New("reseal needs SECRET_KEY: the new key first, then the old ones (SECRET_KEY=new,old)")
 	}
 	n, err := db.ResealSecrets(ctx, func(ws, id string, sealed []byte) ([]byte, error) {
-		resealed, err := box.Reseal(sealed, server.SealContext(ws, id))
+		resealed, err := box.Reseal(sealed, live.SealContext(ws, id))
 		if err != nil {
 			return nil, fmt.Errorf("connector %q of workspace %q: %w", id, ws, err)
 		}
@@ -216,7 +217,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	defer flushTraces(ctx, tracing, cfg.ShutdownGrace, logger)
 	tp := tracing.Provider
 	policy := egress.New(egress.Config{Allow: cfg.EgressAllow, Deny: cfg.EgressDeny})
-	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
+	src := live.NewSource(db, box, logger)
+	reg := registry.New(src, registry.Config{
 		HealthInterval:           cfg.HealthInterval,
 		Concurrency:              cfg.HealthConcurrency,
 		SessionIdleTTL:           cfg.SessionIdleTTL,
@@ -227,15 +229,28 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		MeterProvider:            obs.meters,
 		TracerProvider:           tp,
 	}, logger)
-	if err := reg.Load(ctx); err != nil {
-		return err
-	}
 	agent, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp,
-		MeterProvider: obs.meters, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel}, server.Config{
+	lv := live.New(db, src, reg, nil, live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel})
+	if err := lv.Load(ctx); err != nil {
+		return err
+	}
+	// The process's one LISTEN connection: connector changes made by any
+	// replica (or by SQL), and API key changes when keys are checked.
+	interval := listenInterval
+	if cfg.Auth.Guarded() {
+		interval = min(interval, keys.ConfirmInterval())
+	}
+	listener := db.NewListener(interval, logger)
+	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
+	listener.OnListen(lv.Resync)
+	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
+		keys.Follow(listener)
+	}
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp,
+		MeterProvider: obs.meters}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
@@ -279,9 +294,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Serve(lis) })
-	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
-		eg.Go(func() error { return keys.Run(ctx) })
-	}
+	eg.Go(func() error { return listener.Run(ctx) })
+	eg.Go(func() error { return lv.Run(ctx) })
 	eg.Go(func() error { return obs.ready.Watch(ctx, func(up bool) { server.SetServing(hs, up) }) })
 	eg.Go(func() error {
 		<-ctx.Done()
@@ -296,6 +310,11 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	}
 	return nil
 }
+
+// listenInterval is how often the listening connection makes a round trip
+// when no API key cache needs it more often: a dead connection is noticed
+// within it.
+const listenInterval = 5 * time.Second
 
 // inUse says what a listen that failed with "address already in use"
 // most likely means; setting is where to give another address.

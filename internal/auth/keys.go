@@ -24,7 +24,7 @@ type KeyStore interface {
 	ListAPIKeys(ctx context.Context, workspaceID, after string, limit int) ([]*store.APIKey, error)
 	RevokeAPIKey(ctx context.Context, id, workspaceID string) (*store.APIKey, error)
 	AnyAPIKeys(ctx context.Context) (bool, error)
-	ListenAPIKeys(ctx context.Context, interval time.Duration, listening func(), changed func(id string), confirmed func(since time.Time)) error
+	NewListener(interval time.Duration, logger *slog.Logger) *store.Listener
 }
 
 // Config tunes Keys; zero values take the defaults.
@@ -40,8 +40,6 @@ type Config struct {
 	Confirm time.Duration
 	// LookupTimeout bounds one store lookup of a key (5s).
 	LookupTimeout time.Duration
-	// RetryMax caps the wait between attempts to listen for changes (30s).
-	RetryMax time.Duration
 	// OnFirstKey, if set, is called once when this process learns that the
 	// first key exists after Load found none: created here, or told by Run
 	// of one created elsewhere (another replica, the keys CLI).
@@ -92,9 +90,6 @@ func NewKeys(db KeyStore, cfg Config, logger *slog.Logger) *Keys {
 	}
 	if cfg.LookupTimeout <= 0 {
 		cfg.LookupTimeout = 5 * time.Second
-	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = 30 * time.Second
 	}
 	if cfg.Confirm <= 0 {
 		cfg.Confirm = time.Second

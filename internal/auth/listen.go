@@ -4,34 +4,22 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // Run follows key changes made by any process (the keys CLI, another
-// replica) until ctx is done, and returns nil then. Each change empties the
-// cache entry of its key at once, and every Config.Confirm/4 Run confirms
-// that it has heard every change committed before: the cache is trusted
-// only for Config.Confirm after that. While it cannot listen it retries
-// with backoff, and every call reads its key's row meanwhile.
+// replica) on a LISTEN connection of its own, until ctx is done, and
+// returns nil then; a service follows them on its one listener instead
+// (Follow). Each change empties the cache entry of its key at once, and
+// every Config.Confirm/4 Run confirms that it has heard every change
+// committed before: the cache is trusted only for Config.Confirm after
+// that. While it cannot listen it retries with backoff, and every call
+// reads its key's row meanwhile.
 func (k *Keys) Run(ctx context.Context) error {
-	wait := time.Second
-	for {
-		err := k.db.ListenAPIKeys(ctx, k.cfg.Confirm/4, func() {
-			wait = time.Second
-			k.resync(ctx)
-		}, k.changed, k.confirm)
-		if ctx.Err() != nil {
-			return nil
-		}
-		k.logger.WarnContext(ctx, "cannot follow API key changes; retrying (every call reads its key from the database meanwhile)",
-			slog.String("error", err.Error()), slog.Duration("retry_in", wait))
-		k.forgetAll()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, k.cfg.RetryMax)
-	}
+	l := k.db.NewListener(k.ConfirmInterval(), k.logger)
+	k.Follow(l)
+	return l.Run(ctx)
 }
 
 // resync runs each time Run starts listening: changes made before then were
@@ -48,3 +36,16 @@ func (k *Keys) changed(id string) {
 	k.forget(id)
 	k.markExist()
 }
+
+// Follow follows key changes on l, the process's one LISTEN connection,
+// as Run does on a connection of its own: give l an interval of at most
+// ConfirmInterval, so that the cache stays trusted. Call it before l runs.
+func (k *Keys) Follow(l *store.Listener) {
+	l.Handle(store.APIKeysChannel, k.changed)
+	l.OnListen(func() { k.resync(context.Background()) })
+	l.OnConfirm(k.confirm)
+	l.OnDown(func(error) { k.forgetAll() })
+}
+
+// ConfirmInterval is how often the listener Keys follow must confirm.
+func (k *Keys) ConfirmInterval() time.Duration { return k.cfg.Confirm / 4 }

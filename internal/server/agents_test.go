@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -13,9 +14,10 @@ import (
 )
 
 // A connector's agent lives between queries: its settings are not read
-// from the store again (a change made behind the server's back is not
-// seen), a change made through the API is seen by the next query, so is a
-// tool switched off, and a warm connector answers with Postgres gone.
+// from the store again by each query; a change made through the API is
+// seen by the next query, so is a tool switched off, a change made behind
+// the server's back (SQL, another replica) once its notification arrives,
+// and a warm connector answers with Postgres gone.
 func TestQueryUsesTheLiveAgent(t *testing.T) {
 	f, model, _ := queryFixture(t, llmtest.Answer("one"), llmtest.Answer("two"), llmtest.Answer("three"),
 		llmtest.Answer("four"), llmtest.Answer("five"))
@@ -33,12 +35,21 @@ func TestQueryUsesTheLiveAgent(t *testing.T) {
 		t.Fatalf("first request: prompt %q, tools %v", prompt(0), offeredTools(model, 0))
 	}
 
-	if _, err := f.db.UpdateConnector(ctx(t), "ws", "m", func(c *store.Connector) error { c.Name = "behind-the-back"; return nil }); err != nil {
+	changed, err := f.db.UpdateConnector(ctx(t), "ws", "m", func(c *store.Connector) error { c.Name = "behind-the-back"; return nil })
+	if err != nil {
 		t.Fatal(err)
 	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if row, ok := f.live.Row(changed.ID); ok && row.Name == "behind-the-back" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change made behind the server's back never reached its live copy")
+		}
+	}
 	ask("two")
-	if strings.Contains(prompt(1), "behind-the-back") {
-		t.Error("the query read the connector's row from the store again")
+	if !strings.Contains(prompt(1), `"behind-the-back" connector`) {
+		t.Errorf("after a change behind the server's back, prompt %q", prompt(1))
 	}
 
 	no := false

@@ -8,15 +8,16 @@ import (
 	"google.golang.org/grpc/codes"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
-// Approval policies, as stored (store.Config.ApprovalPolicy). A connector
-// stored before there were policies has none: it reads as policyNone.
+// The stored approval policies (live.PolicyNone, PolicyDestructive,
+// PolicyAll), by their short names here.
 const (
-	policyNone        = "none"
-	policyDestructive = "destructive"
-	policyAll         = "all"
+	policyNone        = live.PolicyNone
+	policyDestructive = live.PolicyDestructive
+	policyAll         = live.PolicyAll
 )
 
 // approvalPolicies maps the API's policies to the stored ones; a new
@@ -38,30 +39,9 @@ func approvalPolicyToProto(policy string) connectorv1.ApprovalPolicy {
 	return connectorv1.ApprovalPolicy_APPROVAL_POLICY_NONE
 }
 
-// needsApproval says whether a call of tool t waits for a person: the
-// tool's override if an operator set one, else the connector's policy.
-// Under policyDestructive only a tool its server annotates read-only runs
-// unasked. MCP has a tool without hints count as destructive, and defines
-// destructiveHint only for tools that are not read-only: mcp-go, for one,
-// sends destructiveHint true with every tool unless told otherwise, its
-// read-only ones included.
-func needsApproval(policy string, t mcp.Tool, override *bool) bool {
-	if override != nil {
-		return *override
-	}
-	switch policy {
-	case policyAll:
-		return true
-	case policyDestructive:
-		readOnly := t.Annotations.ReadOnlyHint
-		return readOnly == nil || !*readOnly
-	}
-	return false
-}
-
 // storedNeedsApproval is needsApproval for a stored tool.
 func storedNeedsApproval(policy string, t *store.Tool) bool {
-	return needsApproval(policy, mcp.Tool{Annotations: mcp.ToolAnnotation{
+	return live.NeedsApproval(policy, mcp.Tool{Annotations: mcp.ToolAnnotation{
 		ReadOnlyHint: t.Annotations.ReadOnlyHint, DestructiveHint: t.Annotations.DestructiveHint,
 	}}, t.RequiresApproval)
 }
@@ -118,7 +98,7 @@ func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest) e
 	if req.GetUserApproved() {
 		return nil
 	}
-	la, err := s.agents.settings(id, func() (*store.Connector, error) {
+	la, err := s.live.Settings(id, func() (*store.Connector, error) {
 		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	})
 	if err != nil {
@@ -129,7 +109,7 @@ func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest) e
 		return err
 	}
 	t, override, ok := cat.Tool(req.GetToolName())
-	if ok && needsApproval(la.row.Config.ApprovalPolicy, t, override) {
+	if ok && live.NeedsApproval(la.Row.Config.ApprovalPolicy, t, override) {
 		return approvalRequired(req.GetToolName())
 	}
 	return nil

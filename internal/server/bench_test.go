@@ -22,6 +22,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/benchgoal"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -232,13 +233,15 @@ type benchService struct {
 func serveService(b *testing.B, o benchService) (*grpc.ClientConn, *auth.Keys) {
 	db := storetest.NewDB(b)
 	keys := auth.NewKeys(db, auth.Config{}, o.logger)
-	reg := registry.New(server.NewSource(db, nil, o.logger), registry.Config{MeterProvider: o.meters,
-		TracerProvider: o.tracer}, o.logger)
+	src := live.NewSource(db, nil, o.logger)
+	reg := registry.New(src, registry.Config{MeterProvider: o.meters, TracerProvider: o.tracer}, o.logger)
+	lv := live.New(db, src, reg, nil, live.Config{Logger: o.logger})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
+	done := make(chan error, 3)
 	go func() { done <- reg.Run(ctx) }()
 	go func() { done <- keys.Run(ctx) }() // as in main: the key cache is trusted while it runs
-	b.Cleanup(func() { cancel(); <-done; <-done })
+	go func() { done <- lv.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done; <-done; <-done })
 	var agent *orchestrator.Agent
 	if o.llmURL != "" {
 		model, err := llm.New(llm.Config{BaseURL: o.llmURL, Model: "fake-model", HTTPClient: o.llmHTTP})
@@ -247,7 +250,7 @@ func serveService(b *testing.B, o benchService) (*grpc.ClientConn, *auth.Keys) {
 		}
 		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer}, o.logger)
 	}
-	g, hs := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Agent: agent, Keys: keys,
+	g, hs := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Live: lv, Agent: agent, Keys: keys,
 		Logger: o.logger, TracerProvider: o.tracer}, server.Config{Auth: o.auth}))
 	server.SetServing(hs, true)
 	return serveLoopback(b, g), keys

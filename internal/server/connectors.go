@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -31,7 +32,7 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	sealed, err := s.box.Seal(vals, SealContext(ws, p.GetConnectorId()))
+	sealed, err := s.box.Seal(vals, live.SealContext(ws, p.GetConnectorId()))
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -48,11 +49,8 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.logger.InfoContext(ctx, "connector created", connectorAttrs(c)...)
-	s.rowChanged(c)
-	if c.Active {
-		s.connect(ctx, c)
-	}
+	s.logger.InfoContext(ctx, "connector created", live.ConnectorAttrs(c)...)
+	s.live.Apply(ctx, c)
 	return &connectorv1.CreateConnectorResponse{Connector: s.render(c)}, nil
 }
 
@@ -157,16 +155,8 @@ func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.logger.InfoContext(ctx, "connector updated", append(connectorAttrs(updated), slog.Any("paths", paths))...)
-	s.rowChanged(updated)
-	if updated.Active && slices.ContainsFunc(paths, changesConnection) {
-		// The new client connects first, then replaces the old one.
-		if spec, err := s.source.spec(updated); err == nil {
-			s.reg.Replace(ctx, spec)
-		} else {
-			s.logger.ErrorContext(ctx, "reconnect after update", append(connectorAttrs(updated), slog.String("error", err.Error()))...)
-		}
-	}
+	s.logger.InfoContext(ctx, "connector updated", append(live.ConnectorAttrs(updated), slog.Any("paths", paths))...)
+	s.live.Apply(ctx, updated)
 	return &connectorv1.UpdateConnectorResponse{Connector: s.render(updated)}, nil
 }
 
@@ -281,8 +271,7 @@ func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.reg.Delete(id)
-	s.agents.forget(id)
+	s.live.Deleted(id)
 	s.logger.InfoContext(ctx, "connector deleted",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()))
 	return &connectorv1.DeleteConnectorResponse{}, nil
@@ -315,36 +304,9 @@ func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string,
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.logger.InfoContext(ctx, "connector desired state set", append(connectorAttrs(c), slog.Bool("active", active))...)
-	s.rowChanged(c)
-	switch {
-	case !active:
-		s.reg.Remove(c.ID)
-	case !s.reg.Has(c.ID):
-		s.connect(ctx, c)
-	}
+	s.logger.InfoContext(ctx, "connector desired state set", append(live.ConnectorAttrs(c), slog.Bool("active", active))...)
+	s.live.Apply(ctx, c)
 	return s.render(c), nil
-}
-
-// connect hands an active connector to the registry, which connects it in
-// the background.
-func (s *Server) connect(ctx context.Context, c *store.Connector) {
-	spec, err := s.source.spec(c)
-	if err != nil {
-		s.logger.ErrorContext(ctx, "connector not connected", append(connectorAttrs(c), slog.String("error", err.Error()))...)
-		return
-	}
-	s.reg.Add(spec)
-}
-
-// rowChanged tells the connector's live agent that the server wrote its
-// row: the next query uses the new settings without reading them again.
-func (s *Server) rowChanged(c *store.Connector) {
-	if c.Active {
-		s.agents.settle(c)
-	} else {
-		s.agents.forget(c.ID)
-	}
 }
 
 // render is a connector for a response, with the registry's live health
@@ -362,24 +324,4 @@ func (s *Server) render(c *store.Connector) *connectorv1.Connector {
 		p.OpenSessions = int32(s.reg.SessionCount(c.ID))
 	}
 	return p
-}
-
-// changesConnection reports whether an update_mask path changes how the
-// service connects. A new session_mode does: the connector's connections
-// are replaced, and its open sessions close.
-func changesConnection(path string) bool {
-	switch path {
-	case "name", "description", "model", "rate_limit", "disable_new_tools", "narrow_tools_above":
-		return false
-	}
-	return true
-}
-
-// connectorAttrs identify a connector in a log line; never secrets.
-func connectorAttrs(c *store.Connector) []any {
-	return []any{
-		slog.String("workspace_id", c.WorkspaceID),
-		slog.String("connector_id", c.ExternalID),
-		slog.String("transport", c.Transport),
-	}
 }

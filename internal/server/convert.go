@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -17,8 +18,8 @@ import (
 
 // Defaults for a connector's timeouts, stored with the connector on create.
 const (
-	DefaultConnectTimeout = 30 * time.Second
-	DefaultCallTimeout    = 60 * time.Second
+	DefaultConnectTimeout = live.DefaultConnectTimeout
+	DefaultCallTimeout    = live.DefaultCallTimeout
 )
 
 var transports = map[connectorv1.Transport]string{

@@ -235,14 +235,14 @@ func (l *limiter) throttle(id int64, cfg *store.RateLimit) func(context.Context)
 // admitCall takes a token of the rate limit of connector id for a direct
 // call, or refuses it.
 func (s *Server) admitCall(ctx context.Context, id int64, req callRequest) error {
-	la, err := s.agents.settings(id, func() (*store.Connector, error) {
+	la, err := s.live.Settings(id, func() (*store.Connector, error) {
 		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	})
 	if err != nil {
 		return err
 	}
-	if !s.limits.allow(id, la.row.Config.RateLimit) {
-		return rateLimited(la.row.Config.RateLimit)
+	if !s.limits.allow(id, la.Row.Config.RateLimit) {
+		return rateLimited(la.Row.Config.RateLimit)
 	}
 	return nil
 }

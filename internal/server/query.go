@@ -94,13 +94,13 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if err != nil {
 		return nil, err
 	}
-	la, err := s.agents.settings(id, func() (*store.Connector, error) {
+	la, err := s.live.Settings(id, func() (*store.Connector, error) {
 		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := la.row
+	c := la.Row
 	// Checked before the model runs: its tool calls would each fail. A
 	// plan runs no tool, so it needs no session.
 	if c.Config.SessionMode == registry.SessionPerSession && req.GetSessionId() == "" && !req.GetPlanOnly() {
@@ -118,7 +118,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	// The agent's tool calls run on the session's connection, for a
 	// per_session connector.
 	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
-		Connector: la.connector(cat, s.emb), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
+		Connector: la.Connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 		Throttle: s.limits.throttle(c.ID, c.Config.RateLimit),
 	}, emit)
 	s.countQuery(c, res, err, true)

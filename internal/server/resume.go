@@ -97,7 +97,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
 			"the run's connector was deleted since it paused; the run cannot go on")
 	}
-	la, err := s.agents.settings(id, func() (*store.Connector, error) {
+	la, err := s.live.Settings(id, func() (*store.Connector, error) {
 		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
 	})
 	if err != nil {
@@ -105,21 +105,21 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	}
 	// A resume asks the model again: it takes a token of the connector's
 	// rate limit to start, as a query does.
-	if !s.limits.allow(la.row.ID, la.row.Config.RateLimit) {
-		return nil, rateLimited(la.row.Config.RateLimit)
+	if !s.limits.allow(la.Row.ID, la.Row.Config.RateLimit) {
+		return nil, rateLimited(la.Row.Config.RateLimit)
 	}
 	cat, err := s.reg.Catalog(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	conn := la.connector(cat, s.emb)
+	conn := la.Connector(cat)
 	decisions, err := decisionsFromProto(ctx, req, st, conn)
 	if err != nil {
 		return nil, err
 	}
 	// The decisions are in the record before anything runs.
 	st.Decide(decisions)
-	trace, err := traceJSON(la.row.Name, &st.Result)
+	trace, err := traceJSON(la.Row.Name, &st.Result)
 	if err != nil {
 		return nil, err
 	}
@@ -136,10 +136,10 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	defer cancel()
 	res, err := s.agent.Resume(registry.WithSession(runCtx, run.SessionID), orchestrator.Request{
 		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
-		Throttle: s.limits.throttle(la.row.ID, la.row.Config.RateLimit),
+		Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit),
 	}, st, emit)
-	s.countQuery(la.row, res, err, false)
-	return s.endRun(runCtx, run, la.row, res, err, true)
+	s.countQuery(la.Row, res, err, false)
+	return s.endRun(runCtx, run, la.Row, res, err, true)
 }
 
 // resumable refuses a run that is not awaiting approval now.

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
@@ -27,9 +28,11 @@ func BenchmarkRPCMetrics(b *testing.B) {
 	b.Cleanup(func() { _ = meters.Shutdown(context.Background()) })
 	serve := func(mp metric.MeterProvider) connectorv1.ConnectorServiceClient {
 		db := storetest.NewDB(b)
-		reg := registry.New(server.NewSource(db, nil, nil), registry.Config{}, nil)
-		g, hs := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, TracerProvider: noop.NewTracerProvider(),
-			MeterProvider: mp}, server.Config{}))
+		src := live.NewSource(db, nil, nil)
+		reg := registry.New(src, registry.Config{}, nil)
+		g, hs := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Live: live.New(db, src, reg, nil, live.Config{}),
+			TracerProvider: noop.NewTracerProvider(),
+			MeterProvider:  mp}, server.Config{}))
 		server.SetServing(hs, true)
 		return connectorv1.NewConnectorServiceClient(serveLoopback(b, g))
 	}

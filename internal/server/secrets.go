@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -68,7 +69,7 @@ func nth(query []secret.Param, name string, n int) *secret.Param {
 // merged's URL, a REDACTED value keeping the stored one. If nothing secret
 // changed, the stored bytes are kept as they are.
 func (s *Server) resealed(stored *store.Connector, merged *connectorv1.Connector, replaced bool) ([]byte, error) {
-	binding := SealContext(stored.WorkspaceID, stored.ExternalID)
+	binding := live.SealContext(stored.WorkspaceID, stored.ExternalID)
 	old, err := s.box.Open(stored.SealedSecrets, binding)
 	if err != nil {
 		return nil, err

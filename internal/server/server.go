@@ -30,6 +30,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -84,19 +85,17 @@ const (
 type Server struct {
 	connectorv1.UnimplementedConnectorServiceServer
 
-	db     *store.DB
-	box    *secret.Box
-	reg    *registry.Registry
-	agent  *orchestrator.Agent
-	keys   *auth.Keys
-	source *Source
+	db    *store.DB
+	box   *secret.Box
+	reg   *registry.Registry
+	agent *orchestrator.Agent
+	keys  *auth.Keys
+	// live keeps the connectors' connections, catalogs and agents in line
+	// with their rows: every handler that writes a row calls it after.
+	live   *live.Connectors
 	limits limiter
-	// agents are the connectors' live agents; counts, their queries'
-	// counters on their way to the store.
-	agents agents
-	counts *queryCounts
-	runs   *runLog     // query run records on their way to the store
-	emb    *embeddings // nil: no embeddings model
+	counts *queryCounts // queries' counters on their way to the store
+	runs   *runLog      // query run records on their way to the store
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.TracerProvider
@@ -111,18 +110,16 @@ type Deps struct {
 	Box *secret.Box
 	// Registry holds the live MCP connections; the caller runs it.
 	Registry *registry.Registry
+	// Live keeps the connectors' live copies in line with their rows; the
+	// caller loads and runs it.
+	Live *live.Connectors
 	// Agent answers queries; nil means no LLM is configured, and only the
 	// query RPCs refuse (FAILED_PRECONDITION).
 	Agent *orchestrator.Agent
 	// Keys are the API keys; nil means none, and auth stays off whatever
 	// Config.Auth says.
-	Keys *auth.Keys
-	// Embedder and EmbeddingModel, when set, give the agents' narrowing
-	// its semantic ranking: tool embeddings are computed with them and
-	// stored per model. The agent must have the same Embedder.
-	Embedder       orchestrator.Embedder
-	EmbeddingModel string
-	Logger         *slog.Logger
+	Keys   *auth.Keys
+	Logger *slog.Logger
 	// TracerProvider makes the RPCs' server spans; nil means otel's global
 	// one. A caller's W3C trace context (otel's global propagator) is
 	// continued.
@@ -157,21 +154,18 @@ func New(d Deps, cfg Config) *Server {
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
-		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
-		runs: newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, 2*cfg.QueryTimeout, d.Logger),
-		emb:  newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),
-		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, agent: d.Agent, keys: d.Keys,
+		counts: newQueryCounts(d.DB, countsInterval, d.Logger),
+		runs:   newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, 2*cfg.QueryTimeout, d.Logger),
+		cfg:    cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
 }
 
 // countsInterval is how often query counters are written to the store.
 const countsInterval = time.Second
 
-// Close stops the background work (tool embeddings) and writes the
-// counters of the queries run so far, within ctx. Call it
-// once the gRPC server has stopped; the Server serves no query after.
+// Close writes the counters of the queries run so far, within ctx. Call
+// it once the gRPC server has stopped; the Server serves no query after.
 func (s *Server) Close(ctx context.Context) {
-	s.emb.Close()
 	s.counts.Close(ctx)
 	s.runs.Close(ctx)
 }
@@ -329,9 +323,4 @@ func (s *Server) allowCommand(p *connectorv1.Connector) error {
 	}
 	return newStatus(codes.FailedPrecondition, ReasonStdioCommandNotAllowed,
 		fmt.Sprintf("connector.stdio.command %q is not allowed: the operator must add it to STDIO_ALLOWED_COMMANDS", cmd))
-}
-
-// SealContext binds sealed secrets to their connector's row.
-func SealContext(workspaceID, connectorID string) string {
-	return "connector/" + workspaceID + "/" + connectorID
 }

@@ -32,6 +32,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
@@ -69,6 +70,7 @@ type fixture struct {
 	conn   *grpc.ClientConn
 	db     *store.DB
 	reg    *registry.Registry
+	live   *live.Connectors
 	logs   *syncBuffer
 	keys   *auth.Keys
 	srv    *server.Server
@@ -109,7 +111,8 @@ func setup(t testing.TB, opts ...options) *fixture {
 	logs := &syncBuffer{}
 	// As in main: errors of MCP connections carry their URLs.
 	logger := slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	reg := registry.New(server.NewSource(db, box, logger), registry.Config{
+	src := live.NewSource(db, box, logger)
+	reg := registry.New(src, registry.Config{
 		HealthInterval: 200 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		DiscoverTimeout: 300 * time.Millisecond, CloseGrace: 500 * time.Millisecond, UsageInterval: 20 * time.Millisecond,
 		Egress:         o.egress,
@@ -145,6 +148,27 @@ func setup(t testing.TB, opts ...options) *fixture {
 		}
 		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
 	}
+	// As in main, the live copies follow changes made anywhere, on the
+	// process's one LISTEN connection.
+	lv := live.New(db, src, reg, nil, live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: embeddingModel})
+	if err := lv.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	listener := db.NewListener(100*time.Millisecond, logger)
+	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
+	listener.OnListen(lv.Resync)
+	liveCtx, stopLive := context.WithCancel(context.Background())
+	liveDone := make(chan error, 2)
+	go func() { liveDone <- lv.Run(liveCtx) }()
+	go func() { liveDone <- listener.Run(liveCtx) }()
+	t.Cleanup(func() {
+		stopLive()
+		for range 2 {
+			if err := <-liveDone; err != nil {
+				t.Errorf("live Run: %v", err)
+			}
+		}
+	})
 	// As in main, the keys follow changes (Run); revocations wait less.
 	keys := auth.NewKeys(db, auth.Config{Confirm: 100 * time.Millisecond}, logger)
 	keysCtx, stopKeys := context.WithCancel(context.Background())
@@ -156,8 +180,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 			t.Errorf("keys Run: %v", err)
 		}
 	})
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
-		Embedder: embedder, EmbeddingModel: embeddingModel},
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunRetention: o.runRetention, RunSweepInterval: o.runSweep})
 	t.Cleanup(func() { srv.Close(context.Background()) }) // after the gRPC server stops (cleanups run last first)
@@ -172,7 +195,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, logs: logs, keys: keys, srv: srv}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, live: lv, logs: logs, keys: keys, srv: srv}
 }
 
 func ctx(t *testing.T) context.Context {

@@ -52,8 +52,9 @@ func (s *Server) UpdateTool(ctx context.Context, req *connectorv1.UpdateToolRequ
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.reg.SetToolEnabled(t.ConnectorID, t.Name, t.Enabled)
-	s.reg.SetToolApproval(t.ConnectorID, t.Name, t.RequiresApproval)
+	if err := s.live.Reconcile(ctx, t.ConnectorID); err != nil {
+		s.logger.WarnContext(ctx, "apply tool flags", slog.String("error", err.Error())) // the next reconcile does
+	}
 	p := toolToProto(t, conn.Config.ApprovalPolicy)
 	s.logger.InfoContext(ctx, "tool updated",
 		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()),

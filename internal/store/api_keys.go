@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrAPIKeyNotFound is ErrNotFound for an API key.
@@ -110,53 +109,5 @@ func (db *DB) AnyAPIKeys(ctx context.Context) (bool, error) {
 	return exists, nil
 }
 
-// apiKeysChannel is the channel migration 003's trigger notifies.
-const apiKeysChannel = "api_keys"
-
-// ListenAPIKeys calls changed with the id of every API key created, revoked
-// or deleted by any process, as each change commits, until ctx is done or
-// the connection fails; it returns ctx's error or the connection's. It
-// listens on a connection of its own, outside the pool, and calls listening
-// once the first notification could arrive: what changed before then is
-// for the caller to re-read. Every interval it makes a round trip on that
-// connection and then calls confirmed with the time the round trip
-// started: every change committed before that time has been passed to
-// changed by then (Postgres sends a listening session its notifications
-// before it answers a later query).
-func (db *DB) ListenAPIKeys(ctx context.Context, interval time.Duration, listening func(), changed func(id string), confirmed func(since time.Time)) error {
-	cfg := db.pool.Config().ConnConfig.Copy()
-	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { changed(n.Payload) }
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("listen for API key changes: %w", err)
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+apiKeysChannel); err != nil {
-		return fmt.Errorf("listen for API key changes: %w", err)
-	}
-	listening()
-	for {
-		start := time.Now()
-		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("listen for API key changes: %w", err)
-		}
-		confirmed(start)
-		// Notifications that come meanwhile reach changed at once.
-		wait, cancel := context.WithTimeout(ctx, interval)
-		err := conn.PgConn().WaitForNotification(wait)
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil && !pgconn.Timeout(err) {
-			return fmt.Errorf("listen for API key changes: %w", err)
-		}
-	}
-}
+// APIKeysChannel is the channel migration 003's trigger notifies.
+const APIKeysChannel = "api_keys"

@@ -36,8 +36,12 @@ type Connector struct {
 	Counters      Counters
 	// ToolCount is the number of tools the server lists.
 	ToolCount int
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// ConfigVersion counts the changes of what a replica's live copy of
+	// the connector is built from: its settings, secrets, active flag, and
+	// its tools' catalog and flags (migration 006's triggers bump it).
+	ConfigVersion int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Config is the non-secret configuration, stored as jsonb.
@@ -113,7 +117,7 @@ const connectorColumns = `c.id, c.workspace_id, c.external_id, c.name, c.descrip
 	c.call_count, c.error_count, c.reconnect_count, c.reinitialize_count,
 	c.query_count, c.query_error_count, c.prompt_tokens, c.completion_tokens, c.last_used_at,
 	(SELECT count(*) FROM tools t WHERE t.connector_id = c.id AND t.listed),
-	c.created_at, c.updated_at`
+	c.config_version, c.created_at, c.updated_at`
 
 func scanConnector(row pgx.Row) (*Connector, error) {
 	var c Connector
@@ -124,7 +128,7 @@ func scanConnector(row pgx.Row) (*Connector, error) {
 		&c.Counters.Calls, &c.Counters.Errors, &c.Counters.Reconnects, &c.Counters.Reinitializations,
 		&c.Counters.Queries, &c.Counters.QueryErrors, &c.Counters.PromptTokens, &c.Counters.CompletionTokens,
 		&c.Counters.LastUsedAt,
-		&c.ToolCount, &c.CreatedAt, &c.UpdatedAt)
+		&c.ToolCount, &c.ConfigVersion, &c.CreatedAt, &c.UpdatedAt)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package server
+package live
 
 import (
 	"cmp"
@@ -33,29 +33,20 @@ func NewSource(db *store.DB, box *secret.Box, logger *slog.Logger) *Source {
 	return &Source{db: db, box: box, logger: logger}
 }
 
-// ActiveConnectors implements registry.ConnectorSource. A connector whose
-// secrets do not open is left out, logged, and marked in its health.
-func (s *Source) ActiveConnectors(ctx context.Context) ([]registry.Spec, error) {
-	cs, err := s.db.ActiveConnectors(ctx)
-	if err != nil {
-		return nil, err
-	}
-	specs := make([]registry.Spec, 0, len(cs))
-	for _, c := range cs {
-		spec, err := s.spec(c)
-		if err != nil {
-			s.logger.ErrorContext(ctx, "connector not loaded", append(connectorAttrs(c), slog.String("error", err.Error()))...)
-			now := time.Now()
-			_ = s.db.SaveHealth(ctx, c.ID, store.Health{State: string(registry.StateError), LastError: err.Error(), CheckedAt: &now})
-			continue
-		}
-		specs = append(specs, spec)
-	}
-	return specs, nil
-}
+// ActiveConnectors implements registry.ConnectorSource. It returns none:
+// Connectors.Load hands the registry every connector this replica holds,
+// through the same Apply as every later change.
+func (s *Source) ActiveConnectors(context.Context) ([]registry.Spec, error) { return nil, nil }
 
-// spec is what the registry needs to connect c, secrets included.
-func (s *Source) spec(c *store.Connector) (registry.Spec, error) {
+// Timeouts of a connector that sets none (the API fills them in; a row
+// written by SQL may not).
+const (
+	DefaultConnectTimeout = 30 * time.Second
+	DefaultCallTimeout    = 60 * time.Second
+)
+
+// Spec is what the registry needs to connect c, secrets included.
+func (s *Source) Spec(c *store.Connector) (registry.Spec, error) {
 	vals, err := s.box.Open(c.SealedSecrets, SealContext(c.WorkspaceID, c.ExternalID))
 	if err != nil {
 		return registry.Spec{}, fmt.Errorf("open secrets of %q: %w", c.ExternalID, err)
@@ -72,8 +63,8 @@ func (s *Source) spec(c *store.Connector) (registry.Spec, error) {
 		Env:            vals.Env,
 		SessionMode:    cmp.Or(c.Config.SessionMode, registry.SessionShared),
 		Protocol:       cmp.Or(c.Config.ProtocolPreference, registry.ProtocolAuto),
-		ConnectTimeout: time.Duration(c.Config.ConnectTimeout),
-		CallTimeout:    time.Duration(c.Config.CallTimeout),
+		ConnectTimeout: cmp.Or(time.Duration(c.Config.ConnectTimeout), DefaultConnectTimeout),
+		CallTimeout:    cmp.Or(time.Duration(c.Config.CallTimeout), DefaultCallTimeout),
 	}, nil
 }
 
@@ -81,7 +72,7 @@ func (s *Source) spec(c *store.Connector) (registry.Spec, error) {
 func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (registry.ToolChanges, error) {
 	specs := make([]store.ToolSpec, 0, len(tools))
 	for _, t := range tools {
-		spec, err := toolSpec(t)
+		spec, err := ToolSpec(t)
 		if err != nil {
 			return registry.ToolChanges{}, err
 		}
@@ -95,9 +86,9 @@ func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (reg
 		Approval: res.Approval}, nil
 }
 
-// toolSpec reads a tool's schema and hints from its wire form, which also
+// ToolSpec reads a tool's schema and hints from its wire form, which also
 // covers tools whose schema mcp-go keeps raw.
-func toolSpec(t mcp.Tool) (store.ToolSpec, error) {
+func ToolSpec(t mcp.Tool) (store.ToolSpec, error) {
 	b, err := json.Marshal(t)
 	if err != nil {
 		return store.ToolSpec{}, fmt.Errorf("tool %q: %w", t.Name, err)
@@ -128,4 +119,18 @@ func (s *Source) AddUsage(ctx context.Context, id int64, u registry.Usage) error
 		d.LastUsedAt = &u.LastUsed
 	}
 	return s.db.AddCounters(ctx, id, d)
+}
+
+// SealContext binds sealed secrets to their connector's row.
+func SealContext(workspaceID, connectorID string) string {
+	return "connector/" + workspaceID + "/" + connectorID
+}
+
+// ConnectorAttrs identify a connector in a log line; never secrets.
+func ConnectorAttrs(c *store.Connector) []any {
+	return []any{
+		slog.String("workspace_id", c.WorkspaceID),
+		slog.String("connector_id", c.ExternalID),
+		slog.String("transport", c.Transport),
+	}
 }

@@ -1,4 +1,4 @@
-package server
+package live
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func newEmbeddings(db *store.DB, embed orchestrator.Embedder, model string, logg
 }
 
 // fill starts the job for la's agent of catalog version.
-func (e *embeddings) fill(la *liveAgent, version uint64, tools []orchestrator.Tool) {
+func (e *embeddings) fill(la *Agent, version uint64, tools []orchestrator.Tool) {
 	if e == nil || len(tools) == 0 {
 		return
 	}
@@ -56,8 +56,8 @@ func (e *embeddings) fill(la *liveAgent, version uint64, tools []orchestrator.To
 		}
 		defer func() { <-e.sem }()
 		start := time.Now()
-		byName, computed, err := e.vectors(la.row.ID, tools)
-		attrs := append(connectorAttrs(la.row), slog.Int("tools", len(tools)), slog.Int("embedded", computed),
+		byName, computed, err := e.vectors(la.Row.ID, tools)
+		attrs := append(ConnectorAttrs(la.Row), slog.Int("tools", len(tools)), slog.Int("embedded", computed),
 			slog.Duration("took", time.Since(start)))
 		if err != nil {
 			e.logger.Warn("tool embeddings; narrowing ranks by words alone", append(attrs, slog.String("error", err.Error()))...)
@@ -111,8 +111,8 @@ func (e *embeddings) vectors(connectorID int64, tools []orchestrator.Tool) (map[
 	return byName, len(todo), nil
 }
 
-// Close stops the jobs and waits for them.
-func (e *embeddings) Close() {
+// close stops the jobs and waits for them.
+func (e *embeddings) close() {
 	if e == nil {
 		return
 	}

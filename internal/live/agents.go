@@ -1,4 +1,4 @@
-package server
+package live
 
 import (
 	"sync"
@@ -12,21 +12,23 @@ import (
 // settings a query needs (session mode, rate limit, model, name) and the
 // orchestrator.Connector built from them and the registry's catalog. A
 // query reads both from memory. The settings come from the store once, and
-// again after the server changes the connector's row (settle, forget); the
-// agent is rebuilt when the registry publishes a new catalog version (a
-// tool listed, changed, enabled or disabled).
+// again after Apply sees a new row (settle, forget); the agent is rebuilt
+// when the registry publishes a new catalog version (a tool listed,
+// changed, enabled or disabled).
 type agents struct {
 	mu   sync.Mutex
-	byID map[int64]*liveAgent
+	byID map[int64]*Agent
 	// gens counts the changes of each connector's row, so a row read from
 	// the store before a change is not kept after it.
 	gens map[int64]uint64
 }
 
-// liveAgent is one connector's: its settings, which never change (a change
-// makes a new liveAgent), and its agent for the newest catalog seen.
-type liveAgent struct {
-	row *store.Connector
+// Agent is one connector's live agent: its settings, which never change (a
+// change makes a new Agent), and its agent for the newest catalog seen.
+type Agent struct {
+	// Row is the stored connector the agent was built from; read only.
+	Row *store.Connector
+	emb *embeddings
 
 	mu      sync.Mutex
 	agent   *orchestrator.Connector
@@ -35,7 +37,7 @@ type liveAgent struct {
 
 // settings returns connector id's live agent, reading its row with load
 // if it is not known yet.
-func (a *agents) settings(id int64, load func() (*store.Connector, error)) (*liveAgent, error) {
+func (a *agents) settings(id int64, load func() (*store.Connector, error), emb *embeddings) (*Agent, error) {
 	a.mu.Lock()
 	la, gen := a.byID[id], a.gens[id]
 	a.mu.Unlock()
@@ -46,7 +48,7 @@ func (a *agents) settings(id int64, load func() (*store.Connector, error)) (*liv
 	if err != nil {
 		return nil, err
 	}
-	la = &liveAgent{row: row}
+	la = &Agent{Row: row, emb: emb}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.gens[id] != gen {
@@ -56,18 +58,18 @@ func (a *agents) settings(id int64, load func() (*store.Connector, error)) (*liv
 		return kept, nil
 	}
 	if a.byID == nil {
-		a.byID = map[int64]*liveAgent{}
+		a.byID = map[int64]*Agent{}
 	}
 	a.byID[id] = la
 	return la, nil
 }
 
-// settle makes row the connector's settings, after the server wrote it.
-func (a *agents) settle(row *store.Connector) {
+// settle makes row the connector's settings: Apply saw it.
+func (a *agents) settle(row *store.Connector, emb *embeddings) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.bump(row.ID)
-	a.byID[row.ID] = &liveAgent{row: row}
+	a.byID[row.ID] = &Agent{Row: row, emb: emb}
 }
 
 // forget drops a connector's live agent: deactivated or deleted.
@@ -80,7 +82,7 @@ func (a *agents) forget(id int64) {
 
 func (a *agents) bump(id int64) {
 	if a.byID == nil {
-		a.byID = map[int64]*liveAgent{}
+		a.byID = map[int64]*Agent{}
 	}
 	if a.gens == nil {
 		a.gens = map[int64]uint64{}
@@ -88,26 +90,26 @@ func (a *agents) bump(id int64) {
 	a.gens[id]++
 }
 
-// connector returns the agent for cat, built now if cat is newer than the
+// Connector returns the agent for cat, built now if cat is newer than the
 // one the agent has (an older one, read by a query that raced a change,
 // gets the newer agent). Building is CPU work only, done once per version
 // while the connector's other queries wait for it; the tools' embeddings
-// come later, from emb.
-func (la *liveAgent) connector(cat registry.Catalog, emb *embeddings) *orchestrator.Connector {
+// come later, in the background.
+func (la *Agent) Connector(cat registry.Catalog) *orchestrator.Connector {
 	la.mu.Lock()
 	defer la.mu.Unlock()
 	if la.agent == nil || cat.Version() > la.version {
-		tools := agentTools(cat, la.row.Config.ApprovalPolicy)
-		la.agent = orchestrator.NewConnector(profile(la.row), tools)
+		tools := agentTools(cat, la.Row.Config.ApprovalPolicy)
+		la.agent = orchestrator.NewConnector(profile(la.Row), tools)
 		la.version = cat.Version()
-		emb.fill(la, la.version, tools)
+		la.emb.fill(la, la.version, tools)
 	}
 	return la.agent
 }
 
 // attach gives the agent of catalog version its tools' embeddings, unless
 // a newer catalog replaced it meanwhile.
-func (la *liveAgent) attach(version uint64, byName map[string][]float32) {
+func (la *Agent) attach(version uint64, byName map[string][]float32) {
 	la.mu.Lock()
 	defer la.mu.Unlock()
 	if la.version == version {
@@ -127,9 +129,9 @@ func agentTools(cat registry.Catalog, policy string) []orchestrator.Tool {
 	enabled := cat.Enabled()
 	tools := make([]orchestrator.Tool, 0, len(enabled))
 	for _, t := range enabled {
-		spec, _ := toolSpec(t)
+		spec, _ := ToolSpec(t)
 		tools = append(tools, orchestrator.Tool{Name: t.Name, Description: t.Description, InputSchema: spec.InputSchema,
-			Annotations: t.Annotations, RequiresApproval: needsApproval(policy, t, cat.Override(t.Name))})
+			Annotations: t.Annotations, RequiresApproval: NeedsApproval(policy, t, cat.Override(t.Name))})
 	}
 	return tools
 }
