@@ -64,6 +64,9 @@ type config struct {
 	MetricsExporters            []string // from OTEL_METRICS_EXPORTER
 	OTLPProtocol                string
 
+	// Cluster is how this replica takes part among those on one database.
+	Cluster clusterConfig
+
 	// Version is -version: print the version, read nothing else.
 	Version bool
 }
@@ -96,7 +99,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	fs.Usage = func() {}
 	var cfg config
 	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
-	var approvalTimeout, runRetention string
+	var approvalTimeout, runRetention, replicaTTL, reconcile string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
 	fs.StringVar(&allowed, "stdio-allowed-commands", "", "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
@@ -126,6 +129,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	sizeFlags(fs, &cfg)
 	tlsFlags(fs, &cfg)
 	adminFlags(fs, &cfg)
+	clusterFlags(fs, &cfg.Cluster, &replicaTTL, &reconcile)
 	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
 	rest, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -197,6 +201,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, nil, err
 	}
 	if err := cfg.readAdmin(getenv); err != nil {
+		return config{}, nil, err
+	}
+	if err := cfg.Cluster.read(replicaTTL, reconcile); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.EgressAllow, err = egress.ParsePrefixes(egressAllow); err != nil {

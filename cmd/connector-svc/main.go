@@ -19,7 +19,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/connector-svc/connector-svc/internal/auth"
@@ -28,6 +27,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -233,7 +233,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	if err != nil {
 		return err
 	}
-	lv := live.New(db, src, reg, nil, live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel})
+	lv := live.New(db, src, reg, nil, live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel,
+		ReconcileInterval: cfg.Cluster.ReconcileInterval})
 	if err := lv.Load(ctx); err != nil {
 		return err
 	}
@@ -243,7 +244,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	if cfg.Auth.Guarded() {
 		interval = min(interval, keys.ConfirmInterval())
 	}
-	listener := db.NewListener(interval, logger)
+	listener := db.NewListener(interval, logger).Named(cfg.Cluster.ReplicaID)
 	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
 	listener.OnListen(lv.Resync)
 	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
@@ -255,7 +256,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
 		ApprovalTimeout:       cfg.ApprovalTimeout,
-		RunRetention:          cfg.RunRetention,
+		ReplicaID:             cfg.Cluster.ReplicaID,
 		MaxToolResultBytes:    cfg.MaxToolResultBytes,
 		MaxToolArgumentsBytes: cfg.MaxToolArgumentsBytes,
 		MaxRecvBytes:          cfg.GRPCMaxRecvBytes,
@@ -263,53 +264,60 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		Egress:                policy,
 		Auth:                  cfg.Auth,
 	})
-	defer func() { // after the gRPC server stopped: the last queries' counters
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
-		defer cancel()
-		srv.Close(ctx)
-	}()
 	g, hs := server.NewGRPCServer(srv, creds...)
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return inUse(fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err), "GRPC_ADDR (-grpc-addr)")
 	}
-	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRegistry()
-	regDone := make(chan error, 1)
-	go func() { regDone <- reg.Run(regCtx) }()
-	defer func() {
-		stopRegistry()
-		if err := <-regDone; err != nil {
-			logger.Error("registry", slog.String("error", err.Error()))
-		}
-	}()
 	server.SetServing(hs, true)
 	obs.ready.SetStarted(true)
-	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()),
+	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()), slog.String("replica_id", cfg.Cluster.ReplicaID),
 		slog.Bool("tls", cfg.TLSCertFile != ""), slog.Bool("client_certificates_required", cfg.TLSClientCAFile != ""),
 		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands),
 		slog.Any("egress_allow_cidrs", cfg.EgressAllow), slog.Any("egress_deny_cidrs", cfg.EgressDeny),
 		slog.String("auth", string(cfg.Auth)), slog.String("traces_exporter", tracing.Exporter),
 		slog.String("version", obs.build.Version), slog.String("revision", obs.build.revision()))
 
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return g.Serve(lis) })
-	eg.Go(func() error { return listener.Run(ctx) })
-	eg.Go(func() error { return lv.Run(ctx) })
-	eg.Go(func() error { return obs.ready.Watch(ctx, func(up bool) { server.SetServing(hs, up) }) })
-	eg.Go(func() error {
-		<-ctx.Done()
-		obs.ready.SetStarted(false)
-		hs.Shutdown() // NOT_SERVING from now on, whatever the watcher says
-		logger.Info("shutting down", slog.String("grace", cfg.ShutdownGrace.String()))
-		stopGracefully(g, cfg.ShutdownGrace)
-		return nil
-	})
-	if err := eg.Wait(); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve: %w", err)
+	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
+	serving := []job{
+		{"grpc", func(ctx context.Context) error {
+			drained := make(chan struct{})
+			go func() {
+				defer close(drained)
+				<-ctx.Done()
+				obs.ready.SetStarted(false)
+				hs.Shutdown() // NOT_SERVING from now on, whatever the watcher says
+				logger.Info("shutting down", slog.String("grace", cfg.ShutdownGrace.String()))
+				stopGracefully(g, cfg.ShutdownGrace)
+			}()
+			if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return err
+			}
+			<-drained // Serve returns when the drain starts
+			return nil
+		}},
+		{"readiness", func(ctx context.Context) error {
+			return obs.ready.Watch(ctx, func(up bool) { server.SetServing(hs, up) })
+		}},
+		{"listener", listener.Run},
+		{"reconcile", lv.Run},
+		{"run sweep", sweeper.Run},
 	}
-	return nil
+	drained := []job{
+		{"registry", reg.Run},
+		{"counters and run records", func(ctx context.Context) error { return srv.Run(ctx, cfg.ShutdownGrace) }},
+	}
+	return runJobs(ctx, serving, drained, logger)
 }
+
+// runSweepInterval is how often paused runs expire, runs whose replica
+// stopped fail, and old runs are purged; runStaleAfter, how old a resumed
+// run's heartbeat may be before it counts as abandoned (its holder touches
+// it every 10 s).
+const (
+	runSweepInterval = time.Minute
+	runStaleAfter    = 30 * time.Second
+)
 
 // listenInterval is how often the listening connection makes a round trip
 // when no API key cache needs it more often: a dead connection is noticed

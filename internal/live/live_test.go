@@ -189,7 +189,7 @@ func TestChangesWhileNotListeningAreCaught(t *testing.T) {
 	}
 	defer admin.Close(context.Background())
 	if _, err := admin.Exec(context.Background(),
-		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`,
+		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND datname = current_database()`,
 		store.ListenerApplicationName); err != nil {
 		t.Fatal(err)
 	}

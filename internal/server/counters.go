@@ -10,9 +10,9 @@ import (
 )
 
 // queryCounts gathers the counters of query runs in memory and writes them
-// to the store in the background, one statement per connector per
-// interval, so no query waits for a write. Close writes what is left. A
-// write that fails is kept and tried again with the next one.
+// to the store in the background (Run), one statement per connector per
+// interval, so no query waits for a write. A write that fails is kept and
+// tried again with the next one.
 type queryCounts struct {
 	db       *store.DB
 	logger   *slog.Logger
@@ -20,14 +20,10 @@ type queryCounts struct {
 
 	mu      sync.Mutex
 	pending map[int64]store.Counters
-
-	bg *periodic
 }
 
 func newQueryCounts(db *store.DB, interval time.Duration, logger *slog.Logger) *queryCounts {
-	q := &queryCounts{db: db, logger: logger, interval: interval, pending: map[int64]store.Counters{}}
-	q.bg = startPeriodic(interval, q.flush)
-	return q
+	return &queryCounts{db: db, logger: logger, interval: interval, pending: map[int64]store.Counters{}}
 }
 
 // add counts d for connector id.
@@ -62,43 +58,22 @@ func (q *queryCounts) flush(ctx context.Context) {
 	}
 }
 
-// Close stops the background writes and writes what is left, within ctx.
-func (q *queryCounts) Close(ctx context.Context) { q.bg.Close(ctx) }
-
-// periodic runs work every interval in the background, and once more at
-// Close, so that what it writes is not lost at shutdown.
-type periodic struct {
-	work func(context.Context)
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
-}
-
-func startPeriodic(interval time.Duration, work func(context.Context)) *periodic {
-	p := &periodic{work: work, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				p.work(context.Background())
-			case <-p.stop:
-				return
-			}
+// Run writes the counters every interval until ctx is done, then what is
+// left, within grace, and returns nil.
+func (q *queryCounts) Run(ctx context.Context, grace time.Duration) error {
+	tick := time.NewTicker(q.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+			defer cancel()
+			q.flush(last)
+			return nil
+		case <-tick.C:
+			q.flush(ctx)
 		}
-	}()
-	return p
-}
-
-// Close stops the loop and runs the work a last time, within ctx.
-func (p *periodic) Close(ctx context.Context) {
-	p.once.Do(func() {
-		close(p.stop)
-		<-p.done
-		p.work(ctx)
-	})
+	}
 }
 
 // merge adds d to c; the later last-used time wins.

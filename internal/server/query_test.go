@@ -172,13 +172,13 @@ func TestQueryCountsEveryToken(t *testing.T) {
 	}
 	got, _ := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
 	want(got.GetConnector().GetCounters(), "GetConnector")
-	f.srv.Close(ctx(t))
+	f.stop()
 	row, err := f.db.GetConnector(ctx(t), "ws", "m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want(&connectorv1.ConnectorCounters{QueryCount: row.Counters.Queries, QueryErrorCount: row.Counters.QueryErrors,
-		PromptTokens: row.Counters.PromptTokens, CompletionTokens: row.Counters.CompletionTokens}, "the store after Close")
+		PromptTokens: row.Counters.PromptTokens, CompletionTokens: row.Counters.CompletionTokens}, "the store after the server stopped")
 }
 
 func TestPlanOnly(t *testing.T) {

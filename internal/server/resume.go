@@ -123,7 +123,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace); err != nil {
+	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
 		if errors.Is(err, store.ErrRunNotPending) {
 			return nil, newStatus(codes.Aborted, ReasonRunTaken,
 				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
@@ -131,7 +131,9 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 		return nil, err
 	}
 	// Claimed, the run goes on to its end, within QUERY_TIMEOUT, even if
-	// the caller goes away meanwhile: GetQueryRun shows how it ended.
+	// the caller goes away meanwhile: GetQueryRun shows how it ended. Its
+	// heartbeat tells the leader this replica still runs it.
+	defer s.runs.Hold(run.ID)()
 	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
 	res, err := s.agent.Resume(registry.WithSession(runCtx, run.SessionID), orchestrator.Request{

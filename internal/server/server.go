@@ -7,6 +7,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -33,6 +34,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -66,10 +68,11 @@ type Config struct {
 	// ApprovalTimeout is how long a paused run waits for a decision before
 	// it expires; 0 means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration
-	// RunRetention is how long a finished run's record is kept; 0 means
-	// DefaultRunRetention. RunSweepInterval is how often paused runs
-	// expire and old records are purged; 0 means a minute.
-	RunRetention, RunSweepInterval time.Duration
+	// ReplicaID names this replica in the runs it resumes.
+	ReplicaID string
+	// RunFlushInterval is how often run records that need not be written
+	// at once (failed runs, failed writes) are written; 0 means a second.
+	RunFlushInterval time.Duration
 }
 
 // Size defaults. A default gRPC client receives at most 4 MiB, so that is
@@ -95,7 +98,7 @@ type Server struct {
 	live   *live.Connectors
 	limits limiter
 	counts *queryCounts // queries' counters on their way to the store
-	runs   *runLog      // query run records on their way to the store
+	runs   *runs.Log    // query run records on their way to the store
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.TracerProvider
@@ -149,25 +152,26 @@ func New(d Deps, cfg Config) *Server {
 		cfg.Egress = egress.New(egress.Config{})
 	}
 	cfg.ApprovalTimeout = cmp.Or(max(cfg.ApprovalTimeout, 0), DefaultApprovalTimeout)
-	cfg.RunRetention = cmp.Or(max(cfg.RunRetention, 0), DefaultRunRetention)
-	cfg.RunSweepInterval = cmp.Or(max(cfg.RunSweepInterval, 0), sweepInterval)
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, agent: d.Agent, keys: d.Keys,
 		counts: newQueryCounts(d.DB, countsInterval, d.Logger),
-		runs:   newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, 2*cfg.QueryTimeout, d.Logger),
+		runs:   runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		cfg:    cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
 }
 
 // countsInterval is how often query counters are written to the store.
 const countsInterval = time.Second
 
-// Close writes the counters of the queries run so far, within ctx. Call
-// it once the gRPC server has stopped; the Server serves no query after.
-func (s *Server) Close(ctx context.Context) {
-	s.counts.Close(ctx)
-	s.runs.Close(ctx)
+// Run writes the queries' counters and run records in the background
+// until ctx is done, and then what is left, within grace. Stop it once the
+// gRPC server has stopped: the Server serves no query after.
+func (s *Server) Run(ctx context.Context, grace time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- s.runs.Run(ctx) }()
+	err := s.counts.Run(ctx, grace)
+	return errors.Join(err, <-done)
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service

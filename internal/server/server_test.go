@@ -36,6 +36,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -74,6 +75,8 @@ type fixture struct {
 	logs   *syncBuffer
 	keys   *auth.Keys
 	srv    *server.Server
+	// stop ends the server's background writes, writing what is left.
+	stop func()
 }
 
 type options struct {
@@ -182,8 +185,24 @@ func setup(t testing.TB, opts ...options) *fixture {
 	})
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
-			ApprovalTimeout: o.approvalTimeout, RunRetention: o.runRetention, RunSweepInterval: o.runSweep})
-	t.Cleanup(func() { srv.Close(context.Background()) }) // after the gRPC server stops (cleanups run last first)
+			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second)})
+	// As in main: the counters and run records are written in the
+	// background until the gRPC server stops (cleanups run last first),
+	// and a sweeper (the leader's) ends and purges runs.
+	sweeper := runs.NewSweeper(db, orDur(o.runSweep, time.Minute), orDur(o.runRetention, server.DefaultRunRetention), 30*time.Second, logger)
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	srvDone := make(chan error, 2)
+	go func() { srvDone <- srv.Run(srvCtx, 5*time.Second) }()
+	go func() { srvDone <- sweeper.Run(srvCtx) }()
+	stop := sync.OnceFunc(func() {
+		stopSrv()
+		for range 2 {
+			if err := <-srvDone; err != nil {
+				t.Errorf("server Run: %v", err)
+			}
+		}
+	})
+	t.Cleanup(stop)
 	g, _ := server.NewGRPCServer(srv)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = g.Serve(lis) }()
@@ -195,7 +214,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, live: lv, logs: logs, keys: keys, srv: srv}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, live: lv, logs: logs, keys: keys, srv: srv, stop: stop}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -739,4 +758,12 @@ func TestTools(t *testing.T) {
 	if got.GetConnector().GetToolCount() != 2 {
 		t.Errorf("tool_count = %d, want 2", got.GetConnector().GetToolCount())
 	}
+}
+
+// orDur is d, or def when d is zero.
+func orDur(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }

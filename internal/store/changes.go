@@ -64,7 +64,8 @@ func (db *DB) ConnectorVersions(ctx context.Context) (map[int64]int64, error) {
 }
 
 // ListenerApplicationName is the application_name of the listener's
-// connection, so that operators (and tests) can find it in
+// connection, followed by ":" and the replica's id when it has one
+// (Listener.Named), so that operators (and tests) can find it in
 // pg_stat_activity.
 const ListenerApplicationName = "connector-svc-listener"
 
@@ -74,6 +75,7 @@ type Listener struct {
 	db       *DB
 	interval time.Duration
 	logger   *slog.Logger
+	appName  string
 	handlers map[string]func(payload string)
 	listened []func()
 	confirms []func(since time.Time)
@@ -86,7 +88,14 @@ func (db *DB) NewListener(interval time.Duration, logger *slog.Logger) *Listener
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Listener{db: db, interval: interval, logger: logger, handlers: map[string]func(string){}}
+	return &Listener{db: db, interval: interval, logger: logger, appName: ListenerApplicationName, handlers: map[string]func(string){}}
+}
+
+// Named names the listening connection after replica in pg_stat_activity:
+// ListenerApplicationName + ":" + replica. It returns l.
+func (l *Listener) Named(replica string) *Listener {
+	l.appName = ListenerApplicationName + ":" + replica
+	return l
 }
 
 // Handle calls fn with the payload of every notification on channel. fn
@@ -138,7 +147,7 @@ func (l *Listener) listen(ctx context.Context, listening func()) error {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = ListenerApplicationName
+	cfg.RuntimeParams["application_name"] = l.appName
 	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) {
 		if fn := l.handlers[n.Channel]; fn != nil {
 			fn(n.Payload)

@@ -152,11 +152,13 @@ func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) 
 // still awaiting approval at that version and has not expired. Returns
 // ErrRunNotPending otherwise: a concurrent resume claimed it first, or it
 // finished or expired meanwhile.
-func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int, trace json.RawMessage) (*Run, error) {
+// The claim records replica as the run's holder, with a first heartbeat.
+func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int, trace json.RawMessage, replica string) (*Run, error) {
 	r, err := scanRun(db.pool.QueryRow(ctx, `
-		UPDATE query_runs SET status = 'running', trace = $4, version = version + 1, updated_at = now()
+		UPDATE query_runs SET status = 'running', trace = $4, version = version + 1, updated_at = now(),
+			held_by = $5, heartbeat_at = now()
 		WHERE workspace_id = $1 AND id = $2 AND version = $3 AND status = 'awaiting_approval' AND expires_at > now()
-		RETURNING `+runColumns, workspaceID, id, version, trace))
+		RETURNING `+runColumns, workspaceID, id, version, trace, replica))
 	if err != nil {
 		return nil, fmt.Errorf("claim query run %q: %w", id, translate(err, ErrRunNotPending))
 	}
@@ -204,19 +206,30 @@ func timeOrNil(t time.Time) any {
 }
 
 // ExpireRuns ends the paused runs whose time to be approved ran out: they
-// become expired, and their resume state is dropped. A resumed run still
-// running after staleAfter was left by a service that stopped during it:
-// it fails. Returns how many runs ended.
+// become expired, and their resume state is dropped. A resumed run whose
+// holder's heartbeat is older than staleAfter was left by a replica that
+// stopped during it: it fails. Returns how many runs ended.
 func (db *DB) ExpireRuns(ctx context.Context, staleAfter time.Duration) (int64, error) {
 	tag, err := db.pool.Exec(ctx, `
 		UPDATE query_runs SET
 			status = CASE WHEN status = 'running' THEN 'failed' ELSE 'expired' END,
-			error = CASE WHEN status = 'running' THEN 'the service stopped while the resumed run went on' ELSE error END,
+			error = CASE WHEN status = 'running' THEN 'the replica running the resumed run stopped during it' ELSE error END,
 			state = NULL, finished_at = now(), updated_at = now(), version = version + 1
 		WHERE status = 'awaiting_approval' AND expires_at <= now()
-			OR status = 'running' AND updated_at < now() - $1::interval`, staleAfter)
+			OR status = 'running' AND coalesce(heartbeat_at, updated_at) < now() - $1::interval`, staleAfter)
 	if err != nil {
 		return 0, fmt.Errorf("expire query runs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// TouchRuns records a heartbeat of the running runs ids that replica
+// holds. Returns how many it touched.
+func (db *DB) TouchRuns(ctx context.Context, replica string, ids []string) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `UPDATE query_runs SET heartbeat_at = now()
+		WHERE id = ANY($2) AND held_by = $1 AND status = 'running'`, replica, ids)
+	if err != nil {
+		return 0, fmt.Errorf("touch query runs: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -34,13 +34,13 @@ func TestRunsLifecycle(t *testing.T) {
 	}
 
 	// One claim per version: a second with the same version loses.
-	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1, json.RawMessage(`{"decided":true}`)); err != nil {
+	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1, json.RawMessage(`{"decided":true}`), "a"); err != nil {
 		t.Fatalf("ClaimRun: %v", err)
 	}
-	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1, json.RawMessage(`{"decided":true}`)); !errors.Is(err, store.ErrRunNotPending) {
+	if _, err := db.ClaimRun(ctx, "ws1", "r2", 1, json.RawMessage(`{"decided":true}`), "a"); !errors.Is(err, store.ErrRunNotPending) {
 		t.Errorf("second ClaimRun: %v, want ErrRunNotPending", err)
 	}
-	if _, err := db.ClaimRun(ctx, "ws1", "r1", 1, json.RawMessage(`{}`)); !errors.Is(err, store.ErrRunNotPending) {
+	if _, err := db.ClaimRun(ctx, "ws1", "r1", 1, json.RawMessage(`{}`), "a"); !errors.Is(err, store.ErrRunNotPending) {
 		t.Errorf("ClaimRun of a finished run: %v, want ErrRunNotPending", err)
 	}
 
