@@ -2,7 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"slices"
 	"sync"
@@ -284,5 +285,11 @@ func (m *Membership) ExpireDead(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// errNotLive is returned by claims while this replica is not registered.
-var errNotLive = errors.New("this replica is not live")
+// NewID returns a replica id that is new at every start: prefix (the host
+// name, say) and 8 random hex digits. A restarted replica must not reuse its
+// former id, or it would inherit rows it never claimed.
+func NewID(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return prefix + "-" + hex.EncodeToString(b[:])
+}

@@ -17,6 +17,10 @@ import (
 // owners, or not active.
 var ErrNoOwner = errors.New("no live replica owns the connector")
 
+// ErrNotLive means this replica is not in the live set (not registered
+// yet, lost, or released everything to stop): it claims nothing.
+var ErrNotLive = errors.New("this replica is not live")
+
 // Owners keeps this replica's share of the connectors: those whose
 // rendezvous owner among the live replicas is this one. It claims them (an
 // epoch per claim), releases those that moved to another live replica, and
@@ -291,6 +295,7 @@ func (o *Owners) isDraining() bool {
 // Claim claims connector id at once (one just created or switched on), if
 // its rendezvous owner is this replica, and returns its epoch; ok is false
 // when it is another replica's, or held by another live replica still.
+// Returns ErrNotLive while this replica is not live.
 // OnGained is called as for any claim.
 func (o *Owners) Claim(ctx context.Context, id int64) (epoch int64, ok bool, err error) {
 	if err := o.acquire(ctx); err != nil {
@@ -302,7 +307,7 @@ func (o *Owners) Claim(ctx context.Context, id int64) (epoch int64, ok bool, err
 	}
 	members, live := o.liveIDs()
 	if !live || o.isDraining() {
-		return 0, false, errNotLive
+		return 0, false, ErrNotLive
 	}
 	if Owner(ConnectorKey(id), members) != o.m.Self() {
 		return 0, false, nil

@@ -41,3 +41,9 @@ func TestOwnerSpreadsAndMovesLittle(t *testing.T) {
 		t.Errorf("a fourth member took %.1f%% of the keys, want about a quarter", 100*share)
 	}
 }
+
+func TestNewIDIsNewEachTime(t *testing.T) {
+	if a, b := NewID("host"), NewID("host"); a == b || len(a) != len("host-")+8 {
+		t.Errorf("NewID twice = %q, %q; want two distinct host-XXXXXXXX", a, b)
+	}
+}
