@@ -28,7 +28,7 @@ func newClock() *clock {
 	return c
 }
 
-func (c *clock) now() time.Time           { return time.Unix(0, c.ns.Load()) }
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // replicas is a membership count the test sets.
