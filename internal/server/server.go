@@ -31,6 +31,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -90,7 +91,7 @@ type Server struct {
 	agent  *orchestrator.Agent
 	keys   *auth.Keys
 	source *Source
-	limits limiter
+	limits rateLimits
 	// agents are the connectors' live agents; counts, their queries'
 	// counters on their way to the store.
 	agents agents
@@ -131,6 +132,10 @@ type Deps struct {
 	// rpc.server.call.duration, by method and status code, refused calls
 	// included); nil records none.
 	MeterProvider metric.MeterProvider
+	// Replicas is the number of live replicas, among which each
+	// connector's rate_limit is shared (ratelimit.Config.Replicas); nil
+	// means this one alone.
+	Replicas func() int
 }
 
 // New returns a Server.
@@ -157,7 +162,11 @@ func New(d Deps, cfg Config) *Server {
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys,
+	limits := ratelimit.Config{Replicas: d.Replicas, Logger: d.Logger}
+	if d.DB != nil {
+		limits.Exact = d.DB
+	}
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, agent: d.Agent, keys: d.Keys, limits: rateLimits{ratelimit.New(limits)},
 		source: NewSource(d.DB, d.Box, d.Logger), counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: newRunLog(d.DB, cfg.RunRetention, cfg.RunSweepInterval, 2*cfg.QueryTimeout, d.Logger),
 		emb:  newEmbeddings(d.DB, d.Embedder, d.EmbeddingModel, d.Logger),

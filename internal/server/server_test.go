@@ -88,6 +88,9 @@ type options struct {
 	// approvalTimeout, runRetention and runSweep set the server's run
 	// record settings (0: defaults).
 	approvalTimeout, runRetention, runSweep time.Duration
+	// replicas is how many live replicas the server shares rate limits
+	// with (0: it alone).
+	replicas int
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -156,8 +159,12 @@ func setup(t testing.TB, opts ...options) *fixture {
 			t.Errorf("keys Run: %v", err)
 		}
 	})
+	var replicas func() int
+	if o.replicas > 0 {
+		replicas = func() int { return o.replicas }
+	}
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
-		Embedder: embedder, EmbeddingModel: embeddingModel},
+		Embedder: embedder, EmbeddingModel: embeddingModel, Replicas: replicas},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunRetention: o.runRetention, RunSweepInterval: o.runSweep})
 	t.Cleanup(func() { srv.Close(context.Background()) }) // after the gRPC server stops (cleanups run last first)
