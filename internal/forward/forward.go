@@ -38,7 +38,8 @@ const keySize = sha256.Size
 // Key derives the forwarding key from one SECRET_KEY's raw bytes (see
 // secret.DecodeKeys) with HKDF-SHA256, so the raw key that seals
 // connector secrets is never used for a second purpose. Replicas that
-// share a SECRET_KEY derive the same key.
+// share a SECRET_KEY derive the same key. It panics only if HKDF refuses
+// the key, which a 32-byte SECRET_KEY never is.
 func Key(secretKey []byte) []byte {
 	k, err := hkdf.Key(sha256.New, secretKey, nil, label, keySize)
 	if err != nil {

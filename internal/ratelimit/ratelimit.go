@@ -131,7 +131,6 @@ func (l *Limiter) bucket(id int64, lim Limit) (local *rate.Limiter, exact bool) 
 		return nil, false
 	}
 	m := l.replicas()
-	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[id]
@@ -143,6 +142,7 @@ func (l *Limiter) bucket(id int64, lim Limit) (local *rate.Limiter, exact bool) 
 		b = &bucket{lim: lim, local: rate.NewLimiter(rate.Limit(r), burst)}
 		l.buckets[id] = b
 	} else {
+		now := l.cfg.Now()
 		b.local.SetLimitAt(now, rate.Limit(r))
 		b.local.SetBurstAt(now, burst)
 	}
