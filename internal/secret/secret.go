@@ -73,6 +73,18 @@ const keyHint = "generate one with: openssl rand -base64 32"
 // commas, the newest first. The first seals; all open. An empty string
 // gives a nil Box and no error. Errors never contain the key.
 func ParseKey(encoded string) (*Box, error) {
+	keys, err := DecodeKeys(encoded)
+	if keys == nil || err != nil {
+		return nil, err
+	}
+	return NewBox(keys...)
+}
+
+// DecodeKeys returns the raw bytes of each key of SECRET_KEY, the newest
+// first, as ParseKey reads them; none and no error for an empty string.
+// For deriving keys of other purposes (forward.Key), never for using a
+// raw key twice. Errors never contain a key.
+func DecodeKeys(encoded string) ([][]byte, error) {
 	encoded = strings.TrimSpace(encoded)
 	if encoded == "" {
 		return nil, nil
@@ -90,7 +102,7 @@ func ParseKey(encoded string) (*Box, error) {
 		}
 		keys[i] = key
 	}
-	return NewBox(keys...)
+	return keys, nil
 }
 
 // decodeKey reads one base64-encoded 32-byte key; name says which.

@@ -189,3 +189,22 @@ func TestValuesNeverFormatSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeKeys: the raw keys of SECRET_KEY come back newest first, in
+// any of the base64 forms ParseKey reads; none for an empty string.
+func TestDecodeKeys(t *testing.T) {
+	a, b := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	keys, err := secret.DecodeKeys(" " + base64.RawURLEncoding.EncodeToString(a) + " , " + base64.StdEncoding.EncodeToString(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([][]byte{a, b}, keys); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+	if keys, err := secret.DecodeKeys(""); keys != nil || err != nil {
+		t.Errorf("DecodeKeys(\"\") = %v, %v", keys, err)
+	}
+	if _, err := secret.DecodeKeys(base64.StdEncoding.EncodeToString(a[:16])); err == nil {
+		t.Error("a 16-byte key was accepted")
+	}
+}

@@ -5,17 +5,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -157,79 +155,29 @@ func cutContext(qc orchestrator.Context, js []byte, left int) *connectorv1.Query
 	return &connectorv1.QueryContext{Tool: qc.Tool, StructuredContent: &structpb.Struct{Fields: fields}}
 }
 
-// A connector's rate_limit is a token bucket that every call reaching its
-// server takes a token from. A direct call (CallTool, StreamCallTool, on
-// a session or not) without a token is refused, RESOURCE_EXHAUSTED. A
-// query or a resume takes one to start, and is refused the same way
-// without one, before the model runs; then each of its tool calls takes
-// one more, waiting for it when the bucket is empty, unless the wait
-// would outlast the run's deadline: then the call runs at once and the
-// bucket goes into debt. So a query that was admitted finishes, and what
-// comes after it waits for the bucket to refill.
+// rateLimits are the connectors' rate limits, enforced across replicas by
+// ratelimit.Limiter (which says what takes a token and what waits), read
+// from the store's RateLimit of each connector.
+type rateLimits struct{ *ratelimit.Limiter }
 
-// limiter keeps a token bucket per connector, rebuilt when its rate limit
-// changes. Safe for concurrent use.
-type limiter struct {
-	mu      sync.Mutex
-	buckets map[int64]*bucket
-}
-
-type bucket struct {
-	cfg store.RateLimit
-	lim *rate.Limiter
-}
-
-// bucket returns connector id's bucket for cfg, or nil when cfg sets no
-// limit (forgetting the bucket of an earlier one).
-func (l *limiter) bucket(id int64, cfg *store.RateLimit) *rate.Limiter {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if cfg == nil || cfg.RequestsPerSecond <= 0 {
-		delete(l.buckets, id)
-		return nil
+// limitOf is cfg as a ratelimit.Limit; nil is no limit.
+func limitOf(cfg *store.RateLimit) ratelimit.Limit {
+	if cfg == nil {
+		return ratelimit.Limit{}
 	}
-	b := l.buckets[id]
-	if b == nil || b.cfg != *cfg {
-		b = &bucket{cfg: *cfg, lim: rate.NewLimiter(rate.Limit(cfg.RequestsPerSecond), max(cfg.Burst, 1))}
-		if l.buckets == nil {
-			l.buckets = map[int64]*bucket{}
-		}
-		l.buckets[id] = b
-	}
-	return b.lim
+	return ratelimit.Limit{PerSecond: cfg.RequestsPerSecond, Burst: cfg.Burst}
 }
 
 // allow takes a token from connector id's bucket now; no limit always
 // allows.
-func (l *limiter) allow(id int64, cfg *store.RateLimit) bool {
-	lim := l.bucket(id, cfg)
-	return lim == nil || lim.Allow()
+func (l rateLimits) allow(ctx context.Context, id int64, cfg *store.RateLimit) bool {
+	return l.Allow(ctx, id, limitOf(cfg))
 }
 
 // throttle returns the gate of a query's tool calls on connector id, nil
-// without a limit: each call takes a token, waiting while the wait ends
-// before ctx's deadline, and in debt past that.
-func (l *limiter) throttle(id int64, cfg *store.RateLimit) func(context.Context) error {
-	lim := l.bucket(id, cfg)
-	if lim == nil {
-		return nil
-	}
-	return func(ctx context.Context) error {
-		r := lim.Reserve()
-		wait := r.Delay()
-		if deadline, ok := ctx.Deadline(); wait == 0 || (ok && time.Until(deadline) < wait) {
-			return nil
-		}
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			r.Cancel()
-			return ctx.Err()
-		}
-	}
+// without a limit.
+func (l rateLimits) throttle(id int64, cfg *store.RateLimit) func(context.Context) error {
+	return l.Throttle(id, limitOf(cfg))
 }
 
 // admitCall takes a token of the rate limit of connector id for a direct
@@ -241,7 +189,7 @@ func (s *Server) admitCall(ctx context.Context, id int64, req callRequest) error
 	if err != nil {
 		return err
 	}
-	if !s.limits.allow(id, la.Row.Config.RateLimit) {
+	if !s.limits.allow(ctx, id, la.Row.Config.RateLimit) {
 		return rateLimited(la.Row.Config.RateLimit)
 	}
 	return nil

@@ -106,7 +106,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if c.Config.SessionMode == registry.SessionPerSession && req.GetSessionId() == "" && !req.GetPlanOnly() {
 		return nil, sessionRequired()
 	}
-	if !s.limits.allow(c.ID, c.Config.RateLimit) {
+	if !s.limits.allow(ctx, c.ID, c.Config.RateLimit) {
 		return nil, rateLimited(c.Config.RateLimit)
 	}
 	cat, err := s.reg.Catalog(ctx, id)

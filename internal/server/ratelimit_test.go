@@ -133,3 +133,31 @@ func TestQueryToolCallsWaitForTheRateLimit(t *testing.T) {
 		t.Errorf("the query took %v; its two tool calls must each wait for a token (0.2s apart)", took)
 	}
 }
+
+// TestRateLimitAcrossReplicasTakesFromTheSharedBucket: among 3 replicas a
+// limit of one call (whose share would be a third of one) is taken from
+// the shared bucket in Postgres: the first call empties it, the next is
+// refused.
+func TestRateLimitAcrossReplicasTakesFromTheSharedBucket(t *testing.T) {
+	f := setup(t, options{replicas: 3})
+	srv := newTestMCP(t)
+	c := f.create(t, "ws", limited(mcpConnector("m", srv.url()), 1))
+	f.waitReady(t, "ws", "m")
+	args, _ := structpb.NewStruct(map[string]any{"text": "hi"})
+	call := &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "echo", Arguments: args}
+	if _, err := f.client.CallTool(ctx(t), call); err != nil {
+		t.Fatalf("first CallTool: %v", err)
+	}
+	_, err := f.client.CallTool(ctx(t), call)
+	wantRateLimited(t, err)
+	row, err := f.db.GetConnector(ctx(t), "ws", c.GetConnectorId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokens, err := f.db.RateTokens(ctx(t), row.ID, 0.001, 1, time.Now()); err != nil || tokens > 0.01 {
+		t.Errorf("the shared bucket has %v tokens (%v), want it emptied by the first call", tokens, err)
+	}
+	if n := len(srv.toolCallHeaders()); n != 1 {
+		t.Errorf("the server got %d tool calls, want 1", n)
+	}
+}

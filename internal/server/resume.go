@@ -105,7 +105,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	}
 	// A resume asks the model again: it takes a token of the connector's
 	// rate limit to start, as a query does.
-	if !s.limits.allow(la.Row.ID, la.Row.Config.RateLimit) {
+	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
 		return nil, rateLimited(la.Row.Config.RateLimit)
 	}
 	cat, err := s.reg.Catalog(ctx, id)

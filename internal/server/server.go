@@ -33,6 +33,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -96,7 +97,7 @@ type Server struct {
 	// live keeps the connectors' connections, catalogs and agents in line
 	// with their rows: every handler that writes a row calls it after.
 	live   *live.Connectors
-	limits limiter
+	limits rateLimits
 	counts *queryCounts // queries' counters on their way to the store
 	runs   *runs.Log    // query run records on their way to the store
 	cfg    Config
@@ -131,6 +132,10 @@ type Deps struct {
 	// rpc.server.call.duration, by method and status code, refused calls
 	// included); nil records none.
 	MeterProvider metric.MeterProvider
+	// Replicas is the number of live replicas, among which each
+	// connector's rate_limit is shared (ratelimit.Config.Replicas); nil
+	// means this one alone.
+	Replicas func() int
 }
 
 // New returns a Server.
@@ -155,10 +160,14 @@ func New(d Deps, cfg Config) *Server {
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
+	limits := ratelimit.Config{Replicas: d.Replicas, Logger: d.Logger}
+	if d.DB != nil {
+		limits.Exact = d.DB
+	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, agent: d.Agent, keys: d.Keys,
-		counts: newQueryCounts(d.DB, countsInterval, d.Logger),
-		runs:   runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
-		cfg:    cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
+		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
+		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
+		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
 }
 
 // countsInterval is how often query counters are written to the store.

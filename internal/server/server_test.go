@@ -93,6 +93,9 @@ type options struct {
 	// approvalTimeout, runRetention and runSweep set the server's run
 	// record settings (0: defaults).
 	approvalTimeout, runRetention, runSweep time.Duration
+	// replicas is how many live replicas the server shares rate limits
+	// with (0: it alone).
+	replicas int
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -183,7 +186,12 @@ func setup(t testing.TB, opts ...options) *fixture {
 			t.Errorf("keys Run: %v", err)
 		}
 	})
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer},
+	var replicas func() int
+	if o.replicas > 0 {
+		replicas = func() int { return o.replicas }
+	}
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
+		Replicas: replicas},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second)})
 	// As in main: the counters and run records are written in the

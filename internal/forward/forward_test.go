@@ -1,0 +1,361 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+)
+
+const (
+	getMethod  = "/connector.v1.ConnectorService/GetConnector"
+	listMethod = "/connector.v1.ConnectorService/ListConnectors"
+)
+
+// fake is a ConnectorService that records, for each call it serves, who
+// From says sent it, and answers GetConnector with that sender as the
+// connector id.
+type fake struct {
+	connectorv1.UnimplementedConnectorServiceServer
+	mu    sync.Mutex
+	calls []string // the sender of each call served, "" when From says none
+}
+
+func (f *fake) record(ctx context.Context) string {
+	from, ok := From(ctx)
+	if ok != Forwarded(ctx) || ok == (from == "") {
+		panic("From and Forwarded disagree")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, from)
+	return from
+}
+
+func (f *fake) served() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fake) GetConnector(ctx context.Context, _ *connectorv1.GetConnectorRequest) (*connectorv1.GetConnectorResponse, error) {
+	return &connectorv1.GetConnectorResponse{Connector: &connectorv1.Connector{ConnectorId: f.record(ctx)}}, nil
+}
+
+func (f *fake) StreamCallTool(_ *connectorv1.StreamCallToolRequest, ss grpc.ServerStreamingServer[connectorv1.StreamCallToolResponse]) error {
+	f.record(ss.Context())
+	return ss.Send(&connectorv1.StreamCallToolResponse{})
+}
+
+// serve starts a gRPC server on loopback with opts serving a fake, and
+// returns its address and the fake.
+func serve(t *testing.T, opts ...grpc.ServerOption) (string, *fake) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(opts...)
+	f := &fake{}
+	connectorv1.RegisterConnectorServiceServer(s, f)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(lis) }()
+	t.Cleanup(func() {
+		s.Stop()
+		if err := <-done; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return lis.Addr().String(), f
+}
+
+// plain is a client with no forwarding interceptors: what a caller has.
+func plain(t *testing.T, addr string) connectorv1.ConnectorServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return connectorv1.NewConnectorServiceClient(cc)
+}
+
+func testKey(b byte) []byte { return Key(bytes.Repeat([]byte{b}, 32)) }
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func withHeader(t *testing.T, vals ...string) context.Context {
+	md := metadata.MD{}
+	for _, v := range vals {
+		md.Append(Header, v)
+	}
+	return metadata.NewOutgoingContext(ctx(t), md)
+}
+
+func TestKeyIsDerived(t *testing.T) {
+	raw := bytes.Repeat([]byte{7}, 32)
+	k := Key(raw)
+	if len(k) != 32 || bytes.Equal(k, raw) || bytes.Contains(k, raw[:8]) {
+		t.Fatalf("Key = %x; want 32 bytes unlike the raw key", k)
+	}
+	if !bytes.Equal(k, Key(raw)) {
+		t.Error("Key is not deterministic")
+	}
+	if bytes.Equal(k, Key(bytes.Repeat([]byte{8}, 32))) {
+		t.Error("two SECRET_KEYs derive the same key")
+	}
+}
+
+// TestForwardedCallPasses: a unary and a streaming call through Dial reach
+// the handler with From naming the sender, also for an id with dots.
+func TestForwardedCallPasses(t *testing.T) {
+	key := testKey(1)
+	addr, f := serve(t, ServerOptions(key, 30*time.Second)...)
+	for _, from := range []string{"replica-a", "pod.ns.svc:7"} {
+		cc, err := Dial(addr, key, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := connectorv1.NewConnectorServiceClient(cc)
+		res, err := client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{})
+		if err != nil {
+			t.Fatalf("GetConnector from %s: %v", from, err)
+		}
+		if got := res.GetConnector().GetConnectorId(); got != from {
+			t.Errorf("From = %q in the handler, want %q", got, from)
+		}
+		stream, err := client.StreamCallTool(ctx(t), &connectorv1.StreamCallToolRequest{})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if err != nil {
+			t.Fatalf("StreamCallTool from %s: %v", from, err)
+		}
+		cc.Close()
+	}
+	want := []string{"replica-a", "replica-a", "pod.ns.svc:7", "pod.ns.svc:7"}
+	if got := f.served(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("served %q, want %q", got, want)
+	}
+}
+
+// TestRefused: calls without a valid header are refused UNAUTHENTICATED,
+// unary and streaming, before the handler runs, with a message that names
+// the problem and carries neither key nor header.
+func TestRefused(t *testing.T) {
+	key, other := testKey(1), testKey(2)
+	addr, f := serve(t, ServerOptions(key, 30*time.Second)...)
+	now := time.Now()
+	// Each case's header is made for the method it is sent with.
+	cases := []struct {
+		name   string
+		header func(method string) string
+		want   string
+		repeat bool
+	}{
+		{"missing", nil, "missing", false},
+		{"wrong key", func(m string) string { return sign(other, m, "a", now) }, "does not verify", false},
+		{"stale", func(m string) string { return sign(key, m, "a", now.Add(-time.Minute)) }, "timestamp", false},
+		{"from the future", func(m string) string { return sign(key, m, "a", now.Add(time.Minute)) }, "timestamp", false},
+		{"tampered method", func(string) string { return sign(key, listMethod, "a", now) }, "does not verify", false},
+		{"tampered sender", func(m string) string { return strings.Replace(sign(key, m, "a", now), "v1.a.", "v1.b.", 1) }, "does not verify", false},
+		{"garbage", func(string) string { return "v1.a.b.c" }, "malformed", false},
+		{"no version", func(m string) string { return strings.TrimPrefix(sign(key, m, "a", now), "v1.") }, "malformed", false},
+		{"repeated", func(m string) string { return sign(key, m, "a", now) }, "repeated", true},
+	}
+	client := plain(t, addr)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			headers := func(method string) []string {
+				if c.header == nil {
+					return nil
+				}
+				if c.repeat {
+					return []string{c.header(method), c.header(method)}
+				}
+				return []string{c.header(method)}
+			}
+			_, err := client.GetConnector(withHeader(t, headers(getMethod)...), &connectorv1.GetConnectorRequest{})
+			wantRefused(t, err, c.want, key, headers(getMethod))
+			streamMethod := "/connector.v1.ConnectorService/StreamCallTool"
+			stream, err := client.StreamCallTool(withHeader(t, headers(streamMethod)...), &connectorv1.StreamCallToolRequest{})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			wantRefused(t, err, c.want, key, headers(streamMethod))
+		})
+	}
+	if got := f.served(); len(got) != 0 {
+		t.Errorf("the handler ran %d times for refused calls", len(got))
+	}
+}
+
+// wantRefused checks that err is UNAUTHENTICATED naming want, and that
+// its message carries neither the key nor the headers sent, nor their
+// signatures.
+func wantRefused(t *testing.T, err error, want string, key []byte, headers []string) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), want) {
+		t.Errorf("got %v, want UNAUTHENTICATED naming %q", err, want)
+	}
+	leaks := []string{string(key), base64.RawURLEncoding.EncodeToString(key), base64.StdEncoding.EncodeToString(key)}
+	for _, h := range headers {
+		leaks = append(leaks, h)
+		if sig := h[strings.LastIndexByte(h, '.')+1:]; len(sig) > 8 {
+			leaks = append(leaks, sig)
+		}
+	}
+	for _, s := range leaks {
+		if strings.Contains(st.Message(), s) {
+			t.Errorf("message %q carries key or header material", st.Message())
+		}
+	}
+}
+
+// TestOlderKeyPasses: during a SECRET_KEY rotation, a sender still on the
+// old key is accepted by a server that lists it as older; one on neither
+// is not.
+func TestOlderKeyPasses(t *testing.T) {
+	newKey, oldKey := testKey(1), testKey(2)
+	addr, f := serve(t, ServerOptions(newKey, 0, oldKey)...)
+	for _, c := range []struct {
+		key  []byte
+		pass bool
+	}{{oldKey, true}, {newKey, true}, {testKey(3), false}} {
+		cc, err := Dial(addr, c.key, "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = connectorv1.NewConnectorServiceClient(cc).GetConnector(ctx(t), &connectorv1.GetConnectorRequest{})
+		cc.Close()
+		if (err == nil) != c.pass {
+			t.Errorf("key %x: err = %v, want pass %v", c.key[:4], err, c.pass)
+		}
+	}
+	if n := len(f.served()); n != 2 {
+		t.Errorf("served %d calls, want 2", n)
+	}
+}
+
+// TestPublicServerIgnoresHeader: a server without ServerOptions (the
+// public listener) never reports a call as forwarded, even one with a
+// valid header.
+func TestPublicServerIgnoresHeader(t *testing.T) {
+	key := testKey(1)
+	addr, f := serve(t)
+	cc, err := Dial(addr, key, "intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	res, err := connectorv1.NewConnectorServiceClient(cc).GetConnector(ctx(t), &connectorv1.GetConnectorRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := res.GetConnector().GetConnectorId(); id != "" {
+		t.Errorf("From = %q on the public server", id)
+	}
+	_, err = plain(t, addr).GetConnector(withHeader(t, sign(key, getMethod, "intruder", time.Now())), &connectorv1.GetConnectorRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.served(); len(got) != 2 || got[0] != "" || got[1] != "" {
+		t.Errorf("served %q, want two calls with no sender", got)
+	}
+	if Forwarded(context.Background()) {
+		t.Error("Forwarded(background) = true")
+	}
+}
+
+// TestCallerHeaderReplaced: a header a caller put on the context is
+// replaced by the signer's own, so a forwarded call carries one header.
+func TestCallerHeaderReplaced(t *testing.T) {
+	key := testKey(1)
+	addr, f := serve(t, ServerOptions(key, 0)...)
+	cc, err := Dial(addr, key, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := metadata.AppendToOutgoingContext(ctx(t), Header, "v1.evil.1.xx")
+	if _, err := connectorv1.NewConnectorServiceClient(cc).GetConnector(c, &connectorv1.GetConnectorRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.served(); len(got) != 1 || got[0] != "b" {
+		t.Errorf("served %q, want one call from b", got)
+	}
+}
+
+// TestPool: one connection per address, concurrently; Forget makes a new
+// one; Close closes them all and later Conns fail.
+func TestPool(t *testing.T) {
+	key := testKey(1)
+	addrA, fa := serve(t, ServerOptions(key, 0)...)
+	addrB, fb := serve(t, ServerOptions(key, 0)...)
+	if _, err := NewPool(key, "bad|id"); err == nil {
+		t.Error("NewPool accepted a replica id with |")
+	}
+	p, err := NewPool(key, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	conns := make([]*grpc.ClientConn, 16)
+	for i := range conns {
+		wg.Go(func() {
+			addr := addrA
+			if i%2 == 1 {
+				addr = addrB
+			}
+			cc, err := p.Conn(addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conns[i] = cc
+			if _, err := connectorv1.NewConnectorServiceClient(cc).GetConnector(ctx(t), &connectorv1.GetConnectorRequest{}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := 2; i < len(conns); i++ {
+		if conns[i] != conns[i%2] {
+			t.Fatalf("call %d got a second connection to its address", i)
+		}
+	}
+	if len(fa.served()) != 8 || len(fb.served()) != 8 {
+		t.Errorf("served %d and %d, want 8 each", len(fa.served()), len(fb.served()))
+	}
+	p.Forget(addrA)
+	if cc, _ := p.Conn(addrA); cc == conns[0] {
+		t.Error("Conn after Forget returned the closed connection")
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := p.Conn(addrB); !errors.Is(err, ErrClosed) {
+		t.Errorf("Conn after Close: %v, want ErrClosed", err)
+	}
+}
