@@ -366,35 +366,34 @@ func (r *Registry) remove(id int64, why error) {
 }
 
 // CallTool runs a tool of connector id over its persistent session, or,
-// for a per_session connector, over the connection of the session in ctx
-// (see WithSession; ErrSessionRequired without one, *SessionLimitError at
-// the connector's cap). A
-// call that arrives while the connector connects waits for that connect
-// (within ctx); one that arrives during an update runs on the new
+// for a per_session connector, over the connection of opts.Session
+// (ErrSessionRequired without one, *SessionLimitError at the connector's
+// cap). A call that arrives while the connector connects waits for that
+// connect (within ctx); one that arrives during an update runs on the new
 // connection. Tools annotated read-only or idempotent are retried once on
-// a rebuilt connection if the connection broke mid-call. With WithProgress
-// in ctx, the server's progress notifications for the call reach its
-// callback before CallTool returns. A call that ends by its deadline with
-// no answer has the session probed at once (see conn.suspect). Returns
-// ErrNotLoaded, ErrDeleted or ErrDeactivated (the connector went under the
-// call), ErrClosed (shutdown), ErrToolNotFound (the server does not list
-// it now), ErrToolDisabled, or an error wrapping ErrUnavailable when the
-// connector cannot be used now: it says what failed last, how long ago,
-// and when the next attempt is.
-func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map[string]any) (*mcp.CallToolResult, error) {
+// a rebuilt connection if the connection broke mid-call. With
+// opts.Progress, the server's progress notifications for the call reach it
+// before CallTool returns (see CallOptions). A call that ends by its
+// deadline with no answer has the session probed at once (see
+// conn.suspect). Returns ErrNotLoaded, ErrDeleted or ErrDeactivated (the
+// connector went under the call), ErrClosed (shutdown), ErrToolNotFound
+// (the server does not list it now), ErrToolDisabled, or an error wrapping
+// ErrUnavailable when the connector cannot be used now: it says what
+// failed last, how long ago, and when the next attempt is.
+func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	for {
 		c, err := r.get(id)
 		if err != nil {
 			return nil, err
 		}
 		var res *mcp.CallToolResult
-		switch sid := sessionFrom(ctx); {
+		switch {
 		case !c.perSession():
-			res, err = c.call(ctx, name, args)
-		case sid == "":
+			res, err = c.call(ctx, name, args, opts)
+		case opts.Session == "":
 			return nil, ErrSessionRequired
 		default:
-			res, err = c.callSession(ctx, sid, name, args)
+			res, err = c.callSession(ctx, name, args, opts)
 		}
 		if !errors.Is(err, errReplaced) {
 			return res, err

@@ -37,23 +37,6 @@ func (e *SessionLimitError) Error() string {
 	return fmt.Sprintf("the connector has %d open sessions, its limit; close one (CloseSession) or wait for an idle one to expire", e.Limit)
 }
 
-type sessionKey struct{}
-
-// WithSession returns ctx carrying the caller's session id: calls made with
-// it to a per_session connector use that session's own connection. Shared
-// connectors ignore it.
-func WithSession(ctx context.Context, sessionID string) context.Context {
-	if sessionID == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, sessionKey{}, sessionID)
-}
-
-func sessionFrom(ctx context.Context) string {
-	id, _ := ctx.Value(sessionKey{}).(string)
-	return id
-}
-
 // SessionInfo describes one open per-session connection.
 type SessionInfo struct {
 	ConnectorID       int64 // the source's key
@@ -125,7 +108,7 @@ func (sc *sessConn) done() { sc.inUse.Add(-1) }
 
 // callSession runs a tool on the connection of the caller's session,
 // opening it on first use (concurrent first uses share one connect).
-func (c *conn) callSession(ctx context.Context, sessionID, name string, args map[string]any) (res *mcp.CallToolResult, err error) {
+func (c *conn) callSession(ctx context.Context, name string, args map[string]any, opts CallOptions) (res *mcp.CallToolResult, err error) {
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }() // after the redaction below
 	start := time.Now()
@@ -138,7 +121,7 @@ func (c *conn) callSession(ctx context.Context, sessionID, name string, args map
 	if _, err := cat.callable(name); err != nil {
 		return nil, err
 	}
-	sc, err := c.sessionFor(sessionID)
+	sc, err := c.sessionFor(opts.Session)
 	if err != nil {
 		return nil, err
 	}
@@ -158,14 +141,14 @@ func (c *conn) callSession(ctx context.Context, sessionID, name string, args map
 		}
 		err = c.redact.err(err)
 	}()
-	return sc.call(ctx, name, args)
+	return sc.call(ctx, name, args, opts)
 }
 
 // call runs one tool over the session's connection. A lost MCP session is
 // renewed (a new client for this session only) and the call retried once:
 // it never ran. A broken connection is dropped and reported; the next use
 // opens a new one.
-func (sc *sessConn) call(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
+func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := sc.current(ctx)
 		if err != nil {
@@ -174,7 +157,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any) 
 		if !s.acquire() {
 			return nil, sc.closedErr()
 		}
-		res, err := callTool(ctx, s, name, args)
+		res, err := callTool(ctx, s, name, args, opts.Progress)
 		s.release()
 		switch {
 		case err == nil:

@@ -143,7 +143,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		if o.embeddings {
 			embedder = model
 		}
-		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
+		agent = orchestrator.New(model, server.ToolCaller{Registry: reg}, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
 	}
 	// As in main, the keys follow changes (Run); revocations wait less.
 	keys := auth.NewKeys(db, auth.Config{Confirm: 100 * time.Millisecond}, logger)
