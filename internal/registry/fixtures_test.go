@@ -318,11 +318,17 @@ type fakeSource struct {
 	syncs  map[int64]int
 	health map[int64][]registry.Health
 	usage  map[int64]registry.Usage
+	// flags, if set for a connector, is what ToolFlags answers for it;
+	// else every tool SyncTools stored is enabled. flagReads counts
+	// ToolFlags calls.
+	flags     map[int64]registry.ToolFlags
+	flagReads map[int64]int
 }
 
 func newSource(specs ...registry.Spec) *fakeSource {
 	return &fakeSource{specs: specs, tools: map[int64][]string{}, syncs: map[int64]int{},
-		health: map[int64][]registry.Health{}, usage: map[int64]registry.Usage{}}
+		health: map[int64][]registry.Health{}, usage: map[int64]registry.Usage{},
+		flags: map[int64]registry.ToolFlags{}, flagReads: map[int64]int{}}
 }
 
 func (f *fakeSource) ActiveConnectors(context.Context) ([]registry.Spec, error) {
@@ -358,6 +364,20 @@ func (f *fakeSource) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) 
 	f.tools[id] = names
 	f.syncs[id]++
 	return ch, nil
+}
+
+func (f *fakeSource) ToolFlags(_ context.Context, id int64) (registry.ToolFlags, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flagReads[id]++
+	if fl, ok := f.flags[id]; ok {
+		return fl, nil
+	}
+	fl := registry.ToolFlags{Enabled: map[string]bool{}}
+	for _, n := range f.tools[id] {
+		fl.Enabled[n] = true
+	}
+	return fl, nil
 }
 
 func (f *fakeSource) SaveHealth(_ context.Context, id int64, h registry.Health) error {

@@ -126,6 +126,9 @@ func (s *oneSource) SyncTools(context.Context, int64, []mcp.Tool) (ToolChanges, 
 }
 func (s *oneSource) SaveHealth(context.Context, int64, Health) error { return nil }
 func (s *oneSource) AddUsage(context.Context, int64, Usage) error    { return nil }
+func (s *oneSource) ToolFlags(context.Context, int64) (ToolFlags, error) {
+	return ToolFlags{}, nil
+}
 
 // runInternal runs a registry until the test ends.
 func runInternal(t *testing.T, src ConnectorSource, cfg Config) *Registry {
