@@ -211,7 +211,9 @@ func TestFollowerResync(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.server().AddTool(mcp.NewTool("extra", mcp.WithDescription("Appeared later")),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("extra"), nil })
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("extra"), nil
+		})
 	if err := reg.Resync(ctxT(t), 1); err != nil {
 		t.Fatal(err)
 	}
