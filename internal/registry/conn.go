@@ -561,7 +561,9 @@ func (c *conn) close(why error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		closeSessions(c.takeSessions(""), 0)
+		// At shutdown, per-session HTTP sessions may be left for another
+		// replica to adopt (Config.DetachSessions).
+		closeSessions(c.takeSessions(""), 0, why == ErrClosed && c.reg.cfg.DetachSessions)
 	}()
 	if s != nil {
 		s.close(c.reg.cfg.CloseGrace)
@@ -575,7 +577,7 @@ func (c *conn) close(why error) {
 // finish (bounded by the call timeout), and then it closes.
 func (c *conn) closeDrained() {
 	s := c.retire(errReplaced)
-	closeSessions(c.takeSessions(""), c.spec.CallTimeout)
+	closeSessions(c.takeSessions(""), c.spec.CallTimeout, false)
 	if s != nil {
 		s.drain(c.spec.CallTimeout)
 		s.close(c.reg.cfg.CloseGrace)

@@ -153,6 +153,25 @@ type Config struct {
 	// calls; nil means otel's global one.
 	TracerProvider trace.TracerProvider
 
+	// DetachSessions leaves the per-session MCP sessions of classic
+	// streamable HTTP open at the server when the registry shuts down (no
+	// DELETE), so that another replica can adopt them (see Adopt); stdio
+	// processes still stop, and other sessions still end.
+	DetachSessions bool
+	// OnSessionOpened, if set, hears of every MCP session a caller session
+	// of a per_session connector opens or adopts here, with its handle
+	// (the zero handle when it cannot be adopted: see SessionHandle), after
+	// it opened and before a call runs on it: a session renewed after a
+	// loss is told again, with its new handle. It runs on the path of the
+	// call that opened the session: keep it short.
+	OnSessionOpened func(id int64, sessionID string, h SessionHandle)
+	// OnSessionClosed, if set, hears of every caller session of a
+	// per_session connector that ends here (CloseSession, idle expiry, the
+	// connector's removal, update or deletion, shutdown), except one
+	// detached at shutdown (see DetachSessions), whose MCP session lives on
+	// for another replica.
+	OnSessionClosed func(id int64, sessionID string)
+
 	// ownTransports gives each connector an HTTP transport of its own,
 	// as before connectors shared them; for benchmarks that compare.
 	ownTransports bool

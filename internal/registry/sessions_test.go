@@ -268,8 +268,14 @@ func TestSessionConnectionsRecoverOnTheirOwn(t *testing.T) {
 	// The listing connection is closed in the background.
 	waitFor(t, "2 MCP sessions on the server (the listing one closed)", func() bool { return srv.sessions.count() == 2 })
 	srv.expireSessions()
-	if got := sessionCall(t, reg, 1, "a", "echo", map[string]any{"text": "after expiry"}); got != "after expiry" {
-		t.Errorf("echo after expiry = %q", got)
+	var restarted bool
+	res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "after expiry"}, registry.CallOptions{Session: "a", Restarted: &restarted})
+	if err != nil || text(t, res) != "after expiry" || !restarted {
+		t.Errorf("echo after expiry = %v, %v, restarted %v; want it run on a restarted session", res, err, restarted)
+	}
+	restarted = false
+	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{Session: "a", Restarted: &restarted}); err != nil || restarted {
+		t.Errorf("the next echo: %v, restarted %v; want no second restart", err, restarted)
 	}
 
 	// stdio: a session whose server crashed gets a new one on next use.
@@ -277,14 +283,18 @@ func TestSessionConnectionsRecoverOnTheirOwn(t *testing.T) {
 	if _, err := reg.CallTool(ctxT(t), 2, "crash", nil, inSession("c")); err == nil {
 		t.Fatal("a call that crashed the session's server succeeded")
 	}
+	restarted = false
 	waitFor(t, "a new server for the session", func() bool {
-		res, err := reg.CallTool(ctxT(t), 2, "pid", nil, inSession("c"))
+		res, err := reg.CallTool(ctxT(t), 2, "pid", nil, registry.CallOptions{Session: "c", Restarted: &restarted})
 		return err == nil && text(t, res) != first
 	})
+	if !restarted {
+		t.Error("the first call on the session's new server did not report the restart")
+	}
 	waitFor(t, "session calls in the connector's counters", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
-		return src.usage[1].Calls == 3 && src.usage[2].Calls >= 3 && src.usage[2].Errors >= 1
+		return src.usage[1].Calls == 4 && src.usage[2].Calls >= 3 && src.usage[2].Errors >= 1
 	})
 }
 
