@@ -1,9 +1,11 @@
 // Package registry keeps one persistent MCP client per active connector:
 // it connects them at start-up, shares each client among all callers,
 // re-initializes sessions a server forgot, rebuilds dead connections,
-// health-checks every connector with tools/list, and reconnects with
-// backoff. It knows nothing of gRPC or SQL: it reads connectors from and
-// reports what it learns to a ConnectorSource.
+// health-checks the connectors this replica owns with tools/list (see
+// SetOwner), and reconnects with backoff. Per-session connections of
+// streamable HTTP can be handed to another replica (Adopt). It knows
+// nothing of gRPC or SQL: it reads connectors from and reports what it
+// learns to a ConnectorSource.
 package registry
 
 import (
