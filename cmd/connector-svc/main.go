@@ -354,7 +354,7 @@ func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, t
 	if cfg.EmbeddingsModel != "" {
 		acfg.Embedder = model
 	}
-	return orchestrator.New(model, reg, acfg, logger), acfg.Embedder, nil
+	return orchestrator.New(model, server.ToolCaller{Registry: reg}, acfg, logger), acfg.Embedder, nil
 }
 
 // flushTraces exports the spans still buffered, within grace.

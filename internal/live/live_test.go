@@ -90,7 +90,7 @@ func waitFor(t *testing.T, what string, ok func() bool) time.Duration {
 func call(r *replica, id int64, tool string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := r.reg.CallTool(ctx, id, tool, nil)
+	_, err := r.reg.CallTool(ctx, id, tool, nil, registry.CallOptions{})
 	return err
 }
 

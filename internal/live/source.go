@@ -86,6 +86,25 @@ func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (reg
 		Approval: res.Approval}, nil
 }
 
+// ToolFlags implements registry.ConnectorSource.
+func (s *Source) ToolFlags(ctx context.Context, id int64) (registry.ToolFlags, error) {
+	tools, err := s.db.ConnectorTools(ctx, id)
+	if err != nil {
+		return registry.ToolFlags{}, err
+	}
+	f := registry.ToolFlags{Enabled: make(map[string]bool, len(tools))}
+	for _, t := range tools {
+		f.Enabled[t.Name] = t.Enabled
+		if t.RequiresApproval != nil {
+			if f.Approval == nil {
+				f.Approval = map[string]bool{}
+			}
+			f.Approval[t.Name] = *t.RequiresApproval
+		}
+	}
+	return f, nil
+}
+
 // ToolSpec reads a tool's schema and hints from its wire form, which also
 // covers tools whose schema mcp-go keeps raw.
 func ToolSpec(t mcp.Tool) (store.ToolSpec, error) {

@@ -23,7 +23,7 @@ type recorder struct {
 	calls []string
 }
 
-func (r *recorder) CallTool(_ context.Context, _ int64, name string, _ map[string]any) (*mcp.CallToolResult, error) {
+func (r *recorder) CallTool(_ context.Context, _ int64, name string, _ map[string]any, _ orchestrator.CallOptions) (*mcp.CallToolResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, name)

@@ -24,8 +24,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
 // ChatModel answers chat completion requests. It is an interface here so
@@ -35,10 +33,29 @@ type ChatModel interface {
 }
 
 // ToolCaller runs a tool of a connector over its persistent session. It is
-// an interface here so the agent needs no MCP connection code. A call's
-// progress comes back through its context (registry.WithProgress).
+// an interface here so the agent needs no MCP connection code.
 type ToolCaller interface {
-	CallTool(ctx context.Context, connectorID int64, name string, args map[string]any) (*mcp.CallToolResult, error)
+	CallTool(ctx context.Context, connectorID int64, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error)
+}
+
+// CallOptions are what the agent adds to one tool call, besides the tool
+// and its arguments.
+type CallOptions struct {
+	// Session is the caller's session id (Request.Session): a per_session
+	// connector runs the call on that session's own connection.
+	Session string
+	// Progress, when set, asks the call's server for progress: every
+	// update reaches it, in order, before CallTool returns and never
+	// after.
+	Progress func(Progress)
+}
+
+// Progress is one progress update that a server sent for a running tool
+// call.
+type Progress struct {
+	Progress float64 // how far the tool is; rises with every update
+	Total    float64 // what Progress counts up to; 0 when the server does not say
+	Message  string  // what the tool is doing, if the server says
 }
 
 // Embedder turns texts into embedding vectors, in order. It is an
@@ -107,6 +124,9 @@ type Request struct {
 	Context   string
 	MaxTools  int // 1..MaxMaxTools
 	PlanOnly  bool
+	// Session is the caller's session id, passed with every tool call of
+	// the run (CallOptions.Session); empty for none.
+	Session string
 	// Throttle, when set, is called before each tool call of the run
 	// reaches the ToolCaller, and may wait (the connector's rate limit);
 	// an error fails that call as the ToolCaller's would.
@@ -208,7 +228,7 @@ type Event struct {
 	Answer string
 
 	// Progress is the update of an EventToolCallProgress.
-	Progress registry.Progress
+	Progress Progress
 
 	// Pending are the calls of an EventApprovalRequired.
 	Pending []PendingCall
@@ -257,7 +277,7 @@ func New(model ChatModel, tools ToolCaller, cfg Config, logger *slog.Logger) *Ag
 
 // Run answers one query. emit, if not nil, receives progress events one at
 // a time, and then the tool calls ask their servers for progress
-// (registry.WithProgress): each update is an EventToolCallProgress between
+// (CallOptions.Progress): each update is an EventToolCallProgress between
 // the call's started and finished events. The context bounds everything:
 // cancelling it cancels the tool calls in flight. A tool that fails is not
 // an error of the run: the model sees the failure and may recover. Errors

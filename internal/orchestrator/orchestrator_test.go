@@ -31,7 +31,7 @@ type tools struct {
 	panic bool
 }
 
-func (m *tools) CallTool(ctx context.Context, _ int64, name string, args map[string]any) (*mcp.CallToolResult, error) {
+func (m *tools) CallTool(ctx context.Context, _ int64, name string, args map[string]any, _ orchestrator.CallOptions) (*mcp.CallToolResult, error) {
 	if m.panic {
 		panic("tool caller bug")
 	}

@@ -15,8 +15,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	openai "github.com/sashabaranov/go-openai"
-
-	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
 // step checks and runs the tool calls of model turn index, msg, and
@@ -80,7 +78,7 @@ func (r *run) runCalls(ctx context.Context, step *Step, outputs []string, indexe
 				}
 			}()
 			r.emit(Event{Kind: EventToolCallStarted, Index: step.Index, Call: step.Calls[i]})
-			outputs[i], step.Calls[i] = r.runCall(r.withProgress(ctx, step.Index, step.Calls[i]), step.Calls[i])
+			outputs[i], step.Calls[i] = r.runCall(ctx, step.Calls[i], r.callOptions(step.Index, step.Calls[i]))
 			r.emit(Event{Kind: EventToolCallFinished, Index: step.Index, Call: step.Calls[i]})
 		}()
 	}
@@ -166,20 +164,22 @@ func decodeArguments(raw string) (map[string]any, error) {
 	return args, nil
 }
 
-// withProgress asks the call's server for progress, when the run is
-// streamed, and emits each update. The registry calls back before the call
-// returns, so every update comes before the call's finished event.
-func (r *run) withProgress(ctx context.Context, index int, call Call) context.Context {
-	if !r.progress {
-		return ctx
+// callOptions are the options of one tool call of the run: its session
+// and, when the run is streamed, a progress callback that emits each
+// update. The ToolCaller calls back before the call returns, so every
+// update comes before the call's finished event.
+func (r *run) callOptions(index int, call Call) CallOptions {
+	opts := CallOptions{Session: r.req.Session}
+	if r.progress {
+		opts.Progress = func(p Progress) {
+			r.emit(Event{Kind: EventToolCallProgress, Index: index, Call: call, Progress: p})
+		}
 	}
-	return registry.WithProgress(ctx, func(p registry.Progress) {
-		r.emit(Event{Kind: EventToolCallProgress, Index: index, Call: call, Progress: p})
-	})
+	return opts
 }
 
 // runCall runs one tool and returns what the model sees and the traced call.
-func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
+func (r *run) runCall(ctx context.Context, call Call, opts CallOptions) (string, Call) {
 	var res *mcp.CallToolResult
 	var err error
 	if r.req.Throttle != nil {
@@ -187,7 +187,7 @@ func (r *run) runCall(ctx context.Context, call Call) (string, Call) {
 	}
 	start := time.Now()
 	if err == nil {
-		res, err = r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments)
+		res, err = r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments, opts)
 	}
 	call.Duration = time.Since(start)
 	var text string

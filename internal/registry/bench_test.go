@@ -47,14 +47,14 @@ func benchPersistent(b *testing.B, spec registry.Spec) {
 	reg := run(b, newSource(spec), registry.Config{HealthInterval: time.Hour})
 	ctx := context.Background()
 	args := map[string]any{"text": "hi"}
-	if _, err := reg.CallTool(ctx, spec.ID, "echo", args); err != nil { // connect outside the timer
+	if _, err := reg.CallTool(ctx, spec.ID, "echo", args, registry.CallOptions{}); err != nil { // connect outside the timer
 		b.Fatal(err)
 	}
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for b.Loop() {
 		start := time.Now()
-		if _, err := reg.CallTool(ctx, spec.ID, "echo", args); err != nil {
+		if _, err := reg.CallTool(ctx, spec.ID, "echo", args, registry.CallOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
@@ -156,7 +156,7 @@ func BenchmarkConcurrentCallers(b *testing.B) {
 	reg := run(b, newSource(httpSpec(1, url)), registry.Config{HealthInterval: time.Hour})
 	ctx := context.Background()
 	args := map[string]any{"text": "hi"}
-	if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
+	if _, err := reg.CallTool(ctx, 1, "echo", args, registry.CallOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	h, err := reg.Health(1)
@@ -164,7 +164,7 @@ func BenchmarkConcurrentCallers(b *testing.B) {
 		b.Fatal(err)
 	}
 	sides := []func(int) error{
-		func(int) error { _, err := reg.CallTool(ctx, 1, "echo", args); return err },
+		func(int) error { _, err := reg.CallTool(ctx, 1, "echo", args, registry.CallOptions{}); return err },
 		directSessions(b, url, h.ProtocolVersion, callers),
 	}
 	for _, side := range sides {
@@ -268,8 +268,8 @@ func BenchmarkSessionOpen(b *testing.B) {
 			n := 0
 			for b.Loop() {
 				start := time.Now()
-				ctx := registry.WithSession(context.Background(), fmt.Sprint("s", n))
-				if _, err := reg.CallTool(ctx, 1, "echo", map[string]any{"text": "x"}); err != nil {
+				opts := registry.CallOptions{Session: fmt.Sprint("s", n)}
+				if _, err := reg.CallTool(context.Background(), 1, "echo", map[string]any{"text": "x"}, opts); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(start))

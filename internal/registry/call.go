@@ -113,7 +113,7 @@ func (c *conn) canReinitialize() bool {
 // ran). A broken connection is rebuilt, and the call retried only if the
 // tool is annotated read-only or idempotent. Errors never carry secret
 // values.
-func (c *conn) call(ctx context.Context, name string, args map[string]any) (res *mcp.CallToolResult, err error) {
+func (c *conn) call(ctx context.Context, name string, args map[string]any, opts CallOptions) (res *mcp.CallToolResult, err error) {
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }()
 	ctx, cancel := context.WithTimeout(ctx, c.spec.CallTimeout)
@@ -138,7 +138,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any) (res 
 	}
 	defer s.release()
 	epoch := c.epoch.Load()
-	res, err = callTool(ctx, s, name, args)
+	res, err = callTool(ctx, s, name, args, opts.Progress)
 	switch why := c.closedCause(); {
 	case err == nil:
 		return res, nil
@@ -159,7 +159,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any) (res 
 			return nil, unavailable(err)
 		}
 		c.reg.logger.Debug("retrying call on the renewed session", append(c.logAttrs(), slog.String("tool", name))...)
-		return callTool(ctx, s, name, args)
+		return callTool(ctx, s, name, args, opts.Progress)
 	case !isConnectionBroken(err):
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any) (res 
 		return nil, err
 	}
 	defer s2.release()
-	return callTool(ctx, s2, name, args)
+	return callTool(ctx, s2, name, args, opts.Progress)
 }
 
 // acquire finds the live session, counts a call on it and returns the
@@ -241,19 +241,19 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 	return s, err
 }
 
-// callTool sends one tools/call over s. A ctx of WithProgress gives the
-// request a progress token of its own, routed to its fn while it runs. An
-// answer over the size limit is ErrResultTooLarge.
-func callTool(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
-	res, err := sendCall(ctx, s, name, args)
+// callTool sends one tools/call over s. With fn, the request gets a
+// progress token of its own, routed to fn while it runs (see
+// CallOptions.Progress). An answer over the size limit is
+// ErrResultTooLarge.
+func callTool(ctx context.Context, s *session, name string, args map[string]any, fn func(Progress)) (*mcp.CallToolResult, error) {
+	res, err := sendCall(ctx, s, name, args, fn)
 	return res, asTooLarge(err)
 }
 
-func sendCall(ctx context.Context, s *session, name string, args map[string]any) (*mcp.CallToolResult, error) {
+func sendCall(ctx context.Context, s *session, name string, args map[string]any, fn func(Progress)) (*mcp.CallToolResult, error) {
 	var req mcp.CallToolRequest
 	req.Params.Name = name
 	req.Params.Arguments = args
-	fn := progressFrom(ctx)
 	if fn == nil {
 		return s.client.CallTool(ctx, req)
 	}

@@ -174,10 +174,17 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 // flags from it. If the source fails, the last known flags are kept and
 // the next check tries again; with no flags known yet, the catalog is nil
 // and the error says why.
+//
+// A follower (see SetOwner) writes nothing: see localCatalog.
 func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*catalog, ToolChanges, error) {
 	c.mu.Lock()
-	prev := c.cat
+	prev, owner, synced := c.cat, c.owner, c.synced
 	c.mu.Unlock()
+	if !owner {
+		cat, err := c.localCatalog(ctx, prev, tools, force)
+		return cat, ToolChanges{}, err
+	}
+	force = force || !synced
 	if prev != nil && prev.hash != "" && !force {
 		if same := prev.relisted(tools); same != nil {
 			return same, ToolChanges{}, nil
@@ -204,8 +211,85 @@ func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*
 		next.disabled[name] = true
 	}
 	next.approval = changes.Approval
+	c.mu.Lock()
+	c.synced = c.owner
+	c.mu.Unlock()
 	c.logChanges(changes)
 	return next, changes, nil
+}
+
+// localCatalog builds the catalog of the listed tools for a follower,
+// which writes nothing: if they changed since prev (or force), the flags
+// are read from the source, and a listed tool the source does not know
+// yet is disabled until the owner syncs it (the lead then calls Resync).
+// If the source fails, the last known flags are kept; with none known yet,
+// the catalog is nil and the error says why.
+func (c *conn) localCatalog(ctx context.Context, prev *catalog, tools []mcp.Tool, force bool) (*catalog, error) {
+	if prev != nil && prev.hash != "" && !force {
+		if same := prev.relisted(tools); same != nil {
+			return same, nil
+		}
+	}
+	next := newCatalog(tools)
+	if prev != nil && prev.hash == next.hash && !force {
+		next.disabled, next.approval = prev.disabled, prev.approval
+		return next, nil
+	}
+	flags, err := c.reg.source.ToolFlags(ctx, c.spec.ID)
+	if err != nil {
+		err = fmt.Errorf("read tool flags: %w", err)
+		if prev == nil {
+			return nil, err
+		}
+		c.reg.logger.Error("read tool flags; keeping the last known ones", append(c.logAttrs(), slog.String("error", err.Error()))...)
+		next.disabled, next.approval, next.hash = prev.disabled, prev.approval, ""
+		return next, err
+	}
+	next.disabled = map[string]bool{}
+	for _, t := range next.tools {
+		if !flags.Enabled[t.Name] {
+			next.disabled[t.Name] = true
+		}
+	}
+	next.approval = flags.Approval
+	c.mu.Lock()
+	c.synced = false
+	c.mu.Unlock()
+	c.reg.logger.Debug("tool catalog listed; the owner syncs it", append(c.logAttrs(), slog.Int("tools", len(next.tools)))...)
+	return next, nil
+}
+
+// resync lists the tools once and publishes the catalog with the flags
+// read from the source, writing nothing (see Registry.Resync).
+func (c *conn) resync(ctx context.Context) error {
+	s, gen, _, err := c.ready(ctx)
+	if err != nil {
+		return err
+	}
+	seq := c.syncSeq.Add(1)
+	if s == nil {
+		// A per_session connector keeps no connection of its own.
+		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
+			return unavailable(c.redact.err(err))
+		}
+		defer s.close(c.reg.cfg.CloseGrace)
+	}
+	list, err := c.listTools(ctx, s, gen)
+	if err != nil {
+		if ctx.Err() == nil && (isConnectionBroken(err) || isSessionLost(err)) {
+			c.drop(s, err)
+			return unavailable(c.redact.err(err))
+		}
+		return fmt.Errorf("tools/list: %w", c.redact.err(err))
+	}
+	c.mu.Lock()
+	prev := c.cat
+	c.mu.Unlock()
+	cat, err := c.localCatalog(ctx, prev, list.Tools, true)
+	c.mu.Lock()
+	c.publishCatalog(cat, seq)
+	c.mu.Unlock()
+	return err
 }
 
 // publishCatalog makes next the current catalog, unless a sync that

@@ -68,6 +68,12 @@ type conn struct {
 	sessions  sessionsOf  // per_session connectors: the open sessions
 	timer     *time.Timer // fires when the next connect or check is due; see arm
 	saved     Health      // as last written to the source; see saveHealth
+	// owner says this replica owns the connector: it checks its health
+	// periodically, writes health and syncs the catalog (see SetOwner).
+	owner bool
+	// synced says the current catalog's tools are in the source as this
+	// replica last listed them; false forces the next sync.
+	synced bool
 
 	// phase places c's health checks within the interval: checks of
 	// different connectors fall at different moments, not all at once.
@@ -93,7 +99,7 @@ type usage struct {
 func newConn(reg *Registry, spec Spec) *conn {
 	p, hc := newPool(reg.transports, spec.URL, messageLimit(reg.cfg.MaxResultBytes))
 	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting},
-		phase: rand.N(reg.cfg.HealthInterval)}
+		phase: rand.N(reg.cfg.HealthInterval), owner: true}
 	reg.metrics.startCounters(c)
 	return c
 }
@@ -486,6 +492,10 @@ func (c *conn) down() bool {
 // again with the next health.
 func (c *conn) saveHealth(h Health) {
 	c.mu.Lock()
+	if !c.owner {
+		c.mu.Unlock()
+		return // the owner writes it
+	}
 	last := c.saved
 	news := h.State != last.State || h.LastError != last.LastError || h.ProtocolVersion != last.ProtocolVersion ||
 		h.CheckedAt.Sub(last.CheckedAt) >= c.reg.cfg.HealthSaveInterval
@@ -506,6 +516,22 @@ func (c *conn) saveHealth(h Health) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// setOwner gives c its role (see Registry.SetOwner). A new owner's check
+// is due at once, and syncs the catalog and writes health whatever
+// changed: a follower wrote neither. A new follower's checks stop.
+func (c *conn) setOwner(owner bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.owner == owner {
+		return
+	}
+	c.owner = owner
+	if owner {
+		c.synced, c.saved, c.nextCheck = false, Health{}, time.Now()
+	}
+	c.arm()
 }
 
 func (c *conn) snapshot() Health {
@@ -535,7 +561,9 @@ func (c *conn) close(why error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		closeSessions(c.takeSessions(""), 0)
+		// At shutdown, per-session HTTP sessions may be left for another
+		// replica to adopt (Config.DetachSessions).
+		closeSessions(c.takeSessions(""), 0, why == ErrClosed && c.reg.cfg.DetachSessions)
 	}()
 	if s != nil {
 		s.close(c.reg.cfg.CloseGrace)
@@ -549,7 +577,7 @@ func (c *conn) close(why error) {
 // finish (bounded by the call timeout), and then it closes.
 func (c *conn) closeDrained() {
 	s := c.retire(errReplaced)
-	closeSessions(c.takeSessions(""), c.spec.CallTimeout)
+	closeSessions(c.takeSessions(""), c.spec.CallTimeout, false)
 	if s != nil {
 		s.drain(c.spec.CallTimeout)
 		s.close(c.reg.cfg.CloseGrace)

@@ -29,7 +29,7 @@ func TestReadyOnlyOnceTheCatalogIsKnown(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 		done <- err
 	}()
 	<-src.syncing // the session is up and its tools listed; the catalog is not synced yet
@@ -45,7 +45,7 @@ func TestReadyOnlyOnceTheCatalogIsKnown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the call that waited for the connect: %v", err)
 	}
-	if _, err := reg.CallTool(ctxT(t), 1, "nope", nil); !errors.Is(err, registry.ErrToolNotFound) {
+	if _, err := reg.CallTool(ctxT(t), 1, "nope", nil, registry.CallOptions{}); !errors.Is(err, registry.ErrToolNotFound) {
 		t.Errorf("unknown tool: err = %v, want ErrToolNotFound", err)
 	}
 }
@@ -61,7 +61,7 @@ func TestCallsRightAfterAddNeverMissATool(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := reg.CallTool(ctxT(t), id+1, "echo", map[string]any{"text": "x"}); err != nil {
+			if _, err := reg.CallTool(ctxT(t), id+1, "echo", map[string]any{"text": "x"}, registry.CallOptions{}); err != nil {
 				failed.Add(1)
 				t.Errorf("connector %d: call right after Add: %v", id+1, err)
 			}
@@ -84,7 +84,7 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 	cfg.MeterProvider = m.Provider
 	reg := run(t, newSource(httpSpec(1, srv.url())), cfg)
 
-	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	if !errors.Is(err, registry.ErrUnavailable) || errors.Is(err, registry.ErrToolNotFound) {
 		t.Fatalf("call to a connector whose server is not listening: %v, want ErrUnavailable", err)
 	}
@@ -102,7 +102,7 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+			_, _ = reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 		}()
 	}
 	wg.Wait()
@@ -113,7 +113,7 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 	srv.start(addr)
 	start := time.Now()
 	waitFor(t, "a call to reach the server that came back", func() bool {
-		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 		return err == nil
 	})
 	t.Logf("back %s after the server returned (backoff: 1h)", time.Since(start).Round(time.Millisecond))
@@ -136,7 +136,7 @@ func TestSSEStreamEndIsNoticedAtOnce(t *testing.T) {
 	waitFor(t, "a reconnect without any call", func() bool { return src.lastHealth(1).State == registry.StateReady })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := reg.CallTool(ctx, 1, "echo", map[string]any{"text": "after"}); err != nil {
+	if _, err := reg.CallTool(ctx, 1, "echo", map[string]any{"text": "after"}, registry.CallOptions{}); err != nil {
 		t.Fatalf("call after the SSE server restarted: %v", err)
 	}
 }
@@ -154,7 +154,7 @@ func TestSilentServerIsProbedAfterATimeout(t *testing.T) {
 	echo(t, reg, 1, "before")
 
 	srv.hang.Store(true)
-	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("call to a silent server: %v, want a deadline error", err)
 	}
@@ -164,7 +164,7 @@ func TestSilentServerIsProbedAfterATimeout(t *testing.T) {
 
 	srv.hang.Store(false)
 	waitFor(t, "the connector to be back", func() bool {
-		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 		return err == nil
 	})
 }
@@ -177,7 +177,7 @@ func TestStdioExitIsNoticedAndReaped(t *testing.T) {
 	cfg.HealthInterval = time.Hour // only the exit can tell
 	src := newSource(spec)
 	reg := run(t, src, cfg)
-	res, err := reg.CallTool(ctxT(t), 1, "pid", nil)
+	res, err := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestStdioExitIsNoticedAndReaped(t *testing.T) {
 	fmt.Sscan(first, &pid)
 	waitFor(t, fmt.Sprintf("exited server %d to be reaped", pid), func() bool { return !running(pid) && !zombie(pid) })
 	waitFor(t, "a new server process", func() bool {
-		res, err := reg.CallTool(ctxT(t), 1, "pid", nil)
+		res, err := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
 		return err == nil && text(t, res) != first
 	})
 }
@@ -219,7 +219,7 @@ func TestReplaceDrainsCallsInFlight(t *testing.T) {
 	errs := make(chan error, blocked)
 	for range blocked {
 		go func() {
-			_, err := reg.CallTool(ctxT(t), 1, "block", nil)
+			_, err := reg.CallTool(ctxT(t), 1, "block", nil, registry.CallOptions{})
 			errs <- err
 		}()
 	}
@@ -253,7 +253,7 @@ func TestUpdatesUnderLoadLoseNoCall(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+				_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 				calls.Add(1)
 				if err != nil {
 					failed.Add(1)
@@ -284,7 +284,7 @@ func TestSecretsStayOutOfErrorsAndHealth(t *testing.T) {
 	spec.Headers = map[string]string{"Authorization": "Bearer header-secret-77aa"}
 	src := newSource(spec)
 	reg := run(t, src, testConfig())
-	_, err := reg.CallTool(ctxT(t), 1, "echo", nil)
+	_, err := reg.CallTool(ctxT(t), 1, "echo", nil, registry.CallOptions{})
 	if err == nil {
 		t.Fatal("a call to a closed port succeeded")
 	}

@@ -42,7 +42,7 @@ func TestEgressDenyListBlocksTheDial(t *testing.T) {
 			reg := run(t, src, cfg)
 
 			wantRefused(t, reg.Ready(ctxT(t), 1), "127.0.0.1", "127.0.0.0/8")
-			_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "hi"})
+			_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "hi"}, registry.CallOptions{})
 			wantRefused(t, err, "127.0.0.1", "127.0.0.0/8")
 			if h := src.lastHealth(1); !strings.Contains(h.LastError, "denied by rule 127.0.0.0/8") {
 				t.Errorf("health = %+v, want the refusal as last error", h)
@@ -74,7 +74,7 @@ func TestEgressRefusesWhenDNSChangesLater(t *testing.T) {
 	waitFor(t, "the health error to show the refusal", func() bool {
 		return src.healthSaw(1, "egress to mcp.test (169.254.169.254) denied by rule 169.254.0.0/16")
 	})
-	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "after"})
+	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "after"}, registry.CallOptions{})
 	wantRefused(t, err, "mcp.test (169.254.169.254)", "169.254.0.0/16")
 
 	dns.Set("mcp.test", "127.0.0.1")

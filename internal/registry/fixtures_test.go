@@ -34,6 +34,7 @@ type mcpServer struct {
 	silent   bool // never answer server/discover
 	anyHost  bool // serve any Host header (mcp-go refuses non-loopback ones on loopback)
 	quiet    bool // send no notifications/tools/list_changed
+	counter  bool // serve the "count" tool (see addCounter)
 	addr     string
 	requests atomic.Int64 // every HTTP request
 	inits    atomic.Int64
@@ -51,6 +52,12 @@ type mcpServer struct {
 	mu   sync.Mutex
 	mcp  *server.MCPServer
 	http *httptest.Server
+	// counters are the "count" tool's counts, by MCP session id: state
+	// the server keeps per session.
+	counters map[string]int
+	// deleted are the MCP session ids of the DELETEs received;
+	// callSessions those of the tools/call requests.
+	deleted, callSessions []string
 }
 
 type serverOption func(*mcpServer)
@@ -60,6 +67,9 @@ func silentProbe(s *mcpServer)  { s.silent = true }
 func sseServer(s *mcpServer)    { s.sse = true }
 func anyHost(s *mcpServer)      { s.anyHost = true }
 func quietServer(s *mcpServer)  { s.quiet = true }
+
+// counterServer serves the "count" tool too, which counts per MCP session.
+func counterServer(s *mcpServer) { s.counter = true }
 
 // progressServer serves mcptest.ProgressTool too, without MCP sessions
 // (see start).
@@ -71,6 +81,7 @@ func newMCPServer(t *testing.T, opts ...serverOption) *mcpServer {
 	for _, o := range opts {
 		o(s)
 	}
+	s.counters = map[string]int{}
 	s.start("127.0.0.1:0")
 	t.Cleanup(func() {
 		select {
@@ -188,6 +199,9 @@ func (s *mcpServer) addTools(m *server.MCPServer) {
 	m.AddTool(echo, func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText(req.GetString("text", "")), nil
 	})
+	if s.counter {
+		s.addCounter(m)
+	}
 	m.AddTool(mcp.NewTool("fail", mcp.WithDescription("Always fails")),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultError("it failed"), nil
@@ -204,10 +218,31 @@ func (s *mcpServer) addTools(m *server.MCPServer) {
 		})
 }
 
+// addCounter adds the "count" tool, whose count is per MCP session.
+func (s *mcpServer) addCounter(m *server.MCPServer) {
+	m.AddTool(mcp.NewTool("count", mcp.WithDescription("Counts the calls of its MCP session")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			id := ""
+			if cs := server.ClientSessionFromContext(ctx); cs != nil {
+				id = cs.SessionID()
+			}
+			s.mu.Lock()
+			s.counters[id]++
+			n := s.counters[id]
+			s.mu.Unlock()
+			return mcp.NewToolResultText(fmt.Sprint(n)), nil
+		})
+}
+
 // inspect counts requests by JSON-RPC method and fakes legacy servers.
 func (s *mcpServer) inspect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
+		if r.Method == http.MethodDelete {
+			s.mu.Lock()
+			s.deleted = append(s.deleted, r.Header.Get("Mcp-Session-Id"))
+			s.mu.Unlock()
+		}
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
@@ -226,6 +261,9 @@ func (s *mcpServer) inspect(next http.Handler) http.Handler {
 		switch msg.Method {
 		case "tools/call":
 			s.calls.Add(1)
+			s.mu.Lock()
+			s.callSessions = append(s.callSessions, r.Header.Get("Mcp-Session-Id"))
+			s.mu.Unlock()
 		case "initialize":
 			s.inits.Add(1)
 		case "tools/list":
@@ -318,11 +356,17 @@ type fakeSource struct {
 	syncs  map[int64]int
 	health map[int64][]registry.Health
 	usage  map[int64]registry.Usage
+	// flags, if set for a connector, is what ToolFlags answers for it;
+	// else every tool SyncTools stored is enabled. flagReads counts
+	// ToolFlags calls.
+	flags     map[int64]registry.ToolFlags
+	flagReads map[int64]int
 }
 
 func newSource(specs ...registry.Spec) *fakeSource {
 	return &fakeSource{specs: specs, tools: map[int64][]string{}, syncs: map[int64]int{},
-		health: map[int64][]registry.Health{}, usage: map[int64]registry.Usage{}}
+		health: map[int64][]registry.Health{}, usage: map[int64]registry.Usage{},
+		flags: map[int64]registry.ToolFlags{}, flagReads: map[int64]int{}}
 }
 
 func (f *fakeSource) ActiveConnectors(context.Context) ([]registry.Spec, error) {
@@ -358,6 +402,20 @@ func (f *fakeSource) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) 
 	f.tools[id] = names
 	f.syncs[id]++
 	return ch, nil
+}
+
+func (f *fakeSource) ToolFlags(_ context.Context, id int64) (registry.ToolFlags, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flagReads[id]++
+	if fl, ok := f.flags[id]; ok {
+		return fl, nil
+	}
+	fl := registry.ToolFlags{Enabled: map[string]bool{}}
+	for _, n := range f.tools[id] {
+		fl.Enabled[n] = true
+	}
+	return fl, nil
 }
 
 func (f *fakeSource) SaveHealth(_ context.Context, id int64, h registry.Health) error {

@@ -53,7 +53,7 @@ func callUntil(reg *registry.Registry, id int64, d time.Duration) error {
 	defer cancel()
 	early := time.AfterFunc(d-5*time.Millisecond, cancel)
 	defer early.Stop()
-	_, err := reg.CallTool(ctx, id, "echo", map[string]any{"text": "x"})
+	_, err := reg.CallTool(ctx, id, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	return err
 }
 
@@ -69,7 +69,7 @@ func TestCallThatTimesOutProbesTheSession(t *testing.T) {
 	}{
 		{"the caller's deadline", func(reg *registry.Registry) error { return callUntil(reg, 1, 300*time.Millisecond) }},
 		{"the call timeout", func(reg *registry.Registry) error {
-			_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+			_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 			return err
 		}},
 	} {
@@ -147,7 +147,7 @@ func TestConnectHasADeadlineOfItsOwn(t *testing.T) {
 	spec.ConnectTimeout = 300 * time.Millisecond
 	src := newSource(spec)
 	reg := run(t, src, frozenConfig())
-	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	if !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("a call waiting for a connect that gets no answer: %v, want ErrUnavailable", err)
 	}
@@ -215,7 +215,7 @@ func TestConnectorDeletedDuringACall(t *testing.T) {
 			echo(t, reg, 1, "before")
 			done := make(chan error, 1)
 			go func() {
-				_, err := reg.CallTool(ctxT(t), 1, "block", nil)
+				_, err := reg.CallTool(ctxT(t), 1, "block", nil, registry.CallOptions{})
 				done <- err
 			}()
 			<-srv.blocking
@@ -241,7 +241,7 @@ func TestDownConnectorSaysWhenItFailedAndWhatIsNext(t *testing.T) {
 	src := newSource(httpSpec(1, srv.url()))
 	reg := run(t, src, cfg)
 	waitFor(t, "the first connect to fail", func() bool { return src.healthSaw(1, "connection refused") })
-	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	if !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("call to a down connector: %v, want ErrUnavailable", err)
 	}
@@ -322,13 +322,13 @@ func TestSessionStillOpeningIsNotIdle(t *testing.T) {
 	f.Freeze()
 	done := make(chan error, 1)
 	go func() {
-		_, err := reg.CallTool(registry.WithSession(ctxT(t), "s"), 1, "echo", map[string]any{"text": "x"})
+		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{Session: "s"})
 		done <- err
 	}()
 	waitFor(t, "the session's handshake to reach the frozen server", func() bool { return f.Held.Load() >= 1 })
 	// A session of the other connector, opened after this one, expiring
 	// shows that an expiry ran after this one's TTL passed.
-	if _, err := reg.CallTool(registry.WithSession(ctxT(t), "w"), 2, "echo", map[string]any{"text": "x"}); err != nil {
+	if _, err := reg.CallTool(ctxT(t), 2, "echo", map[string]any{"text": "x"}, registry.CallOptions{Session: "w"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the later idle session to expire", func() bool { return reg.SessionCount(2) == 0 })

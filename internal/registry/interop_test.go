@@ -102,7 +102,7 @@ func (s *tsServer) url(path string) string { return fmt.Sprintf("http://127.0.0.
 
 func tsEcho(t *testing.T, reg *registry.Registry, id int64, msg string) error {
 	t.Helper()
-	res, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"message": msg})
+	res, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"message": msg}, registry.CallOptions{})
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func TestInteropTypeScriptSSERestart(t *testing.T) {
 	for i := range 5 {
 		// Each call has 5s: one that hung on the old session would fail.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := reg.CallTool(ctx, 1, "echo", map[string]any{"message": fmt.Sprint("after ", i)})
+		_, err := reg.CallTool(ctx, 1, "echo", map[string]any{"message": fmt.Sprint("after ", i)}, registry.CallOptions{})
 		cancel()
 		if err != nil && !errors.Is(err, registry.ErrUnavailable) {
 			t.Fatalf("call %d after the restart: %v (want success or a fast UNAVAILABLE)", i, err)
@@ -241,7 +241,7 @@ func TestInteropTypeScriptPerSession(t *testing.T) {
 		ConnectTimeout: 30 * time.Second, CallTimeout: 30 * time.Second}
 	reg := run(t, newSource(spec), testConfig())
 	for _, s := range []string{"alice", "bob", "alice"} {
-		res, err := reg.CallTool(registry.WithSession(ctxT(t), s), 1, "echo", map[string]any{"message": s})
+		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"message": s}, registry.CallOptions{Session: s})
 		if err != nil {
 			t.Fatalf("session %s: %v", s, err)
 		}
@@ -276,7 +276,7 @@ func TestInteropTypeScriptUpdateUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"message": "x"})
+				_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"message": "x"}, registry.CallOptions{})
 				calls.Add(1)
 				if err != nil {
 					failed.Add(1)

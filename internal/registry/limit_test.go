@@ -44,7 +44,7 @@ func TestOverLongResultIsRefusedUnread(t *testing.T) {
 			reg := run(t, newSource(spec), cfg)
 			echo(t, reg, 1, "first")
 			growth := heapGrowth(func() {
-				_, err := reg.CallTool(ctxT(t), 1, "big", map[string]any{"bytes": size, "stream": tt.stream})
+				_, err := reg.CallTool(ctxT(t), 1, "big", map[string]any{"bytes": size, "stream": tt.stream}, registry.CallOptions{})
 				if !errors.Is(err, registry.ErrResultTooLarge) {
 					t.Errorf("a %d-byte result: %v, want ErrResultTooLarge", size, err)
 				}
@@ -54,7 +54,7 @@ func TestOverLongResultIsRefusedUnread(t *testing.T) {
 				t.Errorf("the heap grew by %d MiB while a %d MiB result was refused, want under 64 MiB", growth>>20, size>>20)
 			}
 			const fits = 3 << 20
-			res, err := reg.CallTool(ctxT(t), 1, "big", map[string]any{"bytes": fits, "stream": tt.stream})
+			res, err := reg.CallTool(ctxT(t), 1, "big", map[string]any{"bytes": fits, "stream": tt.stream}, registry.CallOptions{})
 			if err != nil {
 				t.Fatalf("a %d-byte result after the refused one: %v", fits, err)
 			}

@@ -193,10 +193,12 @@ func (c *conn) dueAt() (time.Time, bool) {
 		return time.Time{}, false
 	case c.down():
 		return c.nextTry, true
-	case c.sess != nil:
+	case c.sess != nil && c.owner:
 		return c.nextCheck, true
 	}
-	return time.Time{}, false // a per_session connector: nothing of its own to check
+	// A follower (see SetOwner), or a per_session connector: nothing of
+	// its own to check.
+	return time.Time{}, false
 }
 
 // job runs c's connect or health check if it is due, then arms c's timer

@@ -37,11 +37,11 @@ func TestMetricsCountCallsAndReinitializations(t *testing.T) {
 		echo(t, reg, 1, "hi")
 	}
 	for range 2 {
-		if res, err := reg.CallTool(ctxT(t), 1, "fail", nil); err != nil || !res.IsError {
+		if res, err := reg.CallTool(ctxT(t), 1, "fail", nil, registry.CallOptions{}); err != nil || !res.IsError {
 			t.Fatalf("fail = %v, %v; want an isError result", res, err)
 		}
 	}
-	if _, err := reg.CallTool(ctxT(t), 1, "nope", nil); !errors.Is(err, registry.ErrToolNotFound) {
+	if _, err := reg.CallTool(ctxT(t), 1, "nope", nil, registry.CallOptions{}); !errors.Is(err, registry.ErrToolNotFound) {
 		t.Fatalf("nope: %v", err)
 	}
 	for _, tt := range []struct {
@@ -82,14 +82,14 @@ func TestMetricsStdioProcessesAndReconnects(t *testing.T) {
 	cfg.MeterProvider = m.Provider
 	reg := run(t, newSource(stdioSpec(1)), cfg)
 	s1 := conn("stdio1")
-	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "hi"}); err != nil {
+	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "hi"}, registry.CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.Value(t, "connector.stdio.processes", s1...); got != 1 {
 		t.Errorf("live processes = %v, want 1", got)
 	}
 
-	if _, err := reg.CallTool(ctxT(t), 1, "crash", nil); err == nil {
+	if _, err := reg.CallTool(ctxT(t), 1, "crash", nil, registry.CallOptions{}); err == nil {
 		t.Fatal("a call that crashed the server succeeded")
 	}
 	waitFor(t, "a reconnect after the crash, with one live process", func() bool {
@@ -127,7 +127,7 @@ func TestMetricsSessionsOpen(t *testing.T) {
 	reg := run(t, newSource(spec), cfg)
 	c1 := conn("c1")
 	for _, s := range []string{"a", "b", "a"} {
-		if _, err := reg.CallTool(inSession(t, s), 1, "echo", map[string]any{"text": s}); err != nil {
+		if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": s}, inSession(s)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,7 +162,7 @@ func BenchmarkCallToolMetrics(b *testing.B) {
 	ctx := context.Background()
 	args := map[string]any{"text": "hi"}
 	for _, reg := range regs { // connect outside the timer
-		if _, err := reg.CallTool(ctx, 1, "echo", args); err != nil {
+		if _, err := reg.CallTool(ctx, 1, "echo", args, registry.CallOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -172,7 +172,7 @@ func BenchmarkCallToolMetrics(b *testing.B) {
 		for k := range 2 {
 			i := (n + k) % 2
 			start := time.Now()
-			if _, err := regs[i].CallTool(ctx, 1, "echo", args); err != nil {
+			if _, err := regs[i].CallTool(ctx, 1, "echo", args, registry.CallOptions{}); err != nil {
 				b.Fatal(err)
 			}
 			lat[i] = append(lat[i], time.Since(start))

@@ -19,7 +19,7 @@ func callsFrom(t *testing.T, reg *registry.Registry, id int64, callers, calls in
 		go func() {
 			defer wg.Done()
 			for j := range calls {
-				if _, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"text": fmt.Sprint(i, j)}); err != nil {
+				if _, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"text": fmt.Sprint(i, j)}, registry.CallOptions{}); err != nil {
 					t.Errorf("call: %v", err)
 					return
 				}
@@ -86,7 +86,7 @@ func TestConnectorsOfOneOriginShareConnections(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := reg.CallTool(ctxT(t), 1, "block", nil)
+		_, err := reg.CallTool(ctxT(t), 1, "block", nil, registry.CallOptions{})
 		done <- err
 	}()
 	select {

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"context"
 	"strconv"
 	"sync"
 
@@ -14,28 +13,6 @@ type Progress struct {
 	Progress float64 // how far the tool is; rises with every update
 	Total    float64 // what Progress counts up to; 0 when the server does not say
 	Message  string  // what the tool is doing, if the server says
-}
-
-type progressKey struct{}
-
-// WithProgress returns ctx asking the tool calls made with it for progress:
-// each call sends a progress token of its own, and every
-// notifications/progress the server sends with that token reaches fn, in
-// the order sent, on the goroutine that called CallTool, before CallTool
-// returns and never after. A slow fn never holds up the connection, which
-// other calls share: updates wait in a queue meanwhile, and when more than
-// maxQueuedProgress wait, the newest replaces the last queued one. Servers
-// may send no progress at all.
-func WithProgress(ctx context.Context, fn func(Progress)) context.Context {
-	if fn == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, progressKey{}, fn)
-}
-
-func progressFrom(ctx context.Context) func(Progress) {
-	fn, _ := ctx.Value(progressKey{}).(func(Progress))
-	return fn
 }
 
 // maxQueuedProgress bounds the updates of one call waiting for its fn.

@@ -25,12 +25,13 @@ func wantProgress(steps int, label string) []registry.Progress {
 	return want
 }
 
-// callProgress calls the progress tool with WithProgress and returns what
-// reached the callback by the time CallTool returned, and the result text.
-func callProgress(ctx context.Context, reg *registry.Registry, steps int, label string) ([]registry.Progress, string, error) {
+// callProgress calls the progress tool with a Progress callback, in the
+// caller session of opts, and returns what reached the callback by the
+// time CallTool returned, and the result text.
+func callProgress(ctx context.Context, reg *registry.Registry, opts registry.CallOptions, steps int, label string) ([]registry.Progress, string, error) {
 	var got []registry.Progress
-	ctx = registry.WithProgress(ctx, func(p registry.Progress) { got = append(got, p) })
-	res, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": steps, "label": label})
+	opts.Progress = func(p registry.Progress) { got = append(got, p) }
+	res, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": steps, "label": label}, opts)
 	if err != nil {
 		return nil, "", fmt.Errorf("call %s: %w", label, err)
 	}
@@ -64,9 +65,9 @@ func TestProgressReachesTheCaller(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := run(t, newSource(tt.spec(t)), testConfig())
-			ctx := registry.WithSession(ctxT(t), "alice")
+			ctx, alice := ctxT(t), registry.CallOptions{Session: "alice"}
 			for _, steps := range []int{5, 3} { // a second call gets a token of its own
-				got, res, err := callProgress(ctx, reg, steps, "step")
+				got, res, err := callProgress(ctx, reg, alice, steps, "step")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -77,13 +78,13 @@ func TestProgressReachesTheCaller(t *testing.T) {
 					t.Errorf("result = %q, want %q", res, want)
 				}
 			}
-			// Without WithProgress the request carries no token.
-			res, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": 2})
+			// Without a Progress callback the request carries no token.
+			res, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": 2}, alice)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := text(t, res); got != "done 2 without a token" {
-				t.Errorf("a call without WithProgress: %q", got)
+				t.Errorf("a call without a Progress callback: %q", got)
 			}
 		})
 	}
@@ -110,7 +111,7 @@ func TestProgressRoutesByToken(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						label, steps := fmt.Sprint("round", round, " call", i), 3+i
-						got, _, err := callProgress(ctx, reg, steps, label)
+						got, _, err := callProgress(ctx, reg, registry.CallOptions{}, steps, label)
 						if err != nil {
 							t.Error(err)
 							return
@@ -132,16 +133,17 @@ func TestSlowProgressCallbackHoldsNothingUp(t *testing.T) {
 	reg := run(t, newSource(stdioSpec(1)), testConfig())
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var got []registry.Progress
-	ctx := registry.WithProgress(ctxT(t), func(p registry.Progress) {
+	slow := registry.CallOptions{Progress: func(p registry.Progress) {
 		if len(got) == 0 {
 			close(blocked)
 			<-release
 		}
 		got = append(got, p)
-	})
+	}}
+	ctx := ctxT(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": 4, "label": "slow"})
+		_, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": 4, "label": "slow"}, slow)
 		done <- err
 	}()
 	select {
@@ -154,7 +156,7 @@ func TestSlowProgressCallbackHoldsNothingUp(t *testing.T) {
 	// no reader.
 	echoCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := reg.CallTool(echoCtx, 1, "echo", map[string]any{"text": "meanwhile"})
+	res, err := reg.CallTool(echoCtx, 1, "echo", map[string]any{"text": "meanwhile"}, registry.CallOptions{})
 	if err != nil {
 		t.Fatalf("echo while a progress callback blocks: %v", err)
 	}
@@ -183,11 +185,11 @@ func TestProgressArrivesWhileTheToolRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var got []registry.Progress
-	ctx = registry.WithProgress(ctx, func(p registry.Progress) {
+	cancelOnFirst := registry.CallOptions{Progress: func(p registry.Progress) {
 		got = append(got, p)
 		cancel()
-	})
-	_, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": 1, "label": "live", "hold": true})
+	}}
+	_, err := reg.CallTool(ctx, 1, mcptest.ProgressTool, map[string]any{"steps": 1, "label": "live", "hold": true}, cancelOnFirst)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want the cancellation its progress callback made", err)
 	}
@@ -214,8 +216,8 @@ func TestInteropTypeScriptProgress(t *testing.T) {
 			}
 			reg := run(t, newSource(spec), testConfig())
 			var got []registry.Progress
-			ctx := registry.WithProgress(ctxT(t), func(p registry.Progress) { got = append(got, p) })
-			res, err := reg.CallTool(ctx, 1, "trigger-long-running-operation", map[string]any{"duration": 0.3, "steps": 3})
+			collect := registry.CallOptions{Progress: func(p registry.Progress) { got = append(got, p) }}
+			res, err := reg.CallTool(ctxT(t), 1, "trigger-long-running-operation", map[string]any{"duration": 0.3, "steps": 3}, collect)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -124,7 +124,7 @@ func TestClassicRefusedFallsBackToSessionless(t *testing.T) {
 	spec.SessionMode = registry.SessionPerSession
 	reg := run(t, newSource(spec), testConfig())
 	for _, sid := range []string{"a", "b"} {
-		res, err := reg.CallTool(registry.WithSession(ctxT(t), sid), 1, "echo", map[string]any{"text": sid})
+		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": sid}, registry.CallOptions{Session: sid})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestPerSessionGetsMCPSessions(t *testing.T) {
 	spec.SessionMode = registry.SessionPerSession
 	reg := run(t, newSource(spec), testConfig())
 	for _, sid := range []string{"a", "b", "a"} {
-		if _, err := reg.CallTool(registry.WithSession(ctxT(t), sid), 1, "echo", map[string]any{"text": sid}); err != nil {
+		if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": sid}, registry.CallOptions{Session: sid}); err != nil {
 			t.Fatal(err)
 		}
 	}

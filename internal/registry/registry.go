@@ -1,9 +1,11 @@
 // Package registry keeps one persistent MCP client per active connector:
 // it connects them at start-up, shares each client among all callers,
 // re-initializes sessions a server forgot, rebuilds dead connections,
-// health-checks every connector with tools/list, and reconnects with
-// backoff. It knows nothing of gRPC or SQL: it reads connectors from and
-// reports what it learns to a ConnectorSource.
+// health-checks the connectors this replica owns with tools/list (see
+// SetOwner), and reconnects with backoff. Per-session connections of
+// streamable HTTP can be handed to another replica (Adopt). It knows
+// nothing of gRPC or SQL: it reads connectors from and reports what it
+// learns to a ConnectorSource.
 package registry
 
 import (
@@ -82,6 +84,19 @@ type ToolChanges struct {
 // Empty reports whether nothing changed.
 func (t ToolChanges) Empty() bool { return len(t.Added)+len(t.Removed)+len(t.Changed) == 0 }
 
+// ToolFlags are the operators' flags of a connector's tools as the source
+// holds them: what a follower, which syncs no catalog, reads (see
+// SetOwner).
+type ToolFlags struct {
+	// Enabled holds every listed tool the source knows, and whether it may
+	// be called. A tool the source does not know yet (the owner has not
+	// synced it) is not callable on a follower until it does.
+	Enabled map[string]bool
+	// Approval holds the tools whose approval an operator overrode (see
+	// ToolChanges.Approval).
+	Approval map[string]bool
+}
+
 // ConnectorSource is where the registry reads connectors and reports what it
 // learns. It is an interface here so that the registry needs no SQL.
 type ConnectorSource interface {
@@ -89,6 +104,8 @@ type ConnectorSource interface {
 	ActiveConnectors(ctx context.Context) ([]Spec, error)
 	// SyncTools makes the stored catalog of connector id match tools.
 	SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (ToolChanges, error)
+	// ToolFlags reads the flags of connector id's tools, writing nothing.
+	ToolFlags(ctx context.Context, id int64) (ToolFlags, error)
 	// SaveHealth persists a connector's health.
 	SaveHealth(ctx context.Context, id int64, h Health) error
 	// AddUsage adds counter increments.
@@ -137,6 +154,25 @@ type Config struct {
 	// TracerProvider makes the spans of connects, re-initializes and tool
 	// calls; nil means otel's global one.
 	TracerProvider trace.TracerProvider
+
+	// DetachSessions leaves the per-session MCP sessions of classic
+	// streamable HTTP open at the server when the registry shuts down (no
+	// DELETE), so that another replica can adopt them (see Adopt); stdio
+	// processes still stop, and other sessions still end.
+	DetachSessions bool
+	// OnSessionOpened, if set, hears of every MCP session a caller session
+	// of a per_session connector opens or adopts here, with its handle
+	// (the zero handle when it cannot be adopted: see SessionHandle), after
+	// it opened and before a call runs on it: a session renewed after a
+	// loss is told again, with its new handle. It runs on the path of the
+	// call that opened the session: keep it short.
+	OnSessionOpened func(id int64, sessionID string, h SessionHandle)
+	// OnSessionClosed, if set, hears of every caller session of a
+	// per_session connector that ends here (CloseSession, idle expiry, the
+	// connector's removal, update or deletion, shutdown), except one
+	// detached at shutdown (see DetachSessions), whose MCP session lives on
+	// for another replica.
+	OnSessionClosed func(id int64, sessionID string)
 
 	// ownTransports gives each connector an HTTP transport of its own,
 	// as before connectors shared them; for benchmarks that compare.
@@ -199,11 +235,14 @@ type Registry struct {
 	life   context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	conns    map[int64]*conn
-	byRef    map[ref]int64
-	loaded   bool
-	stopping bool // set by shutdown: no new background work
+	mu    sync.Mutex
+	conns map[int64]*conn
+	byRef map[ref]int64
+	// followers are the connectors this replica does not own (SetOwner);
+	// a role outlives the conns that take it.
+	followers map[int64]bool
+	loaded    bool
+	stopping  bool // set by shutdown: no new background work
 
 	due *dueQueue // connectors whose connect or check is due
 	sem chan struct{}
@@ -223,10 +262,11 @@ func New(source ConnectorSource, cfg Config, logger *slog.Logger) *Registry {
 	r := &Registry{
 		source: source, cfg: cfg, logger: logger, tracer: cfg.TracerProvider.Tracer("connector-svc/registry"),
 		life: life, cancel: cancel,
-		conns: make(map[int64]*conn),
-		byRef: make(map[ref]int64),
-		due:   newDueQueue(),
-		sem:   make(chan struct{}, cfg.Concurrency),
+		conns:     make(map[int64]*conn),
+		byRef:     make(map[ref]int64),
+		followers: make(map[int64]bool),
+		due:       newDueQueue(),
+		sem:       make(chan struct{}, cfg.Concurrency),
 	}
 	r.metrics = newMetrics(cfg.MeterProvider, r)
 	r.transports = newTransports(cfg.Egress, cfg.MaxIdleConnsPerConnector, cfg.ownTransports)
@@ -267,7 +307,55 @@ func (r *Registry) put(c *conn) *conn {
 	}
 	r.conns[c.spec.ID] = c
 	r.byRef[ref{c.spec.WorkspaceID, c.spec.ConnectorID}] = c.spec.ID
+	c.setOwner(!r.followers[c.spec.ID]) // SetOwner may have changed it since newConn
 	return old
+}
+
+// SetOwner makes this replica connector id's owner, or one of its
+// followers. Only the owner runs the periodic health checks (tools/list),
+// writes health (SaveHealth) and syncs the catalog to the source
+// (SyncTools). A follower keeps a session of its own and serves calls
+// over it; it connects and lists the tools once at connect (that listing,
+// with the flags read from the source, is its catalog: see ToolFlags),
+// reconnects with backoff when its session dies or a call finds it dead,
+// and re-lists on Resync and on the server's tools/list_changed, but runs
+// no periodic check and writes no health and no catalog. Both report
+// usage counters (AddUsage adds them up). A connector the registry has
+// never been told about is owned: a single replica behaves as if there
+// were no roles. A new owner checks at once, and that check syncs the
+// catalog and writes health whatever changed; a new follower's checks
+// stop. The role is kept for connector id across Add and Replace, even if
+// set before them, and forgotten by Remove and Delete.
+func (r *Registry) SetOwner(id int64, owner bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if owner {
+		delete(r.followers, id)
+	} else {
+		r.followers[id] = true
+	}
+	if c := r.conns[id]; c != nil {
+		c.setOwner(owner)
+	}
+}
+
+// Owner reports whether this replica owns connector id (see SetOwner).
+func (r *Registry) Owner(id int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.followers[id]
+}
+
+// Resync lists connector id's tools once and publishes its catalog, with
+// the flags read from the source (ToolFlags), writing nothing: a
+// follower's answer to its owner's announcing a changed catalog. On an
+// owner it is the same, and its next check syncs the source.
+func (r *Registry) Resync(ctx context.Context, id int64) error {
+	c, err := r.get(id)
+	if err != nil {
+		return err
+	}
+	return c.resync(ctx)
 }
 
 // Lookup returns the id of a workspace's connector if the registry holds
@@ -317,6 +405,9 @@ func (r *Registry) Add(spec Spec) {
 // still take effect and reconnect with backoff.
 func (r *Registry) Replace(ctx context.Context, spec Spec) {
 	c := newConn(r, spec)
+	r.mu.Lock()
+	c.owner = !r.followers[spec.ID] // before its connect, which writes only as the owner
+	r.mu.Unlock()
 	_ = c.connectShared(ctx) // arms c's timer, for a check or a reconnect
 	r.mu.Lock()
 	old := r.put(c)
@@ -355,6 +446,7 @@ func (r *Registry) remove(id int64, why error) {
 	r.mu.Lock()
 	c := r.conns[id]
 	delete(r.conns, id)
+	delete(r.followers, id)
 	if c != nil {
 		delete(r.byRef, ref{c.spec.WorkspaceID, c.spec.ConnectorID})
 	}
@@ -366,35 +458,34 @@ func (r *Registry) remove(id int64, why error) {
 }
 
 // CallTool runs a tool of connector id over its persistent session, or,
-// for a per_session connector, over the connection of the session in ctx
-// (see WithSession; ErrSessionRequired without one, *SessionLimitError at
-// the connector's cap). A
-// call that arrives while the connector connects waits for that connect
-// (within ctx); one that arrives during an update runs on the new
+// for a per_session connector, over the connection of opts.Session
+// (ErrSessionRequired without one, *SessionLimitError at the connector's
+// cap). A call that arrives while the connector connects waits for that
+// connect (within ctx); one that arrives during an update runs on the new
 // connection. Tools annotated read-only or idempotent are retried once on
-// a rebuilt connection if the connection broke mid-call. With WithProgress
-// in ctx, the server's progress notifications for the call reach its
-// callback before CallTool returns. A call that ends by its deadline with
-// no answer has the session probed at once (see conn.suspect). Returns
-// ErrNotLoaded, ErrDeleted or ErrDeactivated (the connector went under the
-// call), ErrClosed (shutdown), ErrToolNotFound (the server does not list
-// it now), ErrToolDisabled, or an error wrapping ErrUnavailable when the
-// connector cannot be used now: it says what failed last, how long ago,
-// and when the next attempt is.
-func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map[string]any) (*mcp.CallToolResult, error) {
+// a rebuilt connection if the connection broke mid-call. With
+// opts.Progress, the server's progress notifications for the call reach it
+// before CallTool returns (see CallOptions). A call that ends by its
+// deadline with no answer has the session probed at once (see
+// conn.suspect). Returns ErrNotLoaded, ErrDeleted or ErrDeactivated (the
+// connector went under the call), ErrClosed (shutdown), ErrToolNotFound
+// (the server does not list it now), ErrToolDisabled, or an error wrapping
+// ErrUnavailable when the connector cannot be used now: it says what
+// failed last, how long ago, and when the next attempt is.
+func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	for {
 		c, err := r.get(id)
 		if err != nil {
 			return nil, err
 		}
 		var res *mcp.CallToolResult
-		switch sid := sessionFrom(ctx); {
+		switch {
 		case !c.perSession():
-			res, err = c.call(ctx, name, args)
-		case sid == "":
+			res, err = c.call(ctx, name, args, opts)
+		case opts.Session == "":
 			return nil, ErrSessionRequired
 		default:
-			res, err = c.callSession(ctx, sid, name, args)
+			res, err = c.callSession(ctx, name, args, opts)
 		}
 		if !errors.Is(err, errReplaced) {
 			return res, err
@@ -414,7 +505,8 @@ func (r *Registry) Tools(id int64) ([]mcp.Tool, error) {
 	return c.tools(), nil
 }
 
-// Refresh lists connector id's tools now and syncs the catalog.
+// Refresh lists connector id's tools now and syncs the catalog; on a
+// follower it writes nothing (see Resync), and the changes are empty.
 func (r *Registry) Refresh(ctx context.Context, id int64) (ToolChanges, error) {
 	c, err := r.get(id)
 	if err != nil {

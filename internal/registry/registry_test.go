@@ -16,7 +16,7 @@ import (
 
 func echo(t *testing.T, reg *registry.Registry, id int64, msg string) {
 	t.Helper()
-	res, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"text": msg})
+	res, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"text": msg}, registry.CallOptions{})
 	if err != nil {
 		t.Fatalf("echo on connector %d: %v", id, err)
 	}
@@ -39,7 +39,7 @@ func TestOneConnectionForManyCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": fmt.Sprint("par", i)})
+			res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": fmt.Sprint("par", i)}, registry.CallOptions{})
 			if err == nil && (len(res.Content) == 0 || res.Content[0].(mcp.TextContent).Text != fmt.Sprint("par", i)) {
 				err = fmt.Errorf("call %d got %v", i, res.Content)
 			}
@@ -77,7 +77,7 @@ func TestConcurrentFirstCallsShareOneConnect(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := reg.CallTool(ctxT(t), 7, "echo", map[string]any{"text": fmt.Sprint(i)}); err != nil {
+			if _, err := reg.CallTool(ctxT(t), 7, "echo", map[string]any{"text": fmt.Sprint(i)}, registry.CallOptions{}); err != nil {
 				t.Errorf("call %d: %v", i, err)
 			}
 		}()
@@ -102,7 +102,7 @@ func TestSessionExpiredReinitializesOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": fmt.Sprint(i)}); err != nil {
+			if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": fmt.Sprint(i)}, registry.CallOptions{}); err != nil {
 				t.Errorf("call %d after expiry: %v", i, err)
 			}
 		}()
@@ -144,7 +144,7 @@ func TestServerDownFailsFastAndRecovers(t *testing.T) {
 		return h.State == registry.StateError
 	})
 	start := time.Now()
-	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"})
+	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	if !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("call while down: err = %v, want ErrUnavailable", err)
 	}
@@ -173,7 +173,7 @@ func TestHungServerDoesNotDelayOthers(t *testing.T) {
 
 	blocked := make(chan error, 1)
 	go func() {
-		_, err := reg.CallTool(ctxT(t), 1, "block", nil)
+		_, err := reg.CallTool(ctxT(t), 1, "block", nil, registry.CallOptions{})
 		blocked <- err
 	}()
 	select { // the hung call must be in flight on the server before the others run
@@ -250,11 +250,11 @@ func TestProtocolGenerations(t *testing.T) {
 func TestToolErrorsAndUnknownTools(t *testing.T) {
 	srv := newMCPServer(t, legacyServer)
 	reg := run(t, newSource(httpSpec(1, srv.url())), testConfig())
-	res, err := reg.CallTool(ctxT(t), 1, "fail", nil)
+	res, err := reg.CallTool(ctxT(t), 1, "fail", nil, registry.CallOptions{})
 	if err != nil || !res.IsError || text(t, res) != "it failed" {
 		t.Errorf("fail tool = %v, %v; want an isError result", res, err)
 	}
-	if _, err := reg.CallTool(ctxT(t), 99, "echo", nil); !errors.Is(err, registry.ErrNotLoaded) {
+	if _, err := reg.CallTool(ctxT(t), 99, "echo", nil, registry.CallOptions{}); !errors.Is(err, registry.ErrNotLoaded) {
 		t.Errorf("unknown connector: err = %v, want ErrNotLoaded", err)
 	}
 	h, _ := reg.Health(1)
@@ -276,7 +276,7 @@ func TestSSETransport(t *testing.T) {
 	}
 	srv.restart() // the SSE stream dies with the server
 	waitFor(t, "the SSE connector to come back", func() bool {
-		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "again"})
+		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "again"}, registry.CallOptions{})
 		return err == nil && !res.IsError
 	})
 }
@@ -292,7 +292,7 @@ func TestRemoveAndReplace(t *testing.T) {
 		t.Errorf("replacement server initializes = %d, want 1", b.inits.Load())
 	}
 	reg.Remove(1)
-	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}); !errors.Is(err, registry.ErrNotLoaded) {
+	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{}); !errors.Is(err, registry.ErrNotLoaded) {
 		t.Errorf("after Remove: err = %v, want ErrNotLoaded", err)
 	}
 }

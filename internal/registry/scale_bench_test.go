@@ -164,7 +164,7 @@ func callsDuring(b *testing.B, specs []registry.Spec, interval, window time.Dura
 	var lat []time.Duration
 	for end := time.Now().Add(window); time.Now().Before(end); {
 		start := time.Now()
-		if _, err := reg.CallTool(ctx, specs[0].ID, "echo", args); err != nil {
+		if _, err := reg.CallTool(ctx, specs[0].ID, "echo", args, registry.CallOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))

@@ -37,23 +37,6 @@ func (e *SessionLimitError) Error() string {
 	return fmt.Sprintf("the connector has %d open sessions, its limit; close one (CloseSession) or wait for an idle one to expire", e.Limit)
 }
 
-type sessionKey struct{}
-
-// WithSession returns ctx carrying the caller's session id: calls made with
-// it to a per_session connector use that session's own connection. Shared
-// connectors ignore it.
-func WithSession(ctx context.Context, sessionID string) context.Context {
-	if sessionID == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, sessionKey{}, sessionID)
-}
-
-func sessionFrom(ctx context.Context) string {
-	id, _ := ctx.Value(sessionKey{}).(string)
-	return id
-}
-
 // SessionInfo describes one open per-session connection.
 type SessionInfo struct {
 	ConnectorID       int64 // the source's key
@@ -79,6 +62,12 @@ type sessConn struct {
 	sess    *session // nil until connected, or after its connection broke
 	lastErr string
 	closed  bool
+	// adopt is the handle the next connect attaches to instead of opening
+	// a session (see Registry.Adopt).
+	adopt *SessionHandle
+	// had says the caller session has had an MCP session (opened here or
+	// adopted): a new one is a restart (see CallOptions.Restarted).
+	had bool
 
 	flight   singleflight.Group
 	lastUsed atomic.Int64 // unix nanos
@@ -125,7 +114,7 @@ func (sc *sessConn) done() { sc.inUse.Add(-1) }
 
 // callSession runs a tool on the connection of the caller's session,
 // opening it on first use (concurrent first uses share one connect).
-func (c *conn) callSession(ctx context.Context, sessionID, name string, args map[string]any) (res *mcp.CallToolResult, err error) {
+func (c *conn) callSession(ctx context.Context, name string, args map[string]any, opts CallOptions) (res *mcp.CallToolResult, err error) {
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }() // after the redaction below
 	start := time.Now()
@@ -138,7 +127,7 @@ func (c *conn) callSession(ctx context.Context, sessionID, name string, args map
 	if _, err := cat.callable(name); err != nil {
 		return nil, err
 	}
-	sc, err := c.sessionFor(sessionID)
+	sc, err := c.sessionFor(opts.Session)
 	if err != nil {
 		return nil, err
 	}
@@ -158,14 +147,14 @@ func (c *conn) callSession(ctx context.Context, sessionID, name string, args map
 		}
 		err = c.redact.err(err)
 	}()
-	return sc.call(ctx, name, args)
+	return sc.call(ctx, name, args, opts)
 }
 
 // call runs one tool over the session's connection. A lost MCP session is
 // renewed (a new client for this session only) and the call retried once:
 // it never ran. A broken connection is dropped and reported; the next use
 // opens a new one.
-func (sc *sessConn) call(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
+func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := sc.current(ctx)
 		if err != nil {
@@ -174,8 +163,11 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any) 
 		if !s.acquire() {
 			return nil, sc.closedErr()
 		}
-		res, err := callTool(ctx, s, name, args)
+		res, err := callTool(ctx, s, name, args, opts.Progress)
 		s.release()
+		if s.restart.Swap(false) {
+			opts.restarted()
+		}
 		switch {
 		case err == nil:
 			return res, nil
@@ -231,7 +223,10 @@ func (sc *sessConn) closedErr() error {
 }
 
 // connect opens the session's own MCP connection with the handshake the
-// connector negotiated; it lists no tools.
+// connector negotiated, or attaches to the session Adopt gave it; it lists
+// no tools. A new session in place of one the caller session had is a
+// restart, which the first call on it reports. Config.OnSessionOpened
+// hears of it before any call runs on it.
 func (sc *sessConn) connect() error {
 	c := sc.parent
 	if !c.reg.enter() {
@@ -240,7 +235,17 @@ func (sc *sessConn) connect() error {
 	defer c.reg.bg.Done()
 	ctx, cancel := context.WithTimeout(c.reg.life, c.spec.ConnectTimeout)
 	defer cancel()
-	s, _, err := c.openBare(ctx, sc.spec(), c.hc)
+	sc.mu.Lock()
+	adopt := sc.adopt
+	sc.adopt = nil
+	sc.mu.Unlock()
+	var s *session
+	var err error
+	if adopt != nil {
+		s, err = c.attach(sc.spec(), *adopt)
+	} else {
+		s, _, err = c.openBare(ctx, sc.spec(), c.hc)
+	}
 	if err != nil {
 		err = c.redact.err(err)
 		sc.mu.Lock()
@@ -254,10 +259,16 @@ func (sc *sessConn) connect() error {
 		s.close(c.reg.cfg.CloseGrace)
 		return errors.New("the session was closed")
 	}
-	sc.sess, sc.lastErr = s, ""
+	s.restart.Store(sc.had && adopt == nil)
+	sc.sess, sc.lastErr, sc.had, sc.adopt = s, "", true, nil
 	sc.mu.Unlock()
 	s.watch(func(err error) { sc.dropConn(s, err) })
-	c.reg.logger.Debug("session connection opened", append(c.logAttrs(), slog.String("session_id", sc.id))...)
+	c.reg.logger.Debug("session connection opened", append(c.logAttrs(), slog.String("session_id", sc.id),
+		slog.Bool("adopted", adopt != nil), slog.Bool("restarted", s.restart.Load()))...)
+	if fn := c.reg.cfg.OnSessionOpened; fn != nil {
+		h, _ := s.handle()
+		fn(c.spec.ID, sc.id, h)
+	}
 	return nil
 }
 
@@ -302,19 +313,39 @@ func (sc *sessConn) dropConn(s *session, cause error) {
 
 // close closes the session's connection (stdio process group included),
 // after letting the calls running on it finish for up to drain, and
-// returns what it was.
-func (sc *sessConn) close(drain time.Duration) SessionInfo {
+// returns what it was. With detach, a session another replica can adopt
+// (see SessionHandle), or one adopted and not yet used, is left to it:
+// its MCP session is not ended (no DELETE), and Config.OnSessionClosed is
+// not told. Any other session's end is told to Config.OnSessionClosed.
+func (sc *sessConn) close(drain time.Duration, detach bool) SessionInfo {
 	info := sc.info()
 	sc.mu.Lock()
 	sc.closed = true
-	s := sc.sess
-	sc.sess = nil
+	s, adopt := sc.sess, sc.adopt
+	sc.sess, sc.adopt = nil, nil
 	sc.mu.Unlock()
 	if s != nil && drain > 0 {
 		s.drain(drain)
 	}
+	handedOver := false
+	if detach {
+		if s != nil {
+			_, handedOver = s.handle()
+		} else {
+			handedOver = adopt != nil
+		}
+	}
 	if s != nil {
+		if handedOver {
+			s.detach()
+		}
 		s.close(sc.parent.reg.cfg.CloseGrace)
+	}
+	c := sc.parent
+	if handedOver {
+		c.reg.logger.Debug("session connection detached", append(c.logAttrs(), slog.String("session_id", sc.id))...)
+	} else if fn := c.reg.cfg.OnSessionClosed; fn != nil {
+		fn(c.spec.ID, sc.id)
 	}
 	return info
 }
@@ -346,7 +377,7 @@ func (sc *sessConn) info() SessionInfo {
 func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
 	own, end := sessionClient(hc)
 	s, err := newSession(c.reg.life, spec, own, c.clientOptions(classic), c.spec.ConnectTimeout,
-		messageLimit(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics)
+		messageLimit(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics, SessionHandle{})
 	if err != nil {
 		return nil, "", transportHint(spec.Transport, err, end.streamed.Load())
 	}
@@ -356,6 +387,7 @@ func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic b
 		s.close(c.reg.cfg.CloseGrace)
 		return nil, "", c.withStderr(s, transportHint(spec.Transport, fmt.Errorf("initialize: %w", err), false))
 	}
+	s.version = res.ProtocolVersion
 	return s, res.ProtocolVersion, nil
 }
 
@@ -390,15 +422,15 @@ func (c *conn) takeIdle(cutoff time.Time) []*sessConn {
 }
 
 // closeSessions closes scs in parallel, each after draining its calls for
-// up to drain, and returns what they were.
-func closeSessions(scs []*sessConn, drain time.Duration) []SessionInfo {
+// up to drain (detach: see sessConn.close), and returns what they were.
+func closeSessions(scs []*sessConn, drain time.Duration, detach bool) []SessionInfo {
 	out := make([]SessionInfo, len(scs))
 	var wg sync.WaitGroup
 	for i, sc := range scs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = sc.close(drain)
+			out[i] = sc.close(drain, detach)
 		}()
 	}
 	wg.Wait()
@@ -450,7 +482,7 @@ func (r *Registry) CloseSession(workspaceID, sessionID string, id int64) []Sessi
 			scs = append(scs, c.takeSessions(sessionID)...)
 		}
 	}
-	closed := closeSessions(scs, 0)
+	closed := closeSessions(scs, 0, false)
 	for _, in := range closed {
 		r.logger.Info("session closed", slog.String("workspace_id", in.WorkspaceID),
 			slog.String("connector_id", in.ConnectorExternal), slog.String("session_id", in.SessionID))
@@ -471,7 +503,7 @@ func (r *Registry) expireSessions() {
 	}
 	go func() {
 		defer r.bg.Done()
-		for _, in := range closeSessions(scs, 0) {
+		for _, in := range closeSessions(scs, 0, false) {
 			r.logger.Info("idle session closed", slog.String("workspace_id", in.WorkspaceID),
 				slog.String("connector_id", in.ConnectorExternal), slog.String("session_id", in.SessionID))
 		}

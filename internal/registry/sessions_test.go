@@ -23,13 +23,13 @@ func sessionSpec(id int64, profile string, args ...string) registry.Spec {
 	return spec
 }
 
-func inSession(t *testing.T, session string) context.Context {
-	return registry.WithSession(ctxT(t), session)
+func inSession(session string) registry.CallOptions {
+	return registry.CallOptions{Session: session}
 }
 
 func sessionCall(t *testing.T, reg *registry.Registry, id int64, session, tool string, args map[string]any) string {
 	t.Helper()
-	res, err := reg.CallTool(inSession(t, session), id, tool, args)
+	res, err := reg.CallTool(ctxT(t), id, tool, args, inSession(session))
 	if err != nil {
 		t.Fatalf("session %q: %s: %v", session, tool, err)
 	}
@@ -53,7 +53,7 @@ func sessionPIDs(t *testing.T, reg *registry.Registry, id int64) map[string]int 
 func TestSessionsKeepTheirStateApart(t *testing.T) {
 	reg := run(t, newSource(sessionSpec(1, t.TempDir())), testConfig())
 
-	if _, err := reg.CallTool(ctxT(t), 1, "recall", nil); !errors.Is(err, registry.ErrSessionRequired) {
+	if _, err := reg.CallTool(ctxT(t), 1, "recall", nil, registry.CallOptions{}); !errors.Is(err, registry.ErrSessionRequired) {
 		t.Fatalf("call without a session: %v, want ErrSessionRequired", err)
 	}
 	sessionCall(t, reg, 1, "alice", "remember", map[string]any{"value": "alice's page"})
@@ -169,7 +169,7 @@ func TestIdleSessionsCloseAndTheCapHolds(t *testing.T) {
 	reg := run(t, newSource(sessionSpec(1, t.TempDir())), cfg)
 	sessionCall(t, reg, 1, "s1", "pid", nil)
 	sessionCall(t, reg, 1, "s2", "pid", nil)
-	_, err := reg.CallTool(inSession(t, "s3"), 1, "pid", nil)
+	_, err := reg.CallTool(ctxT(t), 1, "pid", nil, inSession("s3"))
 	var limit *registry.SessionLimitError
 	if !errors.As(err, &limit) || limit.Limit != 2 {
 		t.Fatalf("a third session: %v, want SessionLimitError{2}", err)
@@ -242,8 +242,8 @@ func TestSharedConnectorsCollideOnTheProfile(t *testing.T) {
 	first, second := stdioSpec(1, "-profile", profile), stdioSpec(2, "-profile", profile)
 	src := newSource(first, second)
 	reg := run(t, src, testConfig())
-	_, err1 := reg.CallTool(ctxT(t), 1, "pid", nil)
-	_, err2 := reg.CallTool(ctxT(t), 2, "pid", nil)
+	_, err1 := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
+	_, err2 := reg.CallTool(ctxT(t), 2, "pid", nil, registry.CallOptions{})
 	if (err1 == nil) == (err2 == nil) {
 		t.Fatalf("two shared connectors on one profile: errors %v and %v; want exactly one to fail", err1, err2)
 	}
@@ -268,23 +268,33 @@ func TestSessionConnectionsRecoverOnTheirOwn(t *testing.T) {
 	// The listing connection is closed in the background.
 	waitFor(t, "2 MCP sessions on the server (the listing one closed)", func() bool { return srv.sessions.count() == 2 })
 	srv.expireSessions()
-	if got := sessionCall(t, reg, 1, "a", "echo", map[string]any{"text": "after expiry"}); got != "after expiry" {
-		t.Errorf("echo after expiry = %q", got)
+	var restarted bool
+	res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "after expiry"}, registry.CallOptions{Session: "a", Restarted: &restarted})
+	if err != nil || text(t, res) != "after expiry" || !restarted {
+		t.Errorf("echo after expiry = %v, %v, restarted %v; want it run on a restarted session", res, err, restarted)
+	}
+	restarted = false
+	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{Session: "a", Restarted: &restarted}); err != nil || restarted {
+		t.Errorf("the next echo: %v, restarted %v; want no second restart", err, restarted)
 	}
 
 	// stdio: a session whose server crashed gets a new one on next use.
 	first := sessionCall(t, reg, 2, "c", "pid", nil)
-	if _, err := reg.CallTool(inSession(t, "c"), 2, "crash", nil); err == nil {
+	if _, err := reg.CallTool(ctxT(t), 2, "crash", nil, inSession("c")); err == nil {
 		t.Fatal("a call that crashed the session's server succeeded")
 	}
+	restarted = false
 	waitFor(t, "a new server for the session", func() bool {
-		res, err := reg.CallTool(inSession(t, "c"), 2, "pid", nil)
+		res, err := reg.CallTool(ctxT(t), 2, "pid", nil, registry.CallOptions{Session: "c", Restarted: &restarted})
 		return err == nil && text(t, res) != first
 	})
+	if !restarted {
+		t.Error("the first call on the session's new server did not report the restart")
+	}
 	waitFor(t, "session calls in the connector's counters", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
-		return src.usage[1].Calls == 3 && src.usage[2].Calls >= 3 && src.usage[2].Errors >= 1
+		return src.usage[1].Calls == 4 && src.usage[2].Calls >= 3 && src.usage[2].Errors >= 1
 	})
 }
 
@@ -299,7 +309,7 @@ func TestUpdateDrainsSessionCalls(t *testing.T) {
 	errs := make(chan error, 4)
 	for i := range 4 {
 		go func() {
-			_, err := reg.CallTool(inSession(t, fmt.Sprint("s", i%2)), 1, "block", nil)
+			_, err := reg.CallTool(ctxT(t), 1, "block", nil, inSession(fmt.Sprint("s", i%2)))
 			errs <- err
 		}()
 	}

@@ -25,7 +25,7 @@ func TestLateSignalsOfAnOldSessionLeaveTheNewOneAlone(t *testing.T) {
 	reg := runInternal(t, src, Config{HealthInterval: time.Hour, BackoffBase: 20 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := reg.CallTool(ctx, 1, "echo", nil); err != nil {
+	if _, err := reg.CallTool(ctx, 1, "echo", nil, CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := reg.get(1)
@@ -34,7 +34,7 @@ func TestLateSignalsOfAnOldSessionLeaveTheNewOneAlone(t *testing.T) {
 	}
 	old := c.current()
 	c.drop(old, errors.New("sse stream ended")) // the old session dies; a reconnect follows at once
-	if _, err := reg.CallTool(ctx, 1, "echo", nil); err != nil {
+	if _, err := reg.CallTool(ctx, 1, "echo", nil, CallOptions{}); err != nil {
 		t.Fatalf("call after the reconnect: %v", err)
 	}
 	fresh := c.current()
@@ -45,7 +45,7 @@ func TestLateSignalsOfAnOldSessionLeaveTheNewOneAlone(t *testing.T) {
 
 	running := make(chan error, 1)
 	go func() {
-		_, err := reg.CallTool(ctx, 1, "block", nil)
+		_, err := reg.CallTool(ctx, 1, "block", nil, CallOptions{})
 		running <- err
 	}()
 	<-srv.blocking
@@ -126,6 +126,9 @@ func (s *oneSource) SyncTools(context.Context, int64, []mcp.Tool) (ToolChanges, 
 }
 func (s *oneSource) SaveHealth(context.Context, int64, Health) error { return nil }
 func (s *oneSource) AddUsage(context.Context, int64, Usage) error    { return nil }
+func (s *oneSource) ToolFlags(context.Context, int64) (ToolFlags, error) {
+	return ToolFlags{}, nil
+}
 
 // runInternal runs a registry until the test ends.
 func runInternal(t *testing.T, src ConnectorSource, cfg Config) *Registry {

@@ -80,13 +80,13 @@ func TestStdioStubbornServerAndChildAreKilled(t *testing.T) {
 	reg := run(t, newSource(spec), testConfig())
 
 	for i := range 10 {
-		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": fmt.Sprint(i)})
+		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": fmt.Sprint(i)}, registry.CallOptions{})
 		if err != nil || text(t, res) != fmt.Sprint(i) {
 			t.Fatalf("echo %d = %v, %v", i, res, err)
 		}
 	}
 	env := func(name string) string {
-		res, err := reg.CallTool(ctxT(t), 1, "env", map[string]any{"name": name})
+		res, err := reg.CallTool(ctxT(t), 1, "env", map[string]any{"name": name}, registry.CallOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,7 @@ func TestStdioShutdownLeavesNoProcess(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- reg.Run(ctx) }()
 	for _, id := range []int64{1, 2} {
-		if _, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"text": "x"}); err != nil {
+		if _, err := reg.CallTool(ctxT(t), id, "echo", map[string]any{"text": "x"}, registry.CallOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -147,11 +147,11 @@ func TestStdioShutdownLeavesNoProcess(t *testing.T) {
 func TestStdioCrashIsReportedAndRebuilt(t *testing.T) {
 	src := newSource(stdioSpec(1))
 	reg := run(t, src, testConfig())
-	first, err := reg.CallTool(ctxT(t), 1, "pid", nil)
+	first, err := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, cerr := reg.CallTool(ctxT(t), 1, "crash", nil)
+	_, cerr := reg.CallTool(ctxT(t), 1, "crash", nil, registry.CallOptions{})
 	if cerr == nil {
 		t.Fatal("a call that crashed the server succeeded")
 	}
@@ -177,7 +177,7 @@ func TestStdioCrashIsReportedAndRebuilt(t *testing.T) {
 		return false
 	})
 	waitFor(t, "a new server process", func() bool {
-		res, err := reg.CallTool(ctxT(t), 1, "pid", nil)
+		res, err := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
 		return err == nil && text(t, res) != text(t, first)
 	})
 	if h, _ := reg.Health(1); h.State != registry.StateReady {

@@ -34,7 +34,7 @@ func TestStartStopStress(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = reg.CallTool(context.Background(), id+1, "echo", map[string]any{"text": "x"})
+				_, _ = reg.CallTool(context.Background(), id+1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 			}()
 		}
 		if round%2 == 1 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -30,6 +31,11 @@ type session struct {
 	cancel context.CancelFunc
 	opened time.Time
 	end    *sessionEnd // HTTP only: ends the session; see markDead
+	// version is the protocol version negotiated (or adopted: see attach).
+	version string
+	// restart says the session took the place of one its caller session
+	// had (see CallOptions.Restarted); the first call on it clears it.
+	restart atomic.Bool
 	// progress routes notifications/progress to the calls that asked.
 	progress progressRoutes
 
@@ -48,9 +54,11 @@ type session struct {
 // any one session, and log through logger. The stdio transport, built on
 // the process's pipes by transport.NewIO, takes no logger: it logs
 // through slog's default one. m counts stdio processes until they are
-// reaped. A stdio server's lines are limited to maxMessage bytes each.
+// reaped. A stdio server's lines are limited to maxMessage bytes each. A
+// streamable-HTTP session with an attach handle goes on with that MCP
+// session (see Registry.Adopt); the zero handle starts a new one.
 func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration,
-	maxMessage int, logger *slog.Logger, m *metrics) (*session, error) {
+	maxMessage int, logger *slog.Logger, m *metrics, attach SessionHandle) (*session, error) {
 	ctx, cancel := context.WithCancel(life)
 	s := &session{cancel: cancel, opened: time.Now()}
 	var tr transport.Interface
@@ -75,11 +83,20 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 		sse.SetConnectionLostHandler(func(err error) { s.died(fmt.Errorf("sse stream ended: %w", err)) })
 		tr = sse
 	case TransportStreamableHTTP:
-		h, err := transport.NewStreamableHTTP(spec.URL, transport.WithHTTPHeaders(spec.Headers), transport.WithHTTPBasicClient(hc),
-			transport.WithHTTPLogger(logger))
+		topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(spec.Headers), transport.WithHTTPBasicClient(hc),
+			transport.WithHTTPLogger(logger)}
+		if attach.MCPSessionID != "" {
+			topts = append(topts, transport.WithSession(attach.MCPSessionID))
+		}
+		h, err := transport.NewStreamableHTTP(spec.URL, topts...)
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("streamable http transport: %w", err)
+		}
+		if attach.ProtocolVersion != "" {
+			// An attached client negotiates nothing: its requests carry
+			// the version the session was opened with.
+			h.SetProtocolVersion(attach.ProtocolVersion)
 		}
 		tr = h
 	default:

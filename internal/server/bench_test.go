@@ -248,7 +248,7 @@ func serveService(b *testing.B, o benchService) (*grpc.ClientConn, *auth.Keys) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer}, o.logger)
+		agent = orchestrator.New(model, server.ToolCaller{Registry: reg}, orchestrator.Config{TracerProvider: o.tracer}, o.logger)
 	}
 	g, hs := server.NewGRPCServer(server.New(server.Deps{DB: db, Registry: reg, Live: lv, Agent: agent, Keys: keys,
 		Logger: o.logger, TracerProvider: o.tracer}, server.Config{Auth: o.auth}))

@@ -34,7 +34,7 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
-	resp, err := s.callTool(ctx, req)
+	resp, err := s.callTool(ctx, req, nil)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -47,10 +47,9 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
 	return serveStream(s, stream, s.cfg.DefaultRPCTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.StreamCallToolResponse, error) {
-			ctx = registry.WithProgress(ctx, func(p registry.Progress) {
+			resp, err := s.callTool(ctx, req, func(p registry.Progress) {
 				send(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_Progress{Progress: progressToProto(p)}})
 			})
-			resp, err := s.callTool(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -68,8 +67,9 @@ type callRequest interface {
 	GetUserApproved() bool
 }
 
-// callTool validates, runs the tool and fits its result into a response.
-func (s *Server) callTool(ctx context.Context, req callRequest) (*connectorv1.CallToolResponse, error) {
+// callTool validates, runs the tool and fits its result into a response;
+// progress, if not nil, receives the call's progress updates.
+func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress)) (*connectorv1.CallToolResponse, error) {
 	var ch checker
 	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	ch.sessionID(req.GetSessionId())
@@ -92,8 +92,8 @@ func (s *Server) callTool(ctx context.Context, req callRequest) (*connectorv1.Ca
 	start := time.Now()
 	// A per_session connector runs it on the session's own connection, and
 	// refuses without one (ErrSessionRequired).
-	ctx = registry.WithSession(ctx, req.GetSessionId())
-	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap())
+	opts := registry.CallOptions{Session: req.GetSessionId(), Progress: progress}
+	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap(), opts)
 	if errors.Is(err, registry.ErrResultTooLarge) {
 		return nil, s.resultOverLimit()
 	}

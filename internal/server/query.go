@@ -117,8 +117,9 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 		SessionID: req.GetSessionId(), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, CreatedAt: time.Now()}
 	// The agent's tool calls run on the session's connection, for a
 	// per_session connector.
-	res, err := s.agent.Run(registry.WithSession(ctx, req.GetSessionId()), orchestrator.Request{
+	res, err := s.agent.Run(ctx, orchestrator.Request{
 		Connector: la.Connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
+		Session:  req.GetSessionId(),
 		Throttle: s.limits.throttle(c.ID, c.Config.RateLimit),
 	}, emit)
 	s.countQuery(c, res, err, true)
@@ -272,7 +273,7 @@ func eventToProto(e orchestrator.Event) *connectorv1.StreamQueryConnectorRespons
 	case orchestrator.EventToolCallProgress:
 		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallProgress{
 			ToolCallProgress: &connectorv1.ToolCallProgress{StepIndex: int32(e.Index), CallId: e.Call.ID, Tool: e.Call.Tool,
-				Progress: progressToProto(e.Progress)}}}
+				Progress: progressToProto(registry.Progress(e.Progress))}}}
 	case orchestrator.EventToolCallFinished:
 		return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ToolCallFinished{
 			ToolCallFinished: &connectorv1.ToolCallFinished{StepIndex: int32(e.Index), Call: callToProto(e.Call)}}}

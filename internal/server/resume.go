@@ -14,7 +14,6 @@ import (
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
-	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -136,8 +135,8 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	defer s.runs.Hold(run.ID)()
 	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
-	res, err := s.agent.Resume(registry.WithSession(runCtx, run.SessionID), orchestrator.Request{
-		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
+	res, err := s.agent.Resume(runCtx, orchestrator.Request{
+		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools, Session: run.SessionID,
 		Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit),
 	}, st, emit)
 	s.countQuery(la.Row, res, err, false)

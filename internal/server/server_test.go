@@ -152,7 +152,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		if o.embeddings {
 			embedder = model
 		}
-		agent = orchestrator.New(model, reg, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
+		agent = orchestrator.New(model, server.ToolCaller{Registry: reg}, orchestrator.Config{TracerProvider: o.tracer, NarrowTo: o.narrowTo, Embedder: embedder}, logger)
 	}
 	// As in main, the live copies follow changes made anywhere, on the
 	// process's one LISTEN connection.

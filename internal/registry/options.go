@@ -1,0 +1,35 @@
+package registry
+
+// CallOptions are what a caller adds to one tool call, besides the tool
+// and its arguments. The zero value asks for nothing.
+type CallOptions struct {
+	// Session is the caller's session id: a call to a per_session
+	// connector runs on that session's own connection (ErrSessionRequired
+	// without one). Shared connectors ignore it.
+	Session string
+	// Progress, when set, asks the call for progress: the call sends a
+	// progress token of its own, and every notifications/progress the
+	// server sends with that token reaches Progress, in the order sent, on
+	// the goroutine that called CallTool, before CallTool returns and
+	// never after. A slow Progress never holds up the connection, which
+	// other calls share: updates wait in a queue meanwhile, and when more
+	// than maxQueuedProgress wait, the newest replaces the last queued
+	// one. Servers may send no progress at all.
+	Progress func(Progress)
+	// Restarted, when set, is set to true before CallTool returns if the
+	// call ran on a new MCP session that took the place of one its caller
+	// session had: an adopted session the server no longer knew (see
+	// Adopt), or one this replica had opened that was lost or broke
+	// since. Whatever the server kept for the old session is gone, and
+	// the caller should be told so ("session_restarted"). The first
+	// session of a caller session is not a restart; each restart is
+	// reported to one call. Only per_session connectors set it.
+	Restarted *bool
+}
+
+// restarted reports a restart to the caller, if it asked.
+func (o CallOptions) restarted() {
+	if o.Restarted != nil {
+		*o.Restarted = true
+	}
+}

@@ -1,0 +1,25 @@
+package server
+
+import (
+	"context"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/registry"
+)
+
+// ToolCaller is the agent's view of the registry: it runs the agent's tool
+// calls with the registry, translating the orchestrator's call options
+// (session, progress) into the registry's, so that neither package
+// imports the other.
+type ToolCaller struct{ Registry *registry.Registry }
+
+// CallTool implements orchestrator.ToolCaller.
+func (t ToolCaller) CallTool(ctx context.Context, id int64, name string, args map[string]any, opts orchestrator.CallOptions) (*mcp.CallToolResult, error) {
+	ro := registry.CallOptions{Session: opts.Session}
+	if fn := opts.Progress; fn != nil {
+		ro.Progress = func(p registry.Progress) { fn(orchestrator.Progress(p)) }
+	}
+	return t.Registry.CallTool(ctx, id, name, args, ro)
+}
