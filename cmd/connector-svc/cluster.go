@@ -1,14 +1,25 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"regexp"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/connector-svc/connector-svc/internal/cluster"
+	"github.com/connector-svc/connector-svc/internal/forward"
+	"github.com/connector-svc/connector-svc/internal/runs"
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // clusterConfig is how this replica takes part in the cluster of replicas
@@ -89,4 +100,98 @@ func madeUpReplicaID() string {
 		return "replica-" + hex.EncodeToString(b)
 	}
 	return id
+}
+
+// replica is this process's part in the cluster: its membership, its
+// share of the connectors, the leader election, and the internal listener
+// other replicas forward calls to (nil without SECRET_KEY: nothing can
+// sign them).
+type replica struct {
+	members  *cluster.Membership
+	owners   *cluster.Owners
+	elector  *cluster.Elector
+	internal net.Listener // nil: this replica takes no forwarded calls
+	pool     *forward.Pool
+	key      []byte
+	older    [][]byte
+	live     atomic.Int64 // live replicas, for the rate limits' shares
+}
+
+// joinCluster opens the internal listener and makes the cluster's parts;
+// their jobs run with the rest.
+func joinCluster(cfg config, db *store.DB, logger *slog.Logger) (*replica, error) {
+	r := &replica{}
+	r.live.Store(1)
+	advertise := cfg.Cluster.InternalAdvertiseAddr
+	keys, err := secret.DecodeKeys(cfg.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) > 0 {
+		if r.internal, err = net.Listen("tcp", cfg.Cluster.InternalAddr); err != nil {
+			return nil, inUse(fmt.Errorf("listen on INTERNAL_ADDR %s: %w", cfg.Cluster.InternalAddr, err), "INTERNAL_ADDR (-internal-addr)")
+		}
+		if advertise == "" {
+			advertise = r.internal.Addr().String()
+		}
+		r.key = forward.Key(keys[0])
+		for _, k := range keys[1:] {
+			r.older = append(r.older, forward.Key(k))
+		}
+		if r.pool, err = forward.NewPool(r.key, cfg.Cluster.ReplicaID,
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.GRPCMaxSendBytes+(1<<20)))); err != nil {
+			r.internal.Close()
+			return nil, err
+		}
+	}
+	ccfg := cluster.Config{ID: cfg.Cluster.ReplicaID, Addr: advertise, TTL: cfg.Cluster.ReplicaTTL, Logger: logger}
+	r.members = cluster.New(db, ccfg)
+	r.members.OnChange(func(live []cluster.Member) { r.live.Store(int64(max(len(live), 1))) })
+	r.owners = cluster.NewOwners(db, r.members, db.ActiveConnectorIDs)
+	r.elector = cluster.NewElector(db, ccfg)
+	return r, nil
+}
+
+// close closes the internal listener, if Serve did not, and the
+// connections to other replicas.
+func (r *replica) close() {
+	if r.internal != nil {
+		_ = r.internal.Close()
+	}
+	if r.pool != nil {
+		_ = r.pool.Close()
+	}
+}
+
+// replicas is how many replicas are live (at least this one).
+func (r *replica) replicas() int { return int(r.live.Load()) }
+
+// notified passes a cluster notification to every part.
+func (r *replica) notified(payload string) {
+	r.members.Notified(payload)
+	r.elector.Notified(payload)
+	r.owners.Notified(payload)
+}
+
+// housekeeping is what the leader alone runs, while it leads: the run
+// sweep, and deleting the rows of replicas dead for longer than a TTL.
+func (r *replica) housekeeping(sweeper *runs.Sweeper, logger *slog.Logger) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		logger.InfoContext(ctx, "leading: sweeping runs and dead replicas", slog.String("replica_id", r.members.Self()))
+		go func() { _ = sweeper.Run(ctx) }()
+		tick := time.NewTicker(r.members.Config().TTL)
+		defer tick.Stop()
+		for {
+			if n, err := r.members.ExpireDead(ctx); err != nil && ctx.Err() == nil {
+				logger.WarnContext(ctx, "delete dead replicas", slog.String("error", err.Error()))
+			} else if n > 0 {
+				logger.InfoContext(ctx, "dead replicas deleted", slog.Int64("replicas", n))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -217,7 +218,13 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	defer flushTraces(ctx, tracing, cfg.ShutdownGrace, logger)
 	tp := tracing.Provider
 	policy := egress.New(egress.Config{Allow: cfg.EgressAllow, Deny: cfg.EgressDeny})
+	rep, err := joinCluster(cfg, db, logger)
+	if err != nil {
+		return err
+	}
+	defer rep.close()
 	src := live.NewSource(db, box, logger)
+	src.FenceWith(rep.owners.Fence) // only the owner syncs catalogs and writes health
 	reg := registry.New(src, registry.Config{
 		HealthInterval:           cfg.HealthInterval,
 		Concurrency:              cfg.HealthConcurrency,
@@ -228,13 +235,18 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		Egress:                   policy,
 		MeterProvider:            obs.meters,
 		TracerProvider:           tp,
+		// A per-session HTTP session outlives this replica, for another
+		// to adopt.
+		DetachSessions: true,
 	}, logger)
 	agent, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
 	}
-	lv := live.New(db, src, reg, nil, live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel,
+	lv := live.New(db, src, reg, live.Owned(rep.owners, logger), live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel,
 		ReconcileInterval: cfg.Cluster.ReconcileInterval})
+	rep.owners.OnGained(func(id, _ int64) { lv.Touch(id) })
+	rep.owners.OnLostOwnership(lv.Touch)
 	if err := lv.Load(ctx); err != nil {
 		return err
 	}
@@ -246,12 +258,14 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	}
 	listener := db.NewListener(interval, logger).Named(cfg.Cluster.ReplicaID)
 	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
+	listener.Handle(store.ClusterChannel, rep.notified)
 	listener.OnListen(lv.Resync)
+	listener.OnListen(func() { rep.notified("") })
 	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
 		keys.Follow(listener)
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp,
-		MeterProvider: obs.meters}, server.Config{
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: live.NewRouter(rep.owners, rep.pool),
+		Replicas: rep.replicas, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp, MeterProvider: obs.meters}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
@@ -272,6 +286,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	server.SetServing(hs, true)
 	obs.ready.SetStarted(true)
 	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()), slog.String("replica_id", cfg.Cluster.ReplicaID),
+		slog.String("internal_addr", rep.members.Config().Addr),
 		slog.Bool("tls", cfg.TLSCertFile != ""), slog.Bool("client_certificates_required", cfg.TLSClientCAFile != ""),
 		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands),
 		slog.Any("egress_allow_cidrs", cfg.EgressAllow), slog.Any("egress_deny_cidrs", cfg.EgressDeny),
@@ -279,6 +294,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		slog.String("version", obs.build.Version), slog.String("revision", obs.build.revision()))
 
 	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
+	rep.elector.OnLead(rep.housekeeping(sweeper, logger))
 	serving := []job{
 		{"grpc", func(ctx context.Context) error {
 			drained := make(chan struct{})
@@ -301,7 +317,25 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		}},
 		{"listener", listener.Run},
 		{"reconcile", lv.Run},
-		{"run sweep", sweeper.Run},
+		{"membership", rep.members.Run},
+		{"ownership", rep.owners.Run},
+		{"leader election", rep.elector.Run},
+	}
+	if rep.internal != nil {
+		internal := server.NewInternalGRPCServer(srv, forward.ServerOptions(rep.key, forward.DefaultSkew, rep.older...)...)
+		serving = append(serving, job{"internal listener", func(ctx context.Context) error {
+			drained := make(chan struct{})
+			go func() {
+				defer close(drained)
+				<-ctx.Done()
+				stopGracefully(internal, cfg.ShutdownGrace)
+			}()
+			if err := internal.Serve(rep.internal); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return err
+			}
+			<-drained
+			return nil
+		}})
 	}
 	drained := []job{
 		{"registry", reg.Run},

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -34,6 +35,9 @@ type Placement interface {
 	Holds(row *store.Connector) bool
 	// Owns reports whether this replica owns connector id.
 	Owns(id int64) bool
+	// Claim claims connector id, just created or activated, if this
+	// replica should own it.
+	Claim(ctx context.Context, id int64)
 }
 
 // Config tunes Connectors; zero values take the defaults.
@@ -61,11 +65,15 @@ type Connectors struct {
 	logger    *slog.Logger
 
 	agents agents
+	loaded atomic.Bool // Load has run
 
 	mu sync.Mutex
 	// rows holds the row each live copy was built from, by id; inactive
 	// connectors have theirs too, so that their versions compare equal.
+	// byRef finds them by the names callers use.
 	rows  map[int64]*store.Connector
+	byRef map[ref]int64
+
 	locks map[int64]*applyLock
 	// due holds the ids a notification named, for Run to reconcile.
 	due  map[int64]struct{}
@@ -88,7 +96,8 @@ func New(db *store.DB, source *Source, reg *registry.Registry, placement Placeme
 	}
 	return &Connectors{db: db, reg: reg, source: source, placement: placement, cfg: cfg, logger: cfg.Logger,
 		emb:  newEmbeddings(db, cfg.Embedder, cfg.EmbeddingModel, cfg.Logger),
-		rows: map[int64]*store.Connector{}, locks: map[int64]*applyLock{}, due: map[int64]struct{}{},
+		rows: map[int64]*store.Connector{}, byRef: map[ref]int64{},
+		locks: map[int64]*applyLock{}, due: map[int64]struct{}{},
 		wake: make(chan struct{}, 1)}
 }
 
@@ -103,35 +112,51 @@ func (l *Connectors) Load(ctx context.Context) error {
 	for _, row := range rows {
 		l.Apply(ctx, row)
 	}
+	// From now on a connector that appears is new: its owner claims it at
+	// once. Those loaded here are claimed by the first ownership round.
+	l.loaded.Store(true)
 	l.logger.InfoContext(ctx, "loaded connectors", slog.Int("count", len(rows)))
 	return nil
 }
 
 // Apply brings connector row.ID's live copy in line with row, a row just
-// read or written: its connection is added, replaced (when how to connect
-// changed: transport, URL, command, secrets, timeouts, session mode,
-// protocol) or removed (deactivated, or not this replica's to hold), its
-// catalog takes the stored tools' flags, and its agent the new settings. A
-// row older than the one applied (a smaller config_version) changes
-// nothing, nor does the same version again.
+// read or written, and with this replica's place in the cluster: its
+// connection is added, replaced (when how to connect changed: transport,
+// URL, command, secrets, timeouts, session mode, protocol) or removed
+// (deactivated, or not this replica's to hold), its role (owner or
+// follower) set, its catalog given the stored tools' flags, and its agent
+// the new settings. A row older than the one applied (a smaller
+// config_version) changes no settings, nor does the same version again.
 func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 	unlock := l.lock(row.ID)
 	defer unlock()
 	l.mu.Lock()
 	old := l.rows[row.ID]
 	l.mu.Unlock()
-	hold := row.Active && (l.placement == nil || l.placement.Holds(row))
+	if old != nil && row.ConfigVersion < old.ConfigVersion {
+		row = old // a stale read; only the placement may have changed
+	}
+	hold, owns := l.place(row)
 	held := l.reg.Has(row.ID)
-	if old != nil && row.ConfigVersion <= old.ConfigVersion && hold == held {
+	if old != nil && row.ConfigVersion == old.ConfigVersion && hold == held && (!hold || owns == l.reg.Owner(row.ID)) {
 		return
 	}
+	if row.Active && (old == nil || !old.Active) && l.placement != nil && l.loaded.Load() {
+		l.placement.Claim(ctx, row.ID) // new here: its owner claims it at once
+		hold, owns = l.place(row)
+	}
 	l.mu.Lock()
+	if old != nil {
+		delete(l.byRef, ref{old.WorkspaceID, old.ExternalID})
+	}
 	l.rows[row.ID] = row
+	l.byRef[ref{row.WorkspaceID, row.ExternalID}] = row.ID
 	l.mu.Unlock()
 
+	if hold {
+		l.reg.SetOwner(row.ID, owns)
+	}
 	switch {
-	case !hold && held && row.Active:
-		l.reg.Remove(row.ID) // another replica holds it now
 	case !hold && held:
 		l.reg.Remove(row.ID)
 	case hold && !held:
@@ -139,8 +164,8 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 	case hold && old != nil && connectionChanged(old, row):
 		// The new client connects first, then replaces the old one.
 		l.connect(ctx, row, true)
-	case hold && old != nil:
-		l.applyFlags(ctx, row)
+	case hold && old != nil && row.ConfigVersion != old.ConfigVersion:
+		l.applyTools(ctx, row, owns)
 	}
 	if row.Active {
 		l.agents.settle(row, l.emb)
@@ -149,12 +174,50 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 	}
 }
 
+// place says whether this replica holds a connection for row, and
+// whether it owns it.
+func (l *Connectors) place(row *store.Connector) (hold, owns bool) {
+	if l.placement == nil {
+		return row.Active, true
+	}
+	return row.Active && l.placement.Holds(row), l.placement.Owns(row.ID)
+}
+
+// Touch has Run re-apply connector id soon: its placement changed (this
+// replica gained or lost its ownership). It never blocks.
+func (l *Connectors) Touch(id int64) {
+	l.mu.Lock()
+	l.due[id] = struct{}{}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Lookup returns the row of a workspace's connector as last applied.
+func (l *Connectors) Lookup(workspaceID, connectorID string) (*store.Connector, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.byRef[ref{workspaceID, connectorID}]
+	if !ok {
+		return nil, false
+	}
+	return l.rows[id], true
+}
+
+// ref is how callers name a connector.
+type ref struct{ workspaceID, connectorID string }
+
 // Deleted drops connector id's live copy: its connection closes, and
 // calls running on it fail with registry.ErrDeleted.
 func (l *Connectors) Deleted(id int64) {
 	unlock := l.lock(id)
 	defer unlock()
 	l.mu.Lock()
+	if row := l.rows[id]; row != nil {
+		delete(l.byRef, ref{row.WorkspaceID, row.ExternalID})
+	}
 	delete(l.rows, id)
 	l.mu.Unlock()
 	l.reg.Delete(id)
@@ -328,16 +391,42 @@ func (l *Connectors) connect(ctx context.Context, row *store.Connector, replace 
 	l.reg.Add(spec)
 }
 
-// applyFlags gives the live catalog the stored tools' operator flags.
-func (l *Connectors) applyFlags(ctx context.Context, row *store.Connector) {
+// applyTools gives the live catalog the stored tools' operator flags; a
+// follower whose tools differ from those the owner stored re-lists them.
+func (l *Connectors) applyTools(ctx context.Context, row *store.Connector, owns bool) {
 	tools, err := l.db.ConnectorTools(ctx, row.ID)
 	if err != nil {
 		l.logger.WarnContext(ctx, "read tool flags", append(ConnectorAttrs(row), slog.String("error", err.Error()))...)
 		return
 	}
+	stored := map[string]string{}
 	for _, t := range tools {
 		l.reg.SetToolEnabled(row.ID, t.Name, t.Enabled)
 		l.reg.SetToolApproval(row.ID, t.Name, t.RequiresApproval)
+		if t.Listed {
+			stored[t.Name] = t.Description
+		}
+	}
+	if owns {
+		return
+	}
+	local, err := l.reg.Tools(row.ID)
+	if err != nil || len(local) == 0 {
+		return // not connected yet: its connect lists the tools
+	}
+	same := len(local) == len(stored)
+	for _, t := range local {
+		if d, ok := stored[t.Name]; !ok || d != t.Description {
+			same = false
+		}
+	}
+	if same {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.reg.Resync(rctx, row.ID); err != nil {
+		l.logger.WarnContext(ctx, "re-list tools after the owner's sync", append(ConnectorAttrs(row), slog.String("error", err.Error()))...)
 	}
 }
 

@@ -23,6 +23,24 @@ type Source struct {
 	db     *store.DB
 	box    *secret.Box
 	logger *slog.Logger
+	// fences, when set, says what this replica's owned writes carry;
+	// without it (a single replica outside a cluster) writes are not fenced.
+	fences func(id int64) (store.Fence, bool)
+}
+
+// FenceWith makes the catalog syncs and health writes of connector id
+// carry fences(id), and skips them when this replica does not own it. Call
+// it before the registry runs.
+func (s *Source) FenceWith(fences func(id int64) (store.Fence, bool)) { s.fences = fences }
+
+// fence returns the fence of connector id's owned writes: nil without
+// fences, and ok false when this replica does not own the connector.
+func (s *Source) fence(id int64) (f *store.Fence, ok bool) {
+	if s.fences == nil {
+		return nil, true
+	}
+	got, ok := s.fences(id)
+	return &got, ok
 }
 
 // NewSource returns the registry's view of db.
@@ -78,7 +96,11 @@ func (s *Source) SyncTools(ctx context.Context, id int64, tools []mcp.Tool) (reg
 		}
 		specs = append(specs, spec)
 	}
-	res, err := s.db.SyncTools(ctx, id, specs)
+	fence, ok := s.fence(id)
+	if !ok {
+		return registry.ToolChanges{}, fmt.Errorf("sync the catalog of connector %d: %w", id, store.ErrNotOwner)
+	}
+	res, err := s.db.SyncTools(ctx, id, specs, fence)
 	if err != nil {
 		return registry.ToolChanges{}, err
 	}
@@ -126,9 +148,14 @@ func ToolSpec(t mcp.Tool) (store.ToolSpec, error) {
 // with the query values of any URL in it redacted.
 func (s *Source) SaveHealth(ctx context.Context, id int64, h registry.Health) error {
 	checked := h.CheckedAt
-	return s.db.SaveHealth(ctx, id, store.Health{
-		State: string(h.State), LastError: h.LastError, Latency: h.Latency, CheckedAt: &checked, ProtocolVersion: h.ProtocolVersion,
-	})
+	sh := store.Health{State: string(h.State), LastError: h.LastError, Latency: h.Latency, CheckedAt: &checked, ProtocolVersion: h.ProtocolVersion}
+	switch fence, ok := s.fence(id); {
+	case !ok:
+		return nil // the owner writes it
+	case fence != nil:
+		return s.db.SaveHealthFenced(ctx, id, *fence, sh)
+	}
+	return s.db.SaveHealth(ctx, id, sh)
 }
 
 // AddUsage implements registry.ConnectorSource.

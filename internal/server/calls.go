@@ -34,6 +34,12 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
+	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		return connectorv1.NewConnectorServiceClient(conn).CallTool(ctx, req)
+	}
 	resp, err := s.callTool(ctx, req, nil)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -45,6 +51,16 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 // the server's progress notifications for the call streamed before the
 // result. The caller cancelling the stream cancels the call.
 func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
+	if conn, err := s.ownerConn(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
+		if err != nil {
+			return s.toStatus(stream.Context(), err)
+		}
+		up, err := connectorv1.NewConnectorServiceClient(conn).StreamCallTool(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		return relay(up.Recv, stream.Send)
+	}
 	return serveStream(s, stream, s.cfg.DefaultRPCTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.StreamCallToolResponse, error) {
 			resp, err := s.callTool(ctx, req, func(p registry.Progress) {
@@ -148,6 +164,12 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), true); err != nil || conn != nil {
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		return connectorv1.NewConnectorServiceClient(conn).RefreshTools(ctx, req)
+	}
 	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -172,6 +194,12 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 func (s *Server) CheckConnector(ctx context.Context, req *connectorv1.CheckConnectorRequest) (*connectorv1.CheckConnectorResponse, error) {
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
+	}
+	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), true); err != nil || conn != nil {
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		return connectorv1.NewConnectorServiceClient(conn).CheckConnector(ctx, req)
 	}
 	c, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {

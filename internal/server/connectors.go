@@ -310,7 +310,7 @@ func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string,
 }
 
 // render is a connector for a response, with the registry's live health
-// and open sessions when it holds the connector.
+// when this replica owns the connector, and the sessions it has open.
 // The counters include the query counts not written to the store yet.
 func (s *Server) render(c *store.Connector) *connectorv1.Connector {
 	if d := s.counts.unwritten(c.ID); d != (store.Counters{}) {
@@ -319,8 +319,12 @@ func (s *Server) render(c *store.Connector) *connectorv1.Connector {
 		c = &withCounts
 	}
 	p := connectorToProto(c)
-	if h, err := s.reg.Health(c.ID); err == nil && c.Active {
+	// The owner's health is live; another replica's is what the owner
+	// last wrote, in the row.
+	if h, err := s.reg.Health(c.ID); err == nil && c.Active && s.reg.Owner(c.ID) {
 		p.Health = liveHealthToProto(h)
+	}
+	if c.Active {
 		p.OpenSessions = int32(s.reg.SessionCount(c.ID))
 	}
 	return p

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
@@ -118,7 +119,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.NotFound, ReasonConnectorNotFound, msg)
 	case errors.Is(err, registry.ErrDeactivated):
 		return newStatus(codes.FailedPrecondition, ReasonConnectorInactive, msg+"; activate it with ActivateConnector")
-	case errors.Is(err, registry.ErrUnavailable), errors.Is(err, registry.ErrNotLoaded), errors.Is(err, registry.ErrClosed):
+	case errors.Is(err, registry.ErrUnavailable), errors.Is(err, registry.ErrNotLoaded), errors.Is(err, registry.ErrClosed),
+		errors.Is(err, live.ErrNoRoute):
 		// The message is the MCP server's connection error: addresses and
 		// reasons, never header or env values, URL query values redacted.
 		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)

@@ -37,6 +37,12 @@ type queryRequest interface {
 
 // QueryConnector implements connector.v1.ConnectorService.
 func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConnectorRequest) (*connectorv1.QueryConnectorResponse, error) {
+	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		return connectorv1.NewConnectorServiceClient(conn).QueryConnector(ctx, req)
+	}
 	res, err := s.query(ctx, req, nil)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -48,6 +54,16 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 // run as QueryConnector, streamed. The caller cancelling the stream
 // cancels the run and its tool calls.
 func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
+	if conn, err := s.ownerConn(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
+		if err != nil {
+			return s.toStatus(stream.Context(), err)
+		}
+		up, err := connectorv1.NewConnectorServiceClient(conn).StreamQueryConnector(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		return relay(up.Recv, stream.Send)
+	}
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {
 			res, err := s.query(ctx, req, streamEvents(send))

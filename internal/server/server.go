@@ -97,6 +97,7 @@ type Server struct {
 	// live keeps the connectors' connections, catalogs and agents in line
 	// with their rows: every handler that writes a row calls it after.
 	live   *live.Connectors
+	router *live.Router // nil: a single replica, nothing to forward
 	limits rateLimits
 	counts *queryCounts // queries' counters on their way to the store
 	runs   *runs.Log    // query run records on their way to the store
@@ -117,6 +118,9 @@ type Deps struct {
 	// Live keeps the connectors' live copies in line with their rows; the
 	// caller loads and runs it.
 	Live *live.Connectors
+	// Router sends the calls another replica must serve there (stdio
+	// connectors' calls to their owner); nil serves every call here.
+	Router *live.Router
 	// Agent answers queries; nil means no LLM is configured, and only the
 	// query RPCs refuse (FAILED_PRECONDITION).
 	Agent *orchestrator.Agent
@@ -164,7 +168,7 @@ func New(d Deps, cfg Config) *Server {
 	if d.DB != nil {
 		limits.Exact = d.DB
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, agent: d.Agent, keys: d.Keys,
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, router: d.Router, agent: d.Agent, keys: d.Keys,
 		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
@@ -197,6 +201,29 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 // the status the caller got). opts come after the service's own, for
 // transport credentials (TLS).
 func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(append(s.serverOptions(true), opts...)...)
+	connectorv1.RegisterConnectorServiceServer(g, s)
+	hs := health.NewServer()
+	SetServing(hs, false)
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return g, hs
+}
+
+// NewInternalGRPCServer returns the grpc.Server of the internal listener,
+// where other replicas forward the calls this one serves: s with the
+// service's interceptors but no API key guard (the caller's key was
+// checked by the replica it called), no health or reflection. opts must
+// authenticate the replicas (forward.ServerOptions): nothing else does.
+func NewInternalGRPCServer(s *Server, opts ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(append(s.serverOptions(false), opts...)...)
+	connectorv1.RegisterConnectorServiceServer(g, s)
+	return g
+}
+
+// serverOptions are the service's own: workers, message sizes, spans and
+// metrics, and the interceptors (with the auth guard if guarded).
+func (s *Server) serverOptions(guarded bool) []grpc.ServerOption {
 	server := []grpc.ServerOption{
 		// RPCs run on a goroutine per CPU that stays, while one is free,
 		// on a new goroutine otherwise. A new goroutine starts with a small
@@ -222,21 +249,14 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 		unary, stream = append(unary, t.unary), append(stream, t.stream)
 	}
 	unary, stream = append(unary, s.recoverUnary), append(stream, s.recoverStream)
-	if s.keys != nil && s.cfg.Auth.Guarded() {
+	if guarded && s.keys != nil && s.cfg.Auth.Guarded() {
 		guard := auth.NewGuard(s.keys, s.cfg.Auth, accessRules(), s.logger)
 		unary = append(unary, guard.Unary())
 		stream = append(stream, guard.Stream())
 	}
-	g := grpc.NewServer(append(append(server,
+	return append(server,
 		grpc.ChainUnaryInterceptor(append(unary, s.logUnary, s.deadlineUnary)...),
-		grpc.ChainStreamInterceptor(append(stream, s.logStream)...),
-	), opts...)...)
-	connectorv1.RegisterConnectorServiceServer(g, s)
-	hs := health.NewServer()
-	SetServing(hs, false)
-	healthpb.RegisterHealthServer(g, hs)
-	reflection.Register(g)
-	return g, hs
+		grpc.ChainStreamInterceptor(append(stream, s.logStream)...))
 }
 
 // SetServing reports every service of hs as serving or not.

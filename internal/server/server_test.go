@@ -532,7 +532,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 	check, err := f.client.CheckConnector(ctx(t), &connectorv1.CheckConnectorRequest{WorkspaceId: "ws", ConnectorId: "h"})
 	responses, errs = append(responses, check), append(errs, err)
 	row, _ := f.db.GetConnector(ctx(t), "ws", "h")
-	if _, err := f.db.SyncTools(ctx(t), row.ID, []store.ToolSpec{{Name: "echo"}}); err != nil {
+	if _, err := f.db.SyncTools(ctx(t), row.ID, []store.ToolSpec{{Name: "echo"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.call(t, "ws", "h", "echo", nil)
@@ -732,7 +732,7 @@ func TestTools(t *testing.T) {
 		{Name: "search", Description: "Searches", InputSchema: []byte(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
 			Annotations: store.ToolAnnotations{ReadOnlyHint: &readOnly}},
 		{Name: "delete_repo", Description: "Deletes"},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,3 +194,17 @@ func (l *Listener) listen(ctx context.Context, listening func()) error {
 		}
 	}
 }
+
+// ActiveConnectorIDs returns the ids of the active connectors, in order:
+// the keys the replicas share ownership of.
+func (db *DB) ActiveConnectorIDs(ctx context.Context) ([]int64, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id FROM connectors WHERE active ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("active connector ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("active connector ids: %w", err)
+	}
+	return ids, nil
+}

@@ -234,7 +234,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 		spec("echo", "Echoes", `{"type":"object","properties":{"text":{"type":"string"}}}`),
 		spec("add", "Adds", `{"type":"object"}`),
 		spec("gone", "Goes away", `{}`),
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 	// Same schema with other spacing and key order is not a change.
 	echo := spec("echo", "Echoes", `{"properties": {"text": {"type": "string"}}, "type": "object"}`)
 	echo.Annotations.ReadOnlyHint = &yes
-	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")})
+	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestSyncToolsKeepsOperatorFlags(t *testing.T) {
 		t.Errorf("add after re-sync = %+v", a)
 	}
 
-	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")})
+	res, err = db.SyncTools(ctx, c.ID, []store.ToolSpec{echo, spec("add", "Adds two numbers", `{"type":"object"}`), spec("new", "", "")}, nil)
 	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed) != 0 || !slices.Equal(res.Disabled, []string{"echo"}) || !res.Approval["echo"] {
 		t.Errorf("unchanged sync = %+v, %v; want no changes and echo disabled", res, err)
 	}
@@ -282,7 +282,7 @@ func TestSyncToolsDisableNewTools(t *testing.T) {
 	c := newConnector("ws1", "a")
 	c.Config.DisableNewTools = true
 	c = mustCreate(t, db, c)
-	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if tool := toolsByName(t, db, "ws1", "a")["t"]; tool.Enabled {
@@ -297,7 +297,7 @@ func TestUpdateToolFlags(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.NewDB(t)
 	c := mustCreate(t, db, newConnector("ws1", "a"))
-	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	yes, no := true, false
@@ -329,7 +329,7 @@ func TestDeleteCascadesTools(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.NewDB(t)
 	c := mustCreate(t, db, newConnector("ws1", "a"))
-	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}); err != nil {
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "", "")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.DeleteConnector(ctx, "ws1", "a"); err != nil {
@@ -339,7 +339,7 @@ func TestDeleteCascadesTools(t *testing.T) {
 	if again.ToolCount != 0 {
 		t.Errorf("re-created connector has %d tools, want 0", again.ToolCount)
 	}
-	if _, err := db.SyncTools(ctx, c.ID, nil); !errors.Is(err, store.ErrConnectorNotFound) {
+	if _, err := db.SyncTools(ctx, c.ID, nil, nil); !errors.Is(err, store.ErrConnectorNotFound) {
 		t.Errorf("SyncTools on a deleted connector: err = %v, want ErrConnectorNotFound", err)
 	}
 }
@@ -388,7 +388,7 @@ func TestGetTool(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.NewDB(t)
 	c := mustCreate(t, db, newConnector("ws1", "a"))
-	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "desc", "")}); err != nil {
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "desc", "")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if tool, err := db.GetTool(ctx, "ws1", "a", "t"); err != nil || tool.Description != "desc" {
@@ -397,7 +397,7 @@ func TestGetTool(t *testing.T) {
 	if _, err := db.GetTool(ctx, "ws1", "a", "nope"); !errors.Is(err, store.ErrToolNotFound) {
 		t.Errorf("unknown tool: err = %v, want ErrToolNotFound", err)
 	}
-	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "desc", ""), spec("a", "", "")}); err != nil {
+	if _, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("t", "desc", ""), spec("a", "", "")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	all, err := db.ConnectorTools(ctx, c.ID)
@@ -411,7 +411,7 @@ func TestSyncToolsKeepsFlagsOfToolsThatDropOut(t *testing.T) {
 	db := storetest.NewDB(t)
 	c := mustCreate(t, db, newConnector("ws1", "a"))
 	both := []store.ToolSpec{spec("x", "Flaps", `{}`), spec("y", "Stays", `{}`)}
-	if _, err := db.SyncTools(ctx, c.ID, both); err != nil {
+	if _, err := db.SyncTools(ctx, c.ID, both, nil); err != nil {
 		t.Fatal(err)
 	}
 	no, yes := false, true
@@ -419,7 +419,7 @@ func TestSyncToolsKeepsFlagsOfToolsThatDropOut(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := db.SyncTools(ctx, c.ID, both[1:])
+	res, err := db.SyncTools(ctx, c.ID, both[1:], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,12 +439,12 @@ func TestSyncToolsKeepsFlagsOfToolsThatDropOut(t *testing.T) {
 	if got, _ := db.GetConnector(ctx, "ws1", "a"); got.ToolCount != 1 {
 		t.Errorf("ToolCount without x = %d, want 1", got.ToolCount)
 	}
-	res, err = db.SyncTools(ctx, c.ID, both[1:])
+	res, err = db.SyncTools(ctx, c.ID, both[1:], nil)
 	if err != nil || len(res.Added)+len(res.Changed)+len(res.Removed)+len(res.Disabled) != 0 {
 		t.Errorf("second sync without x = %+v, %v; want no changes", res, err)
 	}
 
-	res, err = db.SyncTools(ctx, c.ID, both)
+	res, err = db.SyncTools(ctx, c.ID, both, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestUpdateToolFlagsOfUnlistedTool(t *testing.T) {
 	db := storetest.NewDB(t)
 	c := mustCreate(t, db, newConnector("ws1", "a"))
 	for _, specs := range [][]store.ToolSpec{{spec("x", "", "")}, nil} {
-		if _, err := db.SyncTools(ctx, c.ID, specs); err != nil {
+		if _, err := db.SyncTools(ctx, c.ID, specs, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -472,7 +472,7 @@ func TestUpdateToolFlagsOfUnlistedTool(t *testing.T) {
 	if err != nil || got.Enabled || got.Listed {
 		t.Fatalf("UpdateToolFlags(unlisted x, enabled=false) = %+v, %v; want it disabled, not listed", got, err)
 	}
-	res, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("x", "", "")})
+	res, err := db.SyncTools(ctx, c.ID, []store.ToolSpec{spec("x", "", "")}, nil)
 	if err != nil || !slices.Equal(res.Added, []string{"x"}) || !slices.Equal(res.Disabled, []string{"x"}) {
 		t.Errorf("sync with x again = %+v, %v; want x added and disabled", res, err)
 	}

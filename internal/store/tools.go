@@ -147,10 +147,17 @@ func (db *DB) UpdateToolFlags(ctx context.Context, workspaceID, externalID, name
 // and annotations while keeping their operator flags, and tools the server no
 // longer lists are marked not listed, flags kept. A tool listed again is
 // reported Added and keeps the flags it had. Returns ErrConnectorNotFound if
-// the connector is gone.
-func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec) (SyncResult, error) {
+// the connector is gone. With a fence, the sync writes only while the
+// fence holds (ErrNotOwner otherwise): the replica that read the tools
+// still owns the connector.
+func (db *DB) SyncTools(ctx context.Context, connectorID int64, specs []ToolSpec, fence *Fence) (SyncResult, error) {
 	var res SyncResult
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
+		if fence != nil {
+			if err := db.CheckFence(ctx, tx, connectorID, *fence); err != nil {
+				return err
+			}
+		}
 		var cfg Config
 		err := tx.QueryRow(ctx, `SELECT config FROM connectors WHERE id = $1 FOR UPDATE`, connectorID).Scan(&cfg)
 		if err != nil {
