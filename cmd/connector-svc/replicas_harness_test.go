@@ -117,7 +117,7 @@ func binaries(t testing.TB) (svc, stdio string) {
 }
 
 // replica is one process of the service.
-type replica struct {
+type replicaProc struct {
 	id     string
 	cmd    *exec.Cmd
 	addr   string // gRPC
@@ -129,22 +129,22 @@ type replica struct {
 }
 
 // cluster is a set of replicas on one database.
-type cluster struct {
+type testCluster struct {
 	t     testing.TB
 	url   string
 	env   map[string]string
 	stdio string // the stdio test server's path
 	pids  string // directory of the stdio processes' pid files
 	mu    sync.Mutex
-	byID  map[string]*replica
+	byID  map[string]*replicaProc
 }
 
 // newCluster starts replicas with the given ids on a fresh database. env
 // adds to (or overrides) the defaults.
-func newCluster(t testing.TB, env map[string]string, ids ...string) *cluster {
+func newCluster(t testing.TB, env map[string]string, ids ...string) *testCluster {
 	t.Helper()
 	_, stdio := binaries(t)
-	c := &cluster{t: t, url: storetest.NewURL(t), stdio: stdio, pids: t.TempDir(), byID: map[string]*replica{},
+	c := &testCluster{t: t, url: storetest.NewURL(t), stdio: stdio, pids: t.TempDir(), byID: map[string]*replicaProc{},
 		env: map[string]string{
 			"SECRET_KEY": testKey, "GRPC_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0", "INTERNAL_ADDR": "127.0.0.1:0",
 			"REPLICA_TTL": replicaTTL.String(), "HEALTH_INTERVAL": "1s", "STDIO_ALLOWED_COMMANDS": stdio,
@@ -186,7 +186,7 @@ func newCluster(t testing.TB, env map[string]string, ids ...string) *cluster {
 // start runs replica id (again, if it ran before) and waits until it
 // serves gRPC. It must not call Fatal from another goroutine, so a replica
 // that does not serve is reported with Error and left nil.
-func (c *cluster) start(id string) *replica {
+func (c *testCluster) start(id string) *replicaProc {
 	svc, _ := binaries(c.t)
 	cmd := exec.Command(svc)
 	env := os.Environ()
@@ -205,7 +205,7 @@ func (c *cluster) start(id string) *replica {
 		c.t.Errorf("start replica %s: %v", id, err)
 		return nil
 	}
-	r := &replica{id: id, cmd: cmd, out: out, exited: make(chan struct{})}
+	r := &replicaProc{id: id, cmd: cmd, out: out, exited: make(chan struct{})}
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -245,7 +245,7 @@ func (c *cluster) start(id string) *replica {
 	return r
 }
 
-func (r *replica) running() bool {
+func (r *replicaProc) running() bool {
 	select {
 	case <-r.exited:
 		return false
@@ -255,7 +255,7 @@ func (r *replica) running() bool {
 }
 
 // get returns replica id, failing the test if it never started.
-func (c *cluster) get(id string) *replica {
+func (c *testCluster) get(id string) *replicaProc {
 	c.t.Helper()
 	c.mu.Lock()
 	r := c.byID[id]
@@ -267,10 +267,10 @@ func (c *cluster) get(id string) *replica {
 }
 
 // client is replica id's gRPC client.
-func (c *cluster) client(id string) connectorv1.ConnectorServiceClient { return c.get(id).client }
+func (c *testCluster) client(id string) connectorv1.ConnectorServiceClient { return c.get(id).client }
 
 // kill9 kills replica id with SIGKILL and waits for the process to end.
-func (c *cluster) kill9(id string) {
+func (c *testCluster) kill9(id string) {
 	c.t.Helper()
 	r := c.get(id)
 	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -281,7 +281,7 @@ func (c *cluster) kill9(id string) {
 
 // term stops replica id with SIGTERM, waits for it to exit and fails the
 // test unless it exits 0 within 30 s.
-func (c *cluster) term(id string) {
+func (c *testCluster) term(id string) {
 	c.t.Helper()
 	r := c.get(id)
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -298,7 +298,7 @@ func (c *cluster) term(id string) {
 }
 
 // restart starts replica id again after it stopped.
-func (c *cluster) restart(id string) *replica {
+func (c *testCluster) restart(id string) *replicaProc {
 	c.t.Helper()
 	r := c.start(id)
 	if r == nil {
@@ -309,7 +309,7 @@ func (c *cluster) restart(id string) *replica {
 
 // db opens a connection to the cluster's database for the test's own
 // queries.
-func (c *cluster) db() *pgx.Conn {
+func (c *testCluster) db() *pgx.Conn {
 	c.t.Helper()
 	conn, err := pgx.Connect(context.Background(), c.url)
 	if err != nil {
@@ -357,7 +357,7 @@ func owners(ctx context.Context, db *pgx.Conn) (map[string]owner, error) {
 }
 
 // waitMembers waits until exactly ids are the live replicas.
-func (c *cluster) waitMembers(ids ...string) {
+func (c *testCluster) waitMembers(ids ...string) {
 	c.t.Helper()
 	db := c.db()
 	want := slices.Sorted(slices.Values(ids))
@@ -530,17 +530,17 @@ func httpConnector(id, url string) *connectorv1.Connector {
 
 // stdioConnector is a connector running the stdio test server, which
 // appends its pid to a file of its own in the cluster's pid directory.
-func (c *cluster) stdioConnector(id string) *connectorv1.Connector {
+func (c *testCluster) stdioConnector(id string) *connectorv1.Connector {
 	return &connectorv1.Connector{ConnectorId: id, Name: id, Transport: connectorv1.Transport_TRANSPORT_STDIO,
 		ApprovalPolicy: noApproval, Connection: &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
 			Command: c.stdio, Args: []string{"-pidfile", c.pidFile(id)}}}}
 }
 
-func (c *cluster) pidFile(connector string) string { return filepath.Join(c.pids, connector+".pids") }
+func (c *testCluster) pidFile(connector string) string { return filepath.Join(c.pids, connector+".pids") }
 
 // liveProcesses returns the pids in connector's pid file whose process
 // still runs (not a zombie).
-func (c *cluster) liveProcesses(connector string) []int {
+func (c *testCluster) liveProcesses(connector string) []int {
 	b, _ := os.ReadFile(c.pidFile(connector))
 	var live []int
 	for _, f := range strings.Fields(string(b)) {
@@ -586,7 +586,7 @@ type processWatch struct {
 	stop func()
 }
 
-func (c *cluster) watchProcesses(connectors ...string) *processWatch {
+func (c *testCluster) watchProcesses(connectors ...string) *processWatch {
 	w := &processWatch{most: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -662,7 +662,7 @@ func echo(ctx context.Context, client connectorv1.ConnectorServiceClient, connec
 
 // waitCallable waits until echo on connector works through every replica
 // named, and fails the test after d.
-func (c *cluster) waitCallable(d time.Duration, kind, connector string, ids ...string) {
+func (c *testCluster) waitCallable(d time.Duration, kind, connector string, ids ...string) {
 	c.t.Helper()
 	for _, id := range ids {
 		var err error

@@ -52,7 +52,7 @@ func refused(err error, want ...codes.Code) error {
 // propagate makes ch through A and returns how long until B and C both
 // show it (from just before the write), or an error naming the replica
 // that did not within propagationTimeout.
-func propagate(c *cluster, ch change, to ...string) (time.Duration, error) {
+func propagate(c *testCluster, ch change, to ...string) (time.Duration, error) {
 	start := time.Now()
 	if err := ch.do(ctxFor(c.t, 20*time.Second)); err != nil {
 		return 0, fmt.Errorf("%s through a: %v", ch.what, err)
@@ -816,7 +816,7 @@ func BenchmarkReplicasCallTool(b *testing.B) {
 	solo := newCluster(b, nil, "solo")
 	three := newCluster(b, nil, "a", "b", "c")
 	three.waitMembers("a", "b", "c")
-	for _, c := range []*cluster{solo, three} {
+	for _, c := range []*testCluster{solo, three} {
 		create(b, c.client(c.firstID()), httpConnector("h", up.url("/h")))
 		create(b, c.client(c.firstID()), c.stdioConnector("s"))
 	}
@@ -861,7 +861,7 @@ func BenchmarkReplicasCallTool(b *testing.B) {
 }
 
 // firstID is the id of one of the cluster's replicas.
-func (c *cluster) firstID() string {
+func (c *testCluster) firstID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ids := make([]string, 0, len(c.byID))
