@@ -285,6 +285,7 @@ type callRecord struct {
 	replica   string
 	connector string
 	err       error
+	end       time.Time
 }
 
 func (l *callLog) add(r callRecord) {
@@ -377,7 +378,7 @@ func TestReplicasKill9UnderLoad(t *testing.T) {
 				}
 				start := time.Now()
 				err := retryUnavailable(func(bool) error { return echo(context.Background(), client, conn, kind) })
-				log.add(callRecord{start, id, conn, err})
+				log.add(callRecord{start, id, conn, err, time.Now()})
 			}
 		}()
 	}
@@ -438,8 +439,10 @@ func TestReplicasKill9UnderLoad(t *testing.T) {
 		if r.err == nil {
 			continue
 		}
-		if isOfA[r.connector] && r.start.After(killedAt) && r.start.Before(grace) {
-			inWindow++ // a's stdio connectors are down until taken over
+		if isOfA[r.connector] && r.end.After(killedAt) && r.start.Before(grace) {
+			// a's stdio connectors are down until taken over: a call that
+			// ran on a's process when it died, or came before the takeover.
+			inWindow++
 			continue
 		}
 		failed++
@@ -531,7 +534,7 @@ func TestReplicasRollingRestart(t *testing.T) {
 					on = live.pick(pick)
 					return echo(context.Background(), c.client(on), conn, kind)
 				})
-				log.add(callRecord{start, on, conn, err})
+				log.add(callRecord{start, on, conn, err, time.Now()})
 			}
 		}()
 	}
