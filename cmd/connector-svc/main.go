@@ -225,6 +225,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	defer rep.close()
 	src := live.NewSource(db, box, logger)
 	src.FenceWith(rep.owners.Fence) // only the owner syncs catalogs and writes health
+	var sessions *live.Sessions     // set below; the registry's hooks run once it serves
 	reg := registry.New(src, registry.Config{
 		HealthInterval:           cfg.HealthInterval,
 		Concurrency:              cfg.HealthConcurrency,
@@ -236,9 +237,12 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		MeterProvider:            obs.meters,
 		TracerProvider:           tp,
 		// A per-session HTTP session outlives this replica, for another
-		// to adopt.
-		DetachSessions: true,
+		// to adopt; the sessions table says who holds which.
+		DetachSessions:  true,
+		OnSessionOpened: func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) },
+		OnSessionClosed: func(id int64, sid string) { sessions.Closed(id, sid) },
 	}, logger)
+	sessions = live.NewSessions(db, reg, box, rep.members, rep.pool, cfg.MaxSessions, logger)
 	agent, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
@@ -264,7 +268,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
 		keys.Follow(listener)
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: live.NewRouter(rep.owners, rep.pool),
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: live.NewRouter(rep.owners, rep.pool), Sessions: sessions,
 		Replicas: rep.replicas, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp, MeterProvider: obs.meters}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,

@@ -536,7 +536,9 @@ func (c *testCluster) stdioConnector(id string) *connectorv1.Connector {
 			Command: c.stdio, Args: []string{"-pidfile", c.pidFile(id)}}}}
 }
 
-func (c *testCluster) pidFile(connector string) string { return filepath.Join(c.pids, connector+".pids") }
+func (c *testCluster) pidFile(connector string) string {
+	return filepath.Join(c.pids, connector+".pids")
+}
 
 // liveProcesses returns the pids in connector's pid file whose process
 // still runs (not a zombie).

@@ -122,3 +122,39 @@ func (s *session) detach() {
 		s.end.dead.Store(true)
 	}
 }
+
+// HasSession reports whether caller session sessionID of connector id has
+// its connection entry here (open, opening, or adopted and not used yet).
+func (r *Registry) HasSession(id int64, sessionID string) bool {
+	c, err := r.get(id)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sessions[sessionID] != nil
+}
+
+// Restarted tells caller session sessionID of per_session connector id
+// that it had an MCP session elsewhere (on a replica that stopped) that
+// cannot be adopted: the first call that runs on the new session here
+// reports CallOptions.Restarted. False where the registry does not hold
+// the connector or the session is live here already.
+func (r *Registry) Restarted(id int64, sessionID string) bool {
+	c, err := r.get(id)
+	if err != nil || !c.perSession() || sessionID == "" {
+		return false
+	}
+	sc, err := c.sessionFor(sessionID)
+	if err != nil {
+		return false
+	}
+	defer sc.done()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.closed || sc.sess != nil {
+		return false
+	}
+	sc.had = true
+	return true
+}

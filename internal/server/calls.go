@@ -34,10 +34,11 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
-	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
+	conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if conn != nil {
 		return connectorv1.NewConnectorServiceClient(conn).CallTool(ctx, req)
 	}
 	resp, err := s.callTool(ctx, req, nil)
@@ -51,10 +52,11 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 // the server's progress notifications for the call streamed before the
 // result. The caller cancelling the stream cancels the call.
 func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
-	if conn, err := s.ownerConn(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
-		if err != nil {
-			return s.toStatus(stream.Context(), err)
-		}
+	conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false)
+	if err != nil {
+		return s.toStatus(stream.Context(), err)
+	}
+	if conn != nil {
 		up, err := connectorv1.NewConnectorServiceClient(conn).StreamCallTool(stream.Context(), req)
 		if err != nil {
 			return err
@@ -108,7 +110,10 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	start := time.Now()
 	// A per_session connector runs it on the session's own connection, and
 	// refuses without one (ErrSessionRequired).
-	opts := registry.CallOptions{Session: req.GetSessionId(), Progress: progress}
+	// Restarted: the call ran on a new MCP session in place of one the
+	// caller's session had (here, or on a replica that stopped).
+	var restarted bool
+	opts := registry.CallOptions{Session: req.GetSessionId(), Progress: progress, Restarted: &restarted}
 	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap(), opts)
 	if errors.Is(err, registry.ErrResultTooLarge) {
 		return nil, s.resultOverLimit()
@@ -121,6 +126,7 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 		return nil, err
 	}
 	resp.Duration = durationpb.New(time.Since(start))
+	resp.SessionRestarted = restarted
 	return resp, nil
 }
 
@@ -164,7 +170,7 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), true); err != nil || conn != nil {
+	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", true); err != nil || conn != nil {
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
@@ -195,7 +201,7 @@ func (s *Server) CheckConnector(ctx context.Context, req *connectorv1.CheckConne
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), true); err != nil || conn != nil {
+	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", true); err != nil || conn != nil {
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}

@@ -15,12 +15,14 @@ import (
 // internal listener, one hop, with the caller's request and deadline; the
 // owner's answer, error included, goes back as it is.
 
-// ownerConn returns the connection to the replica a call of a workspace's
-// connector must run on, or nil to run it here: it is this replica, the
-// connector is not known here (the call then fails here as it should), or
-// the call was forwarded here already. ownerOnly routes every transport's
-// calls to the owner, not only stdio ones.
-func (s *Server) ownerConn(ctx context.Context, workspaceID, connectorID string, ownerOnly bool) (*grpc.ClientConn, error) {
+// routeCall returns the connection to the replica a call of a workspace's
+// connector runs on, or nil to run it here: this replica owns what the
+// call needs, the connector is not known here (the call then fails here as
+// it should), or the call was forwarded here already. A stdio connector's
+// calls run on its owner (the one replica that runs its processes, its
+// sessions' included); with ownerOnly, every connector's. A per_session
+// connector's call with a session otherwise runs on the session's owner.
+func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessionID string, ownerOnly bool) (*grpc.ClientConn, error) {
 	if s.router == nil {
 		return nil, nil
 	}
@@ -28,7 +30,11 @@ func (s *Server) ownerConn(ctx context.Context, workspaceID, connectorID string,
 	if !ok || !row.Active {
 		return nil, nil
 	}
-	return s.router.ToOwner(ctx, row, ownerOnly)
+	conn, err := s.router.ToOwner(ctx, row, ownerOnly)
+	if err != nil || conn != nil || ownerOnly {
+		return conn, err
+	}
+	return s.sessions.Route(ctx, row, sessionID)
 }
 
 // relay passes a forwarded stream's messages on to the caller until the
@@ -59,5 +65,5 @@ func (s *Server) runOwnerConn(ctx context.Context, workspaceID, runID string) (*
 	if err != nil {
 		return nil, nil
 	}
-	return s.ownerConn(ctx, workspaceID, run.ConnectorExternalID, false)
+	return s.routeCall(ctx, workspaceID, run.ConnectorExternalID, run.SessionID, false)
 }

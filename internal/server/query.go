@@ -37,7 +37,7 @@ type queryRequest interface {
 
 // QueryConnector implements connector.v1.ConnectorService.
 func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConnectorRequest) (*connectorv1.QueryConnectorResponse, error) {
-	if conn, err := s.ownerConn(ctx, req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
+	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false); err != nil || conn != nil {
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
@@ -54,7 +54,7 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 // run as QueryConnector, streamed. The caller cancelling the stream
 // cancels the run and its tool calls.
 func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
-	if conn, err := s.ownerConn(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), false); err != nil || conn != nil {
+	if conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false); err != nil || conn != nil {
 		if err != nil {
 			return s.toStatus(stream.Context(), err)
 		}

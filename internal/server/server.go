@@ -96,15 +96,16 @@ type Server struct {
 	keys  *auth.Keys
 	// live keeps the connectors' connections, catalogs and agents in line
 	// with their rows: every handler that writes a row calls it after.
-	live   *live.Connectors
-	router *live.Router // nil: a single replica, nothing to forward
-	limits rateLimits
-	counts *queryCounts // queries' counters on their way to the store
-	runs   *runs.Log    // query run records on their way to the store
-	cfg    Config
-	logger *slog.Logger
-	tracer trace.TracerProvider
-	meters metric.MeterProvider // nil: no RPC metrics
+	live     *live.Connectors
+	router   *live.Router   // nil: a single replica, nothing to forward
+	sessions *live.Sessions // nil: sessions are this replica's alone
+	limits   rateLimits
+	counts   *queryCounts // queries' counters on their way to the store
+	runs     *runs.Log    // query run records on their way to the store
+	cfg      Config
+	logger   *slog.Logger
+	tracer   trace.TracerProvider
+	meters   metric.MeterProvider // nil: no RPC metrics
 }
 
 // Deps are the Server's collaborators.
@@ -121,6 +122,9 @@ type Deps struct {
 	// Router sends the calls another replica must serve there (stdio
 	// connectors' calls to their owner); nil serves every call here.
 	Router *live.Router
+	// Sessions routes a per-session connector's calls to the replica that
+	// holds the caller's session; nil keeps every session here.
+	Sessions *live.Sessions
 	// Agent answers queries; nil means no LLM is configured, and only the
 	// query RPCs refuse (FAILED_PRECONDITION).
 	Agent *orchestrator.Agent
@@ -168,7 +172,7 @@ func New(d Deps, cfg Config) *Server {
 	if d.DB != nil {
 		limits.Exact = d.DB
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, router: d.Router, agent: d.Agent, keys: d.Keys,
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, router: d.Router, sessions: d.Sessions, agent: d.Agent, keys: d.Keys,
 		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}

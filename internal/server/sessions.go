@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -35,15 +36,30 @@ func (s *Server) ListSessions(ctx context.Context, req *connectorv1.ListSessions
 			return nil, s.toStatus(ctx, err)
 		}
 	}
+	all := make([]*connectorv1.Session, 0, len(infos))
+	for _, in := range infos {
+		all = append(all, sessionToProto(in))
+	}
+	// With several replicas, each holds some of the sessions: ask the others.
+	peers, err := s.sessions.Peers(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	for _, conn := range peers {
+		theirs, err := connectorv1.NewConnectorServiceClient(conn).ListSessions(ctx, &connectorv1.ListSessionsRequest{
+			WorkspaceId: req.GetWorkspaceId(), ConnectorId: req.GetConnectorId(), PageSize: maxPageSize})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, theirs.GetSessions()...)
+	}
+	slices.SortFunc(all, func(a, b *connectorv1.Session) int { return strings.Compare(a.GetSessionId(), b.GetSessionId()) })
 	// Sessions come sorted by id: the page starts after the token's.
-	for len(infos) > 0 && after != "" && infos[0].SessionID <= after {
-		infos = infos[1:]
+	for len(all) > 0 && after != "" && all[0].GetSessionId() <= after {
+		all = all[1:]
 	}
 	resp := &connectorv1.ListSessionsResponse{}
-	infos, resp.NextPageToken = nextPage(infos, size, func(in registry.SessionInfo) string { return in.SessionID })
-	for _, in := range infos {
-		resp.Sessions = append(resp.Sessions, sessionToProto(in))
-	}
+	resp.Sessions, resp.NextPageToken = nextPage(all, size, func(in *connectorv1.Session) string { return in.GetSessionId() })
 	return resp, nil
 }
 
@@ -64,10 +80,13 @@ func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSession
 		return nil, s.toStatus(ctx, err)
 	}
 	var closed []registry.SessionInfo
+	var id int64
 	if req.GetConnectorId() == "" {
 		closed = s.reg.CloseSession(req.GetWorkspaceId(), req.GetSessionId(), 0)
 	} else {
-		id, held, err := s.heldConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+		var held bool
+		var err error
+		id, held, err = s.heldConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
@@ -78,6 +97,23 @@ func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSession
 	resp := &connectorv1.CloseSessionResponse{Closed: int32(len(closed))}
 	for _, in := range closed {
 		resp.Sessions = append(resp.Sessions, sessionToProto(in))
+	}
+	// With several replicas, the session may be held by another: ask each,
+	// and forget those whose replica is gone.
+	peers, err := s.sessions.Peers(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	for _, conn := range peers {
+		theirs, err := connectorv1.NewConnectorServiceClient(conn).CloseSession(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Closed += theirs.GetClosed()
+		resp.Sessions = append(resp.Sessions, theirs.GetSessions()...)
+	}
+	if _, err := s.sessions.DropOrphans(ctx, req.GetWorkspaceId(), req.GetSessionId(), id); err != nil {
+		return nil, s.toStatus(ctx, err)
 	}
 	return resp, nil
 }

@@ -1295,8 +1295,15 @@ type CallToolResponse struct {
 	StructuredContent *structpb.Struct       `protobuf:"bytes,2,opt,name=structured_content,json=structuredContent,proto3" json:"structured_content,omitempty"`
 	IsError           bool                   `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	Duration          *durationpb.Duration   `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For a per_session connector: the call ran on a new MCP session, not the
+	// one the caller's session had, and whatever state the server kept for it
+	// is gone. It happens when the server forgot the session, a stdio
+	// server's process ended, or the replica that held a stdio or SSE session
+	// stopped. A classic streamable-HTTP session moves to another replica
+	// without a restart.
+	SessionRestarted bool `protobuf:"varint,5,opt,name=session_restarted,json=sessionRestarted,proto3" json:"session_restarted,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CallToolResponse) Reset() {
@@ -1355,6 +1362,13 @@ func (x *CallToolResponse) GetDuration() *durationpb.Duration {
 		return x.Duration
 	}
 	return nil
+}
+
+func (x *CallToolResponse) GetSessionRestarted() bool {
+	if x != nil {
+		return x.SessionRestarted
+	}
+	return false
 }
 
 // As CallToolRequest.
@@ -3055,12 +3069,13 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
-	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\"\xdd\x01\n" +
+	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\"\x8a\x02\n" +
 	"\x10CallToolResponse\x12/\n" +
 	"\acontent\x18\x01 \x03(\v2\x15.connector.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x125\n" +
-	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xf5\x01\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12+\n" +
+	"\x11session_restarted\x18\x05 \x01(\bR\x10sessionRestarted\"\xf5\x01\n" +
 	"\x15StreamCallToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
