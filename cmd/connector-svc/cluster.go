@@ -152,9 +152,13 @@ func joinCluster(cfg config, db *store.DB, logger *slog.Logger) (*replica, error
 	return r, nil
 }
 
-// close closes the internal listener, if Serve did not, and the
-// connections to other replicas.
+// close leaves the cluster, if Run did not (serving failed after the
+// replica registered), and closes the internal listener, if Serve did
+// not, and the connections to other replicas.
 func (r *replica) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = r.members.Leave(ctx)
 	if r.internal != nil {
 		_ = r.internal.Close()
 	}

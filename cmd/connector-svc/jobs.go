@@ -41,7 +41,7 @@ func runJobs(ctx context.Context, serving, drained []job, logger *slog.Logger) e
 	eg, ctx := errgroup.WithContext(ctx)
 	for _, j := range serving {
 		eg.Go(func() error {
-			if err := j.run(ctx); err != nil {
+			if err := j.run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 				return fmt.Errorf("%s: %w", j.name, err)
 			}
 			return nil

@@ -251,6 +251,14 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		ReconcileInterval: cfg.Cluster.ReconcileInterval})
 	rep.owners.OnGained(func(id, _ int64) { lv.Touch(id) })
 	rep.owners.OnLostOwnership(lv.Touch)
+	// Join, and claim this replica's share, before loading: a connector
+	// is then connected at once in its role, a stdio one where it runs.
+	if err := rep.members.Register(ctx); err != nil {
+		return fmt.Errorf("join the replicas on the database: %w", err)
+	}
+	if err := rep.owners.Sync(ctx); err != nil {
+		return fmt.Errorf("claim this replica's connectors: %w", err)
+	}
 	if err := lv.Load(ctx); err != nil {
 		return err
 	}

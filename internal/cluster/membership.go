@@ -121,8 +121,16 @@ func (m *Membership) Notified(payload string) {
 // ownership goes with it) and notifies the others. It returns an error only
 // if the first registration fails, and nil when ctx ends.
 func (m *Membership) Run(ctx context.Context) error {
-	if err := m.register(ctx); err != nil {
-		return err
+	m.mu.Lock()
+	registered := m.registered
+	m.mu.Unlock()
+	if !registered {
+		if err := m.register(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 	ticker := time.NewTicker(m.cfg.Heartbeat)
 	defer ticker.Stop()
@@ -138,6 +146,11 @@ func (m *Membership) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Register registers the replica now, so that it takes part before Run
+// starts (which then heartbeats it): a replica's start-up claims its
+// connectors before it serves.
+func (m *Membership) Register(ctx context.Context) error { return m.register(ctx) }
 
 // register inserts the replica's row and reads the live set.
 func (m *Membership) register(ctx context.Context) error {

@@ -154,6 +154,10 @@ func (o *Owners) liveIDs() ([]string, bool) {
 
 // sync is one round: find what another replica took, claim what should be
 // this replica's, release what should be another's.
+// Sync brings ownership in line with the live replicas now, as Run does
+// at each round: for a start-up that claims before it serves.
+func (o *Owners) Sync(ctx context.Context) error { return o.sync(ctx) }
+
 func (o *Owners) sync(ctx context.Context) error {
 	if err := o.acquire(ctx); err != nil {
 		return err

@@ -114,7 +114,11 @@ func (s *Source) ToolFlags(ctx context.Context, id int64) (registry.ToolFlags, e
 	if err != nil {
 		return registry.ToolFlags{}, err
 	}
-	f := registry.ToolFlags{Enabled: make(map[string]bool, len(tools))}
+	row, err := s.db.ConnectorByID(ctx, id)
+	if err != nil {
+		return registry.ToolFlags{}, err
+	}
+	f := registry.ToolFlags{Enabled: make(map[string]bool, len(tools)), DisableNew: row.Config.DisableNewTools}
 	for _, t := range tools {
 		f.Enabled[t.Name] = t.Enabled
 		if t.RequiresApproval != nil {

@@ -221,7 +221,8 @@ func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*
 // localCatalog builds the catalog of the listed tools for a follower,
 // which writes nothing: if they changed since prev (or force), the flags
 // are read from the source, and a listed tool the source does not know
-// yet is disabled until the owner syncs it (the lead then calls Resync).
+// yet is as the owner's sync will make it: enabled, unless the connector's
+// new tools start disabled.
 // If the source fails, the last known flags are kept; with none known yet,
 // the catalog is nil and the error says why.
 func (c *conn) localCatalog(ctx context.Context, prev *catalog, tools []mcp.Tool, force bool) (*catalog, error) {
@@ -247,7 +248,7 @@ func (c *conn) localCatalog(ctx context.Context, prev *catalog, tools []mcp.Tool
 	}
 	next.disabled = map[string]bool{}
 	for _, t := range next.tools {
-		if !flags.Enabled[t.Name] {
+		if enabled, known := flags.Enabled[t.Name]; known && !enabled || !known && flags.DisableNew {
 			next.disabled[t.Name] = true
 		}
 	}

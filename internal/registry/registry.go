@@ -90,8 +90,10 @@ func (t ToolChanges) Empty() bool { return len(t.Added)+len(t.Removed)+len(t.Cha
 type ToolFlags struct {
 	// Enabled holds every listed tool the source knows, and whether it may
 	// be called. A tool the source does not know yet (the owner has not
-	// synced it) is not callable on a follower until it does.
-	Enabled map[string]bool
+	// synced it) is callable on a follower, as the owner's sync will make
+	// it, unless DisableNew says new tools start disabled.
+	Enabled    map[string]bool
+	DisableNew bool
 	// Approval holds the tools whose approval an operator overrode (see
 	// ToolChanges.Approval).
 	Approval map[string]bool

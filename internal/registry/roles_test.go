@@ -81,7 +81,7 @@ func TestFollowerChecksAndWritesNothing(t *testing.T) {
 	ownSrv, folSrv := newMCPServer(t, quietServer), newMCPServer(t, quietServer)
 	ownSrc := newSource(httpSpec(1, ownSrv.url()))
 	folSrc := newSource(httpSpec(1, folSrv.url()))
-	folSrc.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "block": true}} // "fail" is not synced yet
+	folSrc.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "block": true}, DisableNew: true} // "fail" is not synced yet, and new tools start disabled
 	owner := run(t, ownSrc, cfg)
 	follower := runFollower(t, folSrc, cfg, 1)
 	for _, reg := range []*registry.Registry{owner, follower} {
@@ -170,7 +170,7 @@ func TestOwnerRoleFlipsBothWays(t *testing.T) {
 func TestFollowerReconnectsAfterServerRestart(t *testing.T) {
 	srv := newMCPServer(t, quietServer)
 	src := newSource(httpSpec(1, srv.url()))
-	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true}}
+	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true}, DisableNew: true}
 	reg := runFollower(t, src, testConfig(), 1)
 	if err := reg.Ready(ctxT(t), 1); err != nil {
 		t.Fatal(err)
@@ -201,11 +201,12 @@ func TestFollowerReconnectsAfterServerRestart(t *testing.T) {
 }
 
 // Resync lists the tools once and takes the flags from the source, writing
-// nothing: a tool the owner has not synced yet stays disabled until it has.
+// nothing: of a connector whose new tools start disabled, a tool the owner
+// has not synced yet stays disabled until the flags say otherwise.
 func TestFollowerResync(t *testing.T) {
 	srv := newMCPServer(t, quietServer)
 	src := newSource(httpSpec(1, srv.url()))
-	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "fail": true, "block": true}}
+	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "fail": true, "block": true}, DisableNew: true}
 	reg := runFollower(t, src, testConfig(), 1)
 	if err := reg.Ready(ctxT(t), 1); err != nil {
 		t.Fatal(err)
@@ -225,7 +226,7 @@ func TestFollowerResync(t *testing.T) {
 		t.Errorf("a tool the owner has not synced: %v, want ErrToolDisabled", err)
 	}
 	src.mu.Lock()
-	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "fail": true, "block": true, "extra": true}}
+	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "fail": true, "block": true, "extra": true}, DisableNew: true}
 	src.mu.Unlock()
 	if err := reg.Resync(ctxT(t), 1); err != nil {
 		t.Fatal(err)
@@ -235,6 +236,21 @@ func TestFollowerResync(t *testing.T) {
 	}
 	if got := srv.lists.Load(); got != 3 {
 		t.Errorf("tools/list %d times, want 3: the connect's and one per Resync", got)
+	}
+	// Of a connector whose new tools start enabled, one the owner has not
+	// synced yet is callable at once, as the owner's sync will leave it.
+	srv.server().AddTool(mcp.NewTool("newer", mcp.WithDescription("Appeared later still")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("newer"), nil
+		})
+	src.mu.Lock()
+	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "fail": true, "block": true, "extra": true}}
+	src.mu.Unlock()
+	if err := reg.Resync(ctxT(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := reg.CallTool(ctxT(t), 1, "newer", nil, registry.CallOptions{}); err != nil || text(t, res) != "newer" {
+		t.Errorf("a tool not synced yet, new tools enabled: %v, %v", res, err)
 	}
 	if src.syncCount(1) != 0 || src.healthCount(1) != 0 {
 		t.Errorf("the follower synced %d times and wrote health %d times", src.syncCount(1), src.healthCount(1))
