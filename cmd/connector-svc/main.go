@@ -276,7 +276,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
 		keys.Follow(listener)
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: live.NewRouter(rep.owners, rep.pool), Sessions: sessions,
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: live.NewRouter(rep.owners, rep.pool, reg), Sessions: sessions,
 		Replicas: rep.replicas, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp, MeterProvider: obs.meters}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,

@@ -35,6 +35,8 @@ var readmeWant = map[string][]string{
 	"Progress":                {`"progress": 1,`, `"progress": 4,`, `"total": 4`, `"result"`},
 	"API keys and TLS":        {"chat-backend", "revoked API key", `"token": "csk_`, `"name": "chat backend"`, "connector.v1.ConnectorService\n"},
 	"Observability":           {`"text": "Echo: traced"`},
+	"Several replicas": {`"text": "Echo: hello from b"`, `"text": "Echo: hello from c"`, "connectors_owned", "Code: NotFound",
+		"(deleted through c, refused by b)"},
 }
 
 // TestREADMECommands runs every sh block of the README as a reader pastes
@@ -284,6 +286,11 @@ func readmeRoot(t *testing.T, tools, tlsDir string) string {
 	bin := filepath.Join(root, ".dev", "bin", "connector-svc")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	// make run's development key: the service's, which the replicas the
+	// README starts must share.
+	if err := os.WriteFile(filepath.Join(root, ".dev", "secret_key"), []byte(testKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	pems, _ := filepath.Glob(filepath.Join(tlsDir, "*.pem"))
 	for _, p := range pems {

@@ -157,6 +157,8 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 		l.reg.SetOwner(row.ID, owns)
 	}
 	switch {
+	case !hold && held && row.Active:
+		l.reg.HandOver(row.ID) // its new owner holds it now; calls under way finish here
 	case !hold && held:
 		l.reg.Remove(row.ID)
 	case hold && !held:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -26,35 +27,60 @@ var ErrNoRoute = errors.New("the call cannot reach the replica that serves it")
 type Router struct {
 	owners *cluster.Owners
 	pool   *forward.Pool // nil: this replica cannot forward
+	reg    *registry.Registry
 }
 
+// handoverWait is how long a call waits for a connector between owners
+// (the last one stopped; the next claims it within milliseconds) before
+// it fails with ErrNoRoute.
+const handoverWait = 2 * time.Second
+
 // NewRouter routes by owners' ownership over pool's connections; a nil
-// pool forwards nothing, and calls that need it fail with ErrNoRoute.
-func NewRouter(owners *cluster.Owners, pool *forward.Pool) *Router {
-	return &Router{owners: owners, pool: pool}
+// pool forwards nothing, and calls that need it fail with ErrNoRoute. reg
+// is this replica's: a stdio connector it has just come to own is served
+// once reg holds it.
+func NewRouter(owners *cluster.Owners, pool *forward.Pool, reg *registry.Registry) *Router {
+	return &Router{owners: owners, pool: pool, reg: reg}
 }
 
 // ToOwner returns the connection to the replica that owns row's
 // connector, or nil when that is this replica, or when ctx is a call
 // another replica forwarded here (a forwarded call is never forwarded
-// again). For is what the call needs the owner for: every call when
-// ownerOnly, stdio connectors' calls otherwise.
+// again). Every call goes to the owner with ownerOnly; otherwise only a
+// stdio connector's. A connector between owners is waited for, up to
+// handoverWait.
 func (r *Router) ToOwner(ctx context.Context, row *store.Connector, ownerOnly bool) (*grpc.ClientConn, error) {
 	if r == nil || forward.Forwarded(ctx) || (!ownerOnly && row.Transport != registry.TransportStdio) {
 		return nil, nil
 	}
-	if _, ok := r.owners.Owned(row.ID); ok {
-		return nil, nil
+	// Between owners (one stopped, the next claims within milliseconds),
+	// wait a little rather than fail.
+	deadline := time.Now().Add(handoverWait)
+	for {
+		if _, ok := r.owners.Owned(row.ID); ok {
+			if row.Transport != registry.TransportStdio || r.reg.Has(row.ID) {
+				return nil, nil
+			}
+		} else {
+			owner, err := r.owners.OwnerOf(ctx, row.ID)
+			switch {
+			case err == nil && r.pool == nil:
+				return nil, fmt.Errorf("%w: connector %q runs on replica %s, and this replica cannot forward without SECRET_KEY",
+					ErrNoRoute, row.ExternalID, owner.ID)
+			case err == nil:
+				return r.pool.Conn(owner.Addr)
+			case !errors.Is(err, cluster.ErrNoOwner):
+				return nil, err
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: no live replica serves connector %q yet (a replica may have just stopped); retry shortly",
+				ErrNoRoute, row.ExternalID)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
 	}
-	owner, err := r.owners.OwnerOf(ctx, row.ID)
-	if errors.Is(err, cluster.ErrNoOwner) {
-		return nil, fmt.Errorf("%w: no live replica owns connector %q yet (a replica may have just stopped); retry shortly", ErrNoRoute, row.ExternalID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if r.pool == nil {
-		return nil, fmt.Errorf("%w: connector %q runs on replica %s, and this replica cannot forward without SECRET_KEY", ErrNoRoute, row.ExternalID, owner.ID)
-	}
-	return r.pool.Conn(owner.Addr)
 }

@@ -444,6 +444,22 @@ func (r *Registry) Remove(id int64) { r.remove(id, ErrDeactivated) }
 // or waiting for it, fail with ErrDeleted.
 func (r *Registry) Delete(id int64) { r.remove(id, ErrDeleted) }
 
+// HandOver forgets the connection of a connector another replica now
+// holds (a stdio connector whose ownership moved): new calls no longer
+// find it here, and the calls running on it finish (bounded by the call
+// timeout) before it closes, as a replaced connection's do.
+func (r *Registry) HandOver(id int64) {
+	r.mu.Lock()
+	c := r.conns[id]
+	delete(r.conns, id)
+	delete(r.followers, id)
+	if c != nil {
+		delete(r.byRef, ref{c.spec.WorkspaceID, c.spec.ConnectorID})
+	}
+	r.mu.Unlock()
+	r.retireLater(c)
+}
+
 func (r *Registry) remove(id int64, why error) {
 	r.mu.Lock()
 	c := r.conns[id]
