@@ -876,3 +876,69 @@ func (c *testCluster) firstID() string {
 	sort.Strings(ids)
 	return ids[0]
 }
+
+// TestReplicasSessionsAnywhere opens per-session sessions through
+// different replicas and checks that any replica lists them all and
+// closes any of them (the server sees the MCP session's DELETE), that a
+// session reached through another replica runs on its owner (the same
+// counter), and that MAX_SESSIONS_PER_CONNECTOR holds across replicas.
+func TestReplicasSessionsAnywhere(t *testing.T) {
+	up := newUpstream(t)
+	c := newCluster(t, map[string]string{"MAX_SESSIONS_PER_CONNECTOR": "3"}, "a", "b", "c")
+	c.waitMembers("a", "b", "c")
+	ps := httpConnector("ps", up.url("/ps"))
+	ps.SessionMode = connectorv1.SessionMode_SESSION_MODE_PER_SESSION
+	ps.ProtocolPreference = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC
+	create(t, c.client("a"), ps)
+	count := func(on, session string) string {
+		t.Helper()
+		var resp *connectorv1.CallToolResponse
+		var err error
+		if !poll(15*time.Second, func() bool {
+			resp, err = callTool(context.Background(), c.client(on), "ps", session, "count", nil)
+			return err == nil
+		}) {
+			t.Fatalf("count in session %s through %s: %v", session, on, err)
+		}
+		return text(resp)
+	}
+	for _, s := range []struct{ on, session, want string }{
+		{"a", "s-a", "1"}, {"b", "s-b", "1"}, {"c", "s-c", "1"},
+		// Another replica's session runs where it is held: its counter goes on.
+		{"b", "s-a", "2"}, {"c", "s-a", "3"}, {"a", "s-b", "2"},
+	} {
+		if got := count(s.on, s.session); got != s.want {
+			t.Errorf("count in session %s through %s = %q, want %q", s.session, s.on, got, s.want)
+		}
+	}
+	// A fourth session is one too many, whichever replica it reaches.
+	_, err := callTool(context.Background(), c.client("b"), "ps", "s-d", "count", nil)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a fourth session with MAX_SESSIONS_PER_CONNECTOR=3: %v, want RESOURCE_EXHAUSTED", err)
+	}
+
+	for _, on := range []string{"a", "b", "c"} {
+		list, err := c.client(on).ListSessions(context.Background(), &connectorv1.ListSessionsRequest{WorkspaceId: "acme", ConnectorId: "ps"})
+		if err != nil {
+			t.Fatalf("ListSessions through %s: %v", on, err)
+		}
+		var ids []string
+		for _, s := range list.GetSessions() {
+			ids = append(ids, s.GetSessionId())
+		}
+		if strings.Join(ids, ",") != "s-a,s-b,s-c" {
+			t.Errorf("ListSessions through %s = %v, want s-a, s-b and s-c", on, ids)
+		}
+	}
+	deletes := up.method("/ps", "DELETE")
+	closed, err := c.client("c").CloseSession(context.Background(), &connectorv1.CloseSessionRequest{WorkspaceId: "acme", SessionId: "s-a"})
+	if err != nil || closed.GetClosed() != 1 {
+		t.Fatalf("CloseSession of s-a (held by a) through c = %v, %v; want 1 closed", closed, err)
+	}
+	if n := up.method("/ps", "DELETE") - deletes; n != 1 {
+		t.Errorf("closing s-a sent %d DELETEs to the server, want 1", n)
+	}
+	if got := count("b", "s-a"); got != "1" {
+		t.Errorf("s-a after it was closed counts %q, want a new session's 1", got)
+	}
+}
