@@ -274,27 +274,6 @@ func (l *Connectors) ReconcileAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Replace re-applies every connector whose placement may have changed
-// (ownership moved): held connections are added or removed, owned roles
-// flip. ids nil means every connector.
-func (l *Connectors) Replace(ctx context.Context, ids []int64) {
-	if ids == nil {
-		l.mu.Lock()
-		for id := range l.rows {
-			ids = append(ids, id)
-		}
-		l.mu.Unlock()
-	}
-	for _, id := range ids {
-		l.mu.Lock()
-		row := l.rows[id]
-		l.mu.Unlock()
-		if row != nil {
-			l.Apply(ctx, row)
-		}
-	}
-}
-
 // Notified takes a connector_changes payload: the connector it names is
 // reconciled soon by Run. It never blocks.
 func (l *Connectors) Notified(payload string) {
