@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/live"
@@ -246,6 +247,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		OnSessionClosed: func(id int64, sid string) { sessions.Closed(id, sid) },
 	}, logger)
 	sessions = live.NewSessions(db, reg, box, rep.members, rep.pool, cfg.MaxSessions, logger)
+	router := live.NewRouter(rep.owners, rep.pool, reg)
+	rep.members.OnChange(func([]cluster.Member) { router.Moved() })
 	agent, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
@@ -273,13 +276,16 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	}
 	listener := db.NewListener(interval, logger).Named(cfg.Cluster.ReplicaID)
 	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
-	listener.Handle(store.ClusterChannel, rep.notified)
+	listener.Handle(store.ClusterChannel, func(payload string) {
+		rep.notified(payload)
+		router.Moved() // an owner released a connector: ask again
+	})
 	listener.OnListen(lv.Resync)
 	listener.OnListen(func() { rep.notified("") })
 	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
 		keys.Follow(listener)
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: live.NewRouter(rep.owners, rep.pool, reg), Sessions: sessions,
+	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: router, Sessions: sessions,
 		Replicas: rep.replicas, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp, MeterProvider: obs.meters}, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,

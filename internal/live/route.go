@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -28,7 +29,21 @@ type Router struct {
 	owners *cluster.Owners
 	pool   *forward.Pool // nil: this replica cannot forward
 	reg    *registry.Registry
+
+	// known caches other replicas' ownership read from Postgres, so that
+	// a forwarded call costs no query: kept for ownerTTL, and forgotten
+	// at once when ownership may have moved (Moved) or a forward failed.
+	mu    sync.Mutex
+	known map[int64]knownOwner
 }
+
+type knownOwner struct {
+	owner cluster.Member
+	at    time.Time
+}
+
+// ownerTTL bounds how long a cached owner is used without asking again.
+const ownerTTL = 5 * time.Second
 
 // handoverWait is how long a call waits for a connector between owners
 // (the last one stopped; the next claims it within milliseconds) before
@@ -40,7 +55,32 @@ const handoverWait = 2 * time.Second
 // is this replica's: a stdio connector it has just come to own is served
 // once reg holds it.
 func NewRouter(owners *cluster.Owners, pool *forward.Pool, reg *registry.Registry) *Router {
-	return &Router{owners: owners, pool: pool, reg: reg}
+	return &Router{owners: owners, pool: pool, reg: reg, known: map[int64]knownOwner{}}
+}
+
+// Moved forgets what the router knows of other replicas' ownership: the
+// live replicas changed, or ownership moved. Hook it to both.
+func (r *Router) Moved() {
+	r.mu.Lock()
+	clear(r.known)
+	r.mu.Unlock()
+}
+
+// ownerOf is Owners.OwnerOf, cached for ownerTTL.
+func (r *Router) ownerOf(ctx context.Context, id int64) (cluster.Member, error) {
+	r.mu.Lock()
+	k, ok := r.known[id]
+	r.mu.Unlock()
+	if ok && time.Since(k.at) < ownerTTL {
+		return k.owner, nil
+	}
+	owner, err := r.owners.OwnerOf(ctx, id)
+	if err == nil {
+		r.mu.Lock()
+		r.known[id] = knownOwner{owner: owner, at: time.Now()}
+		r.mu.Unlock()
+	}
+	return owner, err
 }
 
 // ToOwner returns the connection to the replica that owns row's
@@ -62,7 +102,7 @@ func (r *Router) ToOwner(ctx context.Context, row *store.Connector, ownerOnly bo
 				return nil, nil
 			}
 		} else {
-			owner, err := r.owners.OwnerOf(ctx, row.ID)
+			owner, err := r.ownerOf(ctx, row.ID)
 			switch {
 			case err == nil && r.pool == nil:
 				return nil, fmt.Errorf("%w: connector %q runs on replica %s, and this replica cannot forward without SECRET_KEY",
