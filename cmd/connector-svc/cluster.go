@@ -10,11 +10,15 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -42,12 +46,12 @@ type clusterConfig struct {
 
 func clusterFlags(fs *flag.FlagSet, cfg *clusterConfig, ttl, reconcile *string) {
 	fs.StringVar(&cfg.ReplicaID, "replica-id", "",
-		"this replica's name among the replicas on one database; empty makes one up from the host name (REPLICA_ID)")
+		"this replica's name among the replicas on one database, unique among them; empty makes one up from the host name (REPLICA_ID)")
 	fs.StringVar(&cfg.InternalAddr, "internal-addr", "127.0.0.1:0",
 		"address other replicas forward stdio and per-session calls to, authenticated with a key derived from SECRET_KEY; :0 picks a port (INTERNAL_ADDR)")
 	fs.StringVar(&cfg.InternalAdvertiseAddr, "internal-advertise-addr", "",
 		"the address other replicas reach INTERNAL_ADDR at, e.g. the pod IP and port; empty is the address bound (INTERNAL_ADVERTISE_ADDR)")
-	fs.StringVar(ttl, "replica-ttl", "15s", "a replica that stops heartbeating is taken over after this; it heartbeats every third of it (REPLICA_TTL)")
+	fs.StringVar(ttl, "replica-ttl", "15s", "a replica that stops heartbeating is taken over after this; it heartbeats every third of it; at least 3s (REPLICA_TTL)")
 	fs.StringVar(reconcile, "reconcile-interval", "1m",
 		"how often every connector is compared with its row, catching a change notification that was lost (RECONCILE_INTERVAL)")
 }
@@ -66,8 +70,13 @@ func (cfg *clusterConfig) read(ttl, reconcile string) error {
 	if cfg.ReconcileInterval, err = positiveDuration("RECONCILE_INTERVAL", reconcile); err != nil {
 		return err
 	}
-	if _, _, err := net.SplitHostPort(cfg.InternalAddr); err != nil {
+	host, _, err := net.SplitHostPort(cfg.InternalAddr)
+	if err != nil {
 		return fmt.Errorf("INTERNAL_ADDR %q: want host:port: %w", cfg.InternalAddr, err)
+	}
+	if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && cfg.InternalAdvertiseAddr == "" {
+		return fmt.Errorf("INTERNAL_ADDR %q binds every interface: set INTERNAL_ADVERTISE_ADDR to the address other replicas reach it at (the pod IP and port)",
+			cfg.InternalAddr)
 	}
 	if cfg.InternalAdvertiseAddr != "" {
 		if _, _, err := net.SplitHostPort(cfg.InternalAdvertiseAddr); err != nil {
@@ -178,8 +187,10 @@ func (r *replica) notified(payload string) {
 }
 
 // housekeeping is what the leader alone runs, while it leads: the run
-// sweep, and deleting the rows of replicas dead for longer than a TTL.
-func (r *replica) housekeeping(sweeper *runs.Sweeper, logger *slog.Logger) func(ctx context.Context) {
+// sweep, deleting the rows of replicas dead for longer than a TTL, and
+// forgetting the sessions of stopped replicas nobody took over within
+// sessionIdle.
+func (r *replica) housekeeping(db *store.DB, sweeper *runs.Sweeper, sessionIdle time.Duration, logger *slog.Logger) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		logger.InfoContext(ctx, "leading: sweeping runs and dead replicas", slog.String("replica_id", r.members.Self()))
 		go func() { _ = sweeper.Run(ctx) }()
@@ -191,11 +202,76 @@ func (r *replica) housekeeping(sweeper *runs.Sweeper, logger *slog.Logger) func(
 			} else if n > 0 {
 				logger.InfoContext(ctx, "dead replicas deleted", slog.Int64("replicas", n))
 			}
+			if n, err := db.ExpireFreeSessions(ctx, sessionIdle); err != nil && ctx.Err() == nil {
+				logger.WarnContext(ctx, "forget the sessions of stopped replicas", slog.String("error", err.Error()))
+			} else if n > 0 {
+				logger.InfoContext(ctx, "sessions of stopped replicas forgotten", slog.Int64("sessions", n))
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
+		}
+	}
+}
+
+// checkPeers refuses to join a cluster this replica cannot work in: its
+// REPLICA_ID held by a live replica (two processes would own the same
+// connectors), or replicas that cannot forward to each other (one without
+// SECRET_KEY, or other SECRET_KEYs: each is asked to take a signed call).
+func (r *replica) checkPeers(ctx context.Context, db *store.DB, self string, ttl time.Duration, logger *slog.Logger) error {
+	live, err := r.sameIDGone(ctx, db, self, ttl, logger)
+	if err != nil {
+		return err
+	}
+	for _, p := range live {
+		switch {
+		case p.ID == self:
+			return fmt.Errorf("REPLICA_ID %q is in use by a live replica (internal address %q): give each replica an id of its own, or leave REPLICA_ID empty to have one made up",
+				self, p.InternalAddr)
+		case r.pool == nil:
+			return fmt.Errorf("replica %q is live on this database, and this one has no SECRET_KEY: replicas forward calls to each other, signed with it; set the same SECRET_KEY on every replica", p.ID)
+		case p.InternalAddr == "":
+			return fmt.Errorf("replica %q is live on this database without SECRET_KEY, so it cannot take forwarded calls: set the same SECRET_KEY on every replica", p.ID)
+		}
+		conn, err := r.pool.Conn(p.InternalAddr)
+		if err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = connectorv1.NewConnectorServiceClient(conn).ListSessions(pctx,
+			&connectorv1.ListSessionsRequest{WorkspaceId: "-", ConnectorId: "-"})
+		cancel()
+		if status.Code(err) == codes.Unauthenticated {
+			return fmt.Errorf("replica %q refuses this replica's signed calls: its SECRET_KEY differs; set the same SECRET_KEY on every replica (when rotating, the new key first on all of them, the old one after it)", p.ID)
+		}
+	}
+	return nil
+}
+
+// sameIDGone returns the live replicas once none has id self: a process
+// restarted in place (kill -9, same REPLICA_ID) waits for its last life's
+// row to expire, at most a TTL and a heartbeat; one still live after that
+// is another process with the same id.
+func (r *replica) sameIDGone(ctx context.Context, db *store.DB, self string, ttl time.Duration, logger *slog.Logger) ([]store.Replica, error) {
+	deadline := time.Now().Add(ttl + ttl/3)
+	for said := false; ; said = true {
+		live, err := db.LiveReplicas(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the live replicas: %w", err)
+		}
+		if !slices.ContainsFunc(live, func(p store.Replica) bool { return p.ID == self }) || time.Now().After(deadline) {
+			return live, nil
+		}
+		if !said {
+			logger.WarnContext(ctx, "a live replica has this REPLICA_ID: waiting for it to expire (a process restarted in place), or fail",
+				slog.String("replica_id", self))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }

@@ -219,6 +219,12 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	defer flushTraces(ctx, tracing, cfg.ShutdownGrace, logger)
 	tp := tracing.Provider
 	policy := egress.New(egress.Config{Allow: cfg.EgressAllow, Deny: cfg.EgressDeny})
+	// Listen first: a replica that cannot serve never joins the others.
+	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return inUse(fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err), "GRPC_ADDR (-grpc-addr)")
+	}
+	defer lis.Close()
 	rep, err := joinCluster(cfg, db, logger)
 	if err != nil {
 		return err
@@ -259,6 +265,9 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	rep.owners.OnLostOwnership(lv.Touch)
 	// Join, and claim this replica's share, before loading: a connector
 	// is then connected at once in its role, a stdio one where it runs.
+	if err := rep.checkPeers(ctx, db, cfg.Cluster.ReplicaID, cfg.Cluster.ReplicaTTL, logger); err != nil {
+		return err
+	}
 	if err := rep.members.Register(ctx); err != nil {
 		return fmt.Errorf("join the replicas on the database: %w", err)
 	}
@@ -300,10 +309,6 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		Auth:                  cfg.Auth,
 	})
 	g, hs := server.NewGRPCServer(srv, creds...)
-	lis, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return inUse(fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err), "GRPC_ADDR (-grpc-addr)")
-	}
 	server.SetServing(hs, true)
 	obs.ready.SetStarted(true)
 	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()), slog.String("replica_id", cfg.Cluster.ReplicaID),
@@ -315,7 +320,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		slog.String("version", obs.build.Version), slog.String("revision", obs.build.revision()))
 
 	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
-	rep.elector.OnLead(rep.housekeeping(sweeper, logger))
+	rep.elector.OnLead(rep.housekeeping(db, sweeper, cfg.SessionIdleTTL, logger))
 	serving := []job{
 		{"grpc", func(ctx context.Context) error {
 			drained := make(chan struct{})

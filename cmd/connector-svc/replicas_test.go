@@ -878,7 +878,8 @@ func (c *testCluster) firstID() string {
 }
 
 // TestReplicasSessionsAnywhere opens per-session sessions through
-// different replicas and checks that any replica lists them all and
+// different replicas (after calls refused in other sessions, which must
+// hold no place under the cap) and checks that any replica lists them all and
 // closes any of them (the server sees the MCP session's DELETE), that a
 // session reached through another replica runs on its owner (the same
 // counter), and that MAX_SESSIONS_PER_CONNECTOR holds across replicas.
@@ -902,6 +903,20 @@ func TestReplicasSessionsAnywhere(t *testing.T) {
 		}
 		return text(resp)
 	}
+	// Calls refused before they run hold no place under the cap.
+	waitErr := func(on, session string) {
+		t.Helper()
+		var err error
+		if !poll(15*time.Second, func() bool {
+			_, err = callTool(context.Background(), c.client(on), "ps", session, "no-such-tool", nil)
+			return status.Code(err) == codes.NotFound
+		}) {
+			t.Fatalf("a call of an unknown tool in session %s through %s: %v, want NOT_FOUND", session, on, err)
+		}
+	}
+	waitErr("a", "r-1")
+	waitErr("b", "r-2")
+	waitErr("c", "r-3")
 	for _, s := range []struct{ on, session, want string }{
 		{"a", "s-a", "1"}, {"b", "s-b", "1"}, {"c", "s-c", "1"},
 		// Another replica's session runs where it is held: its counter goes on.

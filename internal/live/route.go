@@ -90,17 +90,21 @@ func (r *Router) ownerOf(ctx context.Context, id int64) (cluster.Member, error) 
 // stdio connector's. A connector between owners is waited for, up to
 // handoverWait.
 func (r *Router) ToOwner(ctx context.Context, row *store.Connector, ownerOnly bool) (*grpc.ClientConn, error) {
-	if r == nil || forward.Forwarded(ctx) || (!ownerOnly && row.Transport != registry.TransportStdio) {
+	stdio := row.Transport == registry.TransportStdio
+	if r == nil || (!ownerOnly && !stdio) {
 		return nil, nil
 	}
-	// Between owners (one stopped, the next claims within milliseconds),
-	// wait a little rather than fail.
+	forwarded := forward.Forwarded(ctx)
+	// Between owners (one stopped, the next claims within milliseconds,
+	// and then connects), wait a little rather than fail.
 	deadline := time.Now().Add(handoverWait)
 	for {
 		if _, ok := r.owners.Owned(row.ID); ok {
-			if row.Transport != registry.TransportStdio || r.reg.Has(row.ID) {
+			if !stdio || r.reg.Has(row.ID) {
 				return nil, nil
 			}
+		} else if forwarded {
+			return nil, nil // sent here as the owner: served here, never forwarded again
 		} else {
 			owner, err := r.ownerOf(ctx, row.ID)
 			switch {

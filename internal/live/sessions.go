@@ -54,12 +54,17 @@ func NewSessions(db *store.DB, reg *registry.Registry, box *secret.Box, members 
 // whose MCP session cannot be adopted reports session_restarted on its
 // first call here (registry.Registry.Restarted).
 func (s *Sessions) Route(ctx context.Context, row *store.Connector, sessionID string) (conn *grpc.ClientConn, err error) {
-	if s == nil || sessionID == "" || row.Config.SessionMode != registry.SessionPerSession || forward.Forwarded(ctx) ||
-		s.reg.HasSession(row.ID, sessionID) {
+	if s == nil || sessionID == "" || row.Config.SessionMode != registry.SessionPerSession || s.reg.HasSession(row.ID, sessionID) {
 		return nil, nil
 	}
+	if !s.reg.Has(row.ID) {
+		return nil, nil // not held here: the call fails here as it should
+	}
 	self := s.members.Self()
-	force := row.Transport == registry.TransportStdio
+	// A stdio connector's sessions live on its owner, this replica; a
+	// forwarded call was sent here as the session's owner: either way it
+	// is served here, whoever held the session before.
+	force := row.Transport == registry.TransportStdio || forward.Forwarded(ctx)
 	claim, err := s.db.ClaimSession(ctx, row.ID, sessionID, row.WorkspaceID, self, s.max, force)
 	switch {
 	case errors.Is(err, store.ErrSessionCap):
@@ -99,6 +104,16 @@ func (s *Sessions) Opened(id int64, sessionID string, h registry.SessionHandle) 
 	if err != nil {
 		s.logger.Warn("record a session's MCP session; another replica cannot adopt it", slog.Int64("id", id), slog.String("error", err.Error()))
 	}
+}
+
+// Settle forgets a session this replica claimed for a call that opened
+// nothing (refused before it ran: approval, an unknown tool, the rate
+// limit), so that a refused call holds no place under the cap.
+func (s *Sessions) Settle(row *store.Connector, sessionID string) {
+	if s == nil || sessionID == "" || row.Config.SessionMode != registry.SessionPerSession || s.reg.HasSession(row.ID, sessionID) {
+		return
+	}
+	s.Closed(row.ID, sessionID)
 }
 
 // Closed forgets a session this replica closed (registry.Config.OnSessionClosed).

@@ -39,7 +39,8 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 		return nil, s.toStatus(ctx, err)
 	}
 	if conn != nil {
-		return connectorv1.NewConnectorServiceClient(conn).CallTool(ctx, req)
+		resp, err := connectorv1.NewConnectorServiceClient(conn).CallTool(ctx, req)
+		return resp, s.forwardErr(ctx, err)
 	}
 	resp, err := s.callTool(ctx, req, nil)
 	if err != nil {
@@ -59,9 +60,9 @@ func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream c
 	if conn != nil {
 		up, err := connectorv1.NewConnectorServiceClient(conn).StreamCallTool(stream.Context(), req)
 		if err != nil {
-			return err
+			return s.forwardErr(stream.Context(), err)
 		}
-		return relay(up.Recv, stream.Send)
+		return s.forwardErr(stream.Context(), relay(up.Recv, stream.Send))
 	}
 	return serveStream(s, stream, s.cfg.DefaultRPCTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.StreamCallToolResponse, error) {
@@ -88,6 +89,7 @@ type callRequest interface {
 // callTool validates, runs the tool and fits its result into a response;
 // progress, if not nil, receives the call's progress updates.
 func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress)) (*connectorv1.CallToolResponse, error) {
+	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId())
 	var ch checker
 	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	ch.sessionID(req.GetSessionId())
@@ -174,7 +176,8 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
-		return connectorv1.NewConnectorServiceClient(conn).RefreshTools(ctx, req)
+		resp, err := connectorv1.NewConnectorServiceClient(conn).RefreshTools(ctx, req)
+		return resp, s.forwardErr(ctx, err)
 	}
 	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
@@ -205,7 +208,8 @@ func (s *Server) CheckConnector(ctx context.Context, req *connectorv1.CheckConne
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
-		return connectorv1.NewConnectorServiceClient(conn).CheckConnector(ctx, req)
+		resp, err := connectorv1.NewConnectorServiceClient(conn).CheckConnector(ctx, req)
+		return resp, s.forwardErr(ctx, err)
 	}
 	c, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // With several replicas, a call of a stdio connector runs on the replica
@@ -66,4 +70,44 @@ func (s *Server) runOwnerConn(ctx context.Context, workspaceID, runID string) (*
 		return nil, nil
 	}
 	return s.routeCall(ctx, workspaceID, run.ConnectorExternalID, run.SessionID, false)
+}
+
+// settleSession drops the claim of a caller's session that the call
+// served here left unopened (it was refused before it ran).
+func (s *Server) settleSession(workspaceID, connectorID, sessionID string) {
+	if s.sessions == nil || sessionID == "" {
+		return
+	}
+	if row, ok := s.live.Lookup(workspaceID, connectorID); ok {
+		s.sessions.Settle(row, sessionID)
+	}
+}
+
+// forwardErr is what the caller of a forwarded call gets for err: the
+// owner's own error as it is (it carries the service's ErrorInfo), the
+// caller's deadline or cancellation, and otherwise, the hop having
+// failed (the owner stopped, or refused this replica's signature), a
+// retryable UNAVAILABLE that names no internal address.
+func (s *Server) forwardErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			return err
+		}
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded:
+		return err
+	case codes.Unauthenticated:
+		s.logger.ErrorContext(ctx, "another replica refused a forwarded call: do the replicas share SECRET_KEY?",
+			slog.String("error", st.Message()))
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable,
+			"the replica that serves this call refused this one's forwarded call (the replicas' SECRET_KEYs differ?); retry, and tell the operator")
+	}
+	s.logger.WarnContext(ctx, "forwarded call failed on the way", slog.String("error", st.Message()))
+	return newStatus(codes.Unavailable, ReasonConnectorUnavailable,
+		"the replica that serves this call could not be reached (it may have just stopped); retry")
 }

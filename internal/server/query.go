@@ -41,7 +41,8 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
-		return connectorv1.NewConnectorServiceClient(conn).QueryConnector(ctx, req)
+		resp, err := connectorv1.NewConnectorServiceClient(conn).QueryConnector(ctx, req)
+		return resp, s.forwardErr(ctx, err)
 	}
 	res, err := s.query(ctx, req, nil)
 	if err != nil {
@@ -60,9 +61,9 @@ func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorReque
 		}
 		up, err := connectorv1.NewConnectorServiceClient(conn).StreamQueryConnector(stream.Context(), req)
 		if err != nil {
-			return err
+			return s.forwardErr(stream.Context(), err)
 		}
-		return relay(up.Recv, stream.Send)
+		return s.forwardErr(stream.Context(), relay(up.Recv, stream.Send))
 	}
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {
@@ -99,6 +100,7 @@ func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.
 // agent and counts the run. Nothing is read from the store on the way,
 // once the connector's settings are known (agents).
 func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
+	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId())
 	maxTools, err := validateQuery(req)
 	if err != nil {
 		return nil, err

@@ -37,7 +37,8 @@ func (s *Server) ResumeQuery(ctx context.Context, req *connectorv1.ResumeQueryRe
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
-		return connectorv1.NewConnectorServiceClient(conn).ResumeQuery(ctx, req)
+		resp, err := connectorv1.NewConnectorServiceClient(conn).ResumeQuery(ctx, req)
+		return resp, s.forwardErr(ctx, err)
 	}
 	res, err := s.resume(ctx, req, nil)
 	if err != nil {
@@ -55,9 +56,9 @@ func (s *Server) StreamResumeQuery(req *connectorv1.StreamResumeQueryRequest, st
 		}
 		up, err := connectorv1.NewConnectorServiceClient(conn).StreamResumeQuery(stream.Context(), req)
 		if err != nil {
-			return err
+			return s.forwardErr(stream.Context(), err)
 		}
-		return relay(up.Recv, stream.Send)
+		return s.forwardErr(stream.Context(), relay(up.Recv, stream.Send))
 	}
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamResumeQueryResponse)) (*connectorv1.StreamResumeQueryResponse, error) {

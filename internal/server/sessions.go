@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
@@ -46,10 +49,13 @@ func (s *Server) ListSessions(ctx context.Context, req *connectorv1.ListSessions
 		return nil, s.toStatus(ctx, err)
 	}
 	for _, conn := range peers {
-		theirs, err := connectorv1.NewConnectorServiceClient(conn).ListSessions(ctx, &connectorv1.ListSessionsRequest{
+		pctx, cancel := context.WithTimeout(ctx, peerTimeout)
+		theirs, err := connectorv1.NewConnectorServiceClient(conn).ListSessions(pctx, &connectorv1.ListSessionsRequest{
 			WorkspaceId: req.GetWorkspaceId(), ConnectorId: req.GetConnectorId(), PageSize: maxPageSize})
-		if err != nil {
-			return nil, err
+		cancel()
+		if err != nil { // a replica that just died: its sessions move to whoever the next call reaches
+			s.logger.WarnContext(ctx, "a replica did not list its sessions", slog.String("error", status.Convert(err).Message()))
+			continue
 		}
 		all = append(all, theirs.GetSessions()...)
 	}
@@ -62,6 +68,10 @@ func (s *Server) ListSessions(ctx context.Context, req *connectorv1.ListSessions
 	resp.Sessions, resp.NextPageToken = nextPage(all, size, func(in *connectorv1.Session) string { return in.GetSessionId() })
 	return resp, nil
 }
+
+// peerTimeout bounds how long ListSessions and CloseSession wait for each
+// other replica: one that just died (its row not expired yet) is left out.
+const peerTimeout = 2 * time.Second
 
 // CloseSession implements connector.v1.ConnectorService. A session id is
 // scoped to its workspace: only that workspace's connectors are searched.
@@ -105,9 +115,12 @@ func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSession
 		return nil, s.toStatus(ctx, err)
 	}
 	for _, conn := range peers {
-		theirs, err := connectorv1.NewConnectorServiceClient(conn).CloseSession(ctx, req)
-		if err != nil {
-			return nil, err
+		pctx, cancel := context.WithTimeout(ctx, peerTimeout)
+		theirs, err := connectorv1.NewConnectorServiceClient(conn).CloseSession(pctx, req)
+		cancel()
+		if err != nil { // a replica that just died holds nothing any more
+			s.logger.WarnContext(ctx, "a replica did not close its sessions", slog.String("error", status.Convert(err).Message()))
+			continue
 		}
 		resp.Closed += theirs.GetClosed()
 		resp.Sessions = append(resp.Sessions, theirs.GetSessions()...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -126,4 +127,15 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// ExpireFreeSessions forgets the sessions nobody holds (their replica
+// stopped) that nobody took over within idle: they would have closed by
+// now anyway. Returns how many.
+func (db *DB) ExpireFreeSessions(ctx context.Context, idle time.Duration) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM sessions WHERE replica_id IS NULL AND claimed_at < now() - $1::interval`, idle)
+	if err != nil {
+		return 0, fmt.Errorf("expire free sessions: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
