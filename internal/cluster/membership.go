@@ -241,7 +241,11 @@ func (m *Membership) setLive(ctx context.Context, rows []store.Replica) {
 	}
 	m.mu.Unlock()
 	if m.publish(live) {
-		m.cfg.Logger.InfoContext(ctx, "cluster: live replicas changed", slog.Int("count", len(live)))
+		ids := make([]string, len(live))
+		for i, l := range live {
+			ids[i] = l.ID
+		}
+		m.cfg.Logger.InfoContext(ctx, "cluster: live replicas changed", slog.Int("count", len(live)), slog.Any("replicas", ids))
 	}
 }
 

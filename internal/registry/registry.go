@@ -293,7 +293,9 @@ func (r *Registry) Load(ctx context.Context) error {
 	for _, s := range specs {
 		r.Add(s)
 	}
-	r.logger.InfoContext(ctx, "registry loaded connectors", slog.Int("count", len(specs)))
+	if len(specs) > 0 { // a source that hands connectors over otherwise (live.Apply) lists none
+		r.logger.InfoContext(ctx, "registry loaded connectors", slog.Int("count", len(specs)))
+	}
 	return nil
 }
 
