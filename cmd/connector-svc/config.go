@@ -274,6 +274,7 @@ func printUsage(fs *flag.FlagSet, w io.Writer) {
 		"  OTEL_EXPORTER_OTLP_*   where otlp pushes: endpoint, protocol (%s or %s), headers\n",
 		telemetry.ExporterPrometheus, telemetry.ExporterOTLP, telemetry.ExporterNone,
 		orList(telemetry.TraceExporters()), "none", telemetry.ProtocolHTTP, telemetry.ProtocolGRPC)
+	fmt.Fprintf(w, "\n%s\n", readBuild())
 }
 
 // orList is "a, b or c".

@@ -58,16 +58,25 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// TestDockerfile checks the runtime image's Node.js line and health check.
+// TestDockerfile checks the image's pinned bases, its Node.js line, its OCI
+// labels and its health check.
 func TestDockerfile(t *testing.T) {
 	b, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
-	froms := regexp.MustCompile(`(?m)^FROM node:(\d+)-`).FindAllStringSubmatch(text, -1)
+	froms := regexp.MustCompile(`(?m)^FROM node:(\d+)\.\d+\.\d+-`).FindAllStringSubmatch(text, -1)
 	if len(froms) != 1 {
-		t.Fatalf("want one runtime stage FROM node:<major>-…, found %v", froms)
+		t.Fatalf("want one runtime stage FROM node:<major.minor.patch>-… (pinned), found %v", froms)
+	}
+	if !regexp.MustCompile(`(?m)^FROM golang:\d+\.\d+\.\d+-\S+ AS build$`).MatchString(text) {
+		t.Error("the build stage's golang image is not pinned to a patch release")
+	}
+	for _, label := range []string{"title", "version", "revision", "created", "licenses", "base.name"} {
+		if !strings.Contains(text, "org.opencontainers.image."+label+"=") {
+			t.Errorf("the image has no org.opencontainers.image.%s label", label)
+		}
 	}
 	// Even majors become LTS; 20 reached its end of life in April 2026.
 	if major, _ := strconv.Atoi(froms[0][1]); major < 22 || major%2 != 0 {
