@@ -1,11 +1,9 @@
 package registry_test
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
@@ -15,28 +13,7 @@ import (
 func startStoppable(t *testing.T, src registry.ConnectorSource, cfg registry.Config) (reg *registry.Registry, stop func()) {
 	t.Helper()
 	reg = registry.New(src, cfg, nil)
-	if err := reg.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return reg, stop
+	return reg, start(t, reg)
 }
 
 // sessionHooks records what Config.OnSessionOpened and OnSessionClosed

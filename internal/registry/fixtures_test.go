@@ -494,13 +494,20 @@ func httpSpec(id int64, url string) registry.Spec {
 func run(t testing.TB, src registry.ConnectorSource, cfg registry.Config) *registry.Registry {
 	t.Helper()
 	reg := registry.New(src, cfg, nil)
+	start(t, reg)
+	return reg
+}
+
+// start loads reg and runs it until stop is called or the test ends.
+func start(t testing.TB, reg *registry.Registry) (stop func()) {
+	t.Helper()
 	if err := reg.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- reg.Run(ctx) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -511,7 +518,8 @@ func run(t testing.TB, src registry.ConnectorSource, cfg registry.Config) *regis
 			t.Error("Run did not return within 30s of cancel")
 		}
 	})
-	return reg
+	t.Cleanup(stop)
+	return stop
 }
 
 // waitFor polls cond until it holds or 20s pass.

@@ -450,28 +450,23 @@ func (r *Registry) Delete(id int64) { r.remove(id, ErrDeleted) }
 // holds (a stdio connector whose ownership moved): new calls no longer
 // find it here, and the calls running on it finish (bounded by the call
 // timeout) before it closes, as a replaced connection's do.
-func (r *Registry) HandOver(id int64) {
+func (r *Registry) HandOver(id int64) { r.retireLater(r.take(id)) }
+
+// take forgets connector id's connection and returns it (nil if none).
+func (r *Registry) take(id int64) *conn {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	c := r.conns[id]
 	delete(r.conns, id)
 	delete(r.followers, id)
 	if c != nil {
 		delete(r.byRef, ref{c.spec.WorkspaceID, c.spec.ConnectorID})
 	}
-	r.mu.Unlock()
-	r.retireLater(c)
+	return c
 }
 
 func (r *Registry) remove(id int64, why error) {
-	r.mu.Lock()
-	c := r.conns[id]
-	delete(r.conns, id)
-	delete(r.followers, id)
-	if c != nil {
-		delete(r.byRef, ref{c.spec.WorkspaceID, c.spec.ConnectorID})
-	}
-	r.mu.Unlock()
-	if c != nil {
+	if c := r.take(id); c != nil {
 		c.close(why)
 		r.reportConn(context.Background(), c)
 	}

@@ -17,23 +17,7 @@ func runFollower(t *testing.T, src registry.ConnectorSource, cfg registry.Config
 	t.Helper()
 	reg := registry.New(src, cfg, nil)
 	reg.SetOwner(id, false)
-	if err := reg.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return within 30s of cancel")
-		}
-	})
+	start(t, reg)
 	return reg
 }
 
