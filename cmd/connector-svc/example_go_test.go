@@ -36,15 +36,7 @@ const goExampleServiceConfig = "../../examples/service-config.json"
 // scripted fake LLM, and checks what it prints: every step of its tour, and
 // that round robin spread its calls over both replicas.
 func TestGoExample(t *testing.T) {
-	js := needFile(t, "../../.tools/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "make tools")
-	if _, err := exec.LookPath("node"); err != nil {
-		loudskip.Skip(t, "node is not on PATH; the Go example's test runs the reference MCP server with it")
-	}
-	bin := filepath.Join(t.TempDir(), "go-example")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/go").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/go: %v\n%s", err, out)
-	}
-	mcpURL := goExampleEverything(t, js)
+	bin, mcpURL := goExampleSetup(t)
 	model := llmtest.New(t,
 		// The streamed query.
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello from the stream"}`}),
@@ -74,30 +66,16 @@ func TestGoExample(t *testing.T) {
 		replicas = append(replicas, start(t, url, env))
 	}
 
-	env := append(os.Environ(), // later entries win
-		"CONNECTOR_SVC_ADDRS="+replicas[0].addr+","+replicas[1].addr,
-		"CONNECTOR_SVC_API_KEY="+strings.TrimSpace(key.String()),
-		"CONNECTOR_SVC_CA_FILE="+caFile,
-		"CONNECTOR_SVC_MCP_URL="+mcpURL,
-		"CONNECTOR_SVC_WORKSPACE=demo",
-		"CONNECTOR_SVC_SERVICE_CONFIG=")
+	apiKey := strings.TrimSpace(key.String())
+	env := []string{"CONNECTOR_SVC_ADDRS=" + replicas[0].addr + "," + replicas[1].addr, "CONNECTOR_SVC_API_KEY=" + apiKey,
+		"CONNECTOR_SVC_CA_FILE=" + caFile, "CONNECTOR_SVC_MCP_URL=" + mcpURL, "CONNECTOR_SVC_WORKSPACE=demo"}
 	if _, err := os.Stat(goExampleServiceConfig); err == nil { // run with the documented file itself
 		env = append(env, "CONNECTOR_SVC_SERVICE_CONFIG="+goExampleServiceConfig)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = env
-	outb, err := cmd.CombinedOutput()
-	out := string(outb)
-	if err != nil {
-		t.Fatalf("the Go example: %v; it printed:\n%s", err, out)
-	}
-	t.Logf("the Go example printed:\n%s", out)
-	if strings.Contains(out, strings.TrimSpace(key.String())) {
+	out := goExampleRun(t, bin, env)
+	if strings.Contains(out, apiKey) {
 		t.Error("the Go example printed its API key")
 	}
-
 	for _, want := range []string{
 		"connector go-example: CONNECTOR_STATE_READY, 13 tools",
 		"CallTool echo: Echo: hello from Go",
@@ -132,10 +110,82 @@ func TestGoExample(t *testing.T) {
 			t.Errorf("no ListConnectors call reached replica %s", r.addr)
 		}
 	}
-	counts := []int{goExampleRPCs(replicas[0].out.String()), goExampleRPCs(replicas[1].out.String())}
-	if total := counts[0] + counts[1]; total < 20 || counts[0]*4 < total || counts[1]*4 < total {
-		t.Errorf("RPCs per replica = %v; want each at least a quarter of them, and at least 20 in all", counts)
+	// The example's calls are the ones with its key: auth is on, so a call
+	// without one is refused (the lines without one are the replicas' own
+	// fan-outs of ListSessions and CloseSession).
+	var counts []int
+	for _, r := range replicas {
+		counts = append(counts, goExampleRPCs(r.out.String()))
 	}
+	if total := counts[0] + counts[1]; total < 20 || counts[0]*4 < total || counts[1]*4 < total {
+		t.Errorf("RPCs per replica = %v; want each at least a quarter of the example's calls, and at least 20 calls with its key in all", counts)
+	}
+}
+
+// TestGoExamplePlaintext runs examples/go as against `make run`: one
+// address, plaintext, no API key (the service has none yet), and no LLM:
+// it says it skips the queries and does the rest.
+func TestGoExamplePlaintext(t *testing.T) {
+	bin, mcpURL := goExampleSetup(t)
+	svc := start(t, storetest.NewURL(t), map[string]string{"SECRET_KEY": testKey, "HEALTH_INTERVAL": "1s"})
+	out := goExampleRun(t, bin, []string{"CONNECTOR_SVC_ADDRS=" + svc.addr, "CONNECTOR_SVC_MCP_URL=" + mcpURL})
+	for _, want := range []string{
+		"ListConnectors served by: " + strings.Repeat(svc.addr+" ", 5) + svc.addr + "\n",
+		"CallTool echo: Echo: hello from Go",
+		"the service has no LLM (LLM_NOT_CONFIGURED): skipping the queries",
+		"session bob: Echo: hello from bob",
+		"closed session bob: 1",
+		"GetConnector no-such-connector: code NotFound, reason CONNECTOR_NOT_FOUND",
+		"done\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the Go example printed no %q", want)
+		}
+	}
+	if strings.Contains(out, "go-example-careful") {
+		t.Error("the Go example made the approval connector without an LLM")
+	}
+	// It deleted its connectors, so it runs again.
+	if again := goExampleRun(t, bin, []string{"CONNECTOR_SVC_ADDRS=" + svc.addr, "CONNECTOR_SVC_MCP_URL=" + mcpURL}); !strings.HasSuffix(again, "done\n") {
+		t.Errorf("the Go example's second run printed:\n%s", again)
+	}
+}
+
+// goExampleSetup builds examples/go and starts the reference MCP server;
+// it returns the example's binary and the server's MCP URL.
+func goExampleSetup(t *testing.T) (bin, mcpURL string) {
+	t.Helper()
+	js := needFile(t, "../../.tools/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "make tools")
+	if _, err := exec.LookPath("node"); err != nil {
+		loudskip.Skip(t, "node is not on PATH; the Go example's test runs the reference MCP server with it")
+	}
+	bin = filepath.Join(t.TempDir(), "go-example")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/go").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/go: %v\n%s", err, out)
+	}
+	return bin, goExampleEverything(t, js)
+}
+
+// goExampleRun runs the example with env added to the test's environment
+// (and every CONNECTOR_SVC_ setting of it cleared first) and returns what it
+// printed; it fails the test if the example fails.
+func goExampleRun(t *testing.T, bin string, env []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CONNECTOR_SVC_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Go example: %v; it printed:\n%s", err, out)
+	}
+	t.Logf("the Go example printed:\n%s", out)
+	return string(out)
 }
 
 // goExampleEverything starts the reference MCP server (streamable HTTP) on
@@ -180,16 +230,21 @@ func goExampleLine(out, prefix string) string {
 	return ""
 }
 
-// goExampleRPCs counts the ConnectorService calls a replica's log shows.
-func goExampleRPCs(log string) int {
-	n := 0
+// goExampleRPCs counts the ConnectorService calls a replica's log shows
+// that came with an API key.
+func goExampleRPCs(log string) (keyed int) {
 	for _, l := range strings.Split(log, "\n") {
-		var line struct{ Msg, Method string }
+		var line struct {
+			Msg, Method string
+			KeyID       string `json:"key_id"`
+		}
 		if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "rpc" && strings.HasPrefix(line.Method, "/connector.v1.ConnectorService/") {
-			n++
+			if line.KeyID != "" {
+				keyed++
+			}
 		}
 	}
-	return n
+	return keyed
 }
 
 // TestGoExampleServiceConfig checks that the service config built into the
@@ -220,13 +275,22 @@ func goExampleConst(t *testing.T, file, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if obj := f.Scope.Lookup(name); obj != nil && obj.Kind == ast.Con {
-		if lit, ok := obj.Decl.(*ast.ValueSpec).Values[0].(*ast.BasicLit); ok {
-			v, err := strconv.Unquote(lit.Value)
-			if err != nil {
-				t.Fatal(err)
+	for _, decl := range f.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gen.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && id.Name == name && lit.Kind == token.STRING {
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return v
+				}
 			}
-			return v
 		}
 	}
 	t.Fatalf("%s has no string constant %s", file, name)
