@@ -160,8 +160,8 @@ func goExampleSetup(t *testing.T) (bin, mcpURL string) {
 		loudskip.Skip(t, "node is not on PATH; the Go example's test runs the reference MCP server with it")
 	}
 	bin = filepath.Join(t.TempDir(), "go-example")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/go").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/go: %v\n%s", err, out)
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/go/client").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/go/client: %v\n%s", err, out)
 	}
 	return bin, goExampleEverything(t, js)
 }
@@ -255,16 +255,16 @@ func TestGoExampleServiceConfig(t *testing.T) {
 	if err != nil {
 		loudskip.Skip(t, fmt.Sprintf("%s: %v", goExampleServiceConfig, err))
 	}
-	builtIn := goExampleConst(t, "../../examples/go/main.go", "defaultServiceConfig")
+	builtIn := goExampleConst(t, "../../examples/go/client/main.go", "defaultServiceConfig")
 	var want, got any
 	if err := json.Unmarshal(doc, &want); err != nil {
 		t.Fatalf("%s: %v", goExampleServiceConfig, err)
 	}
 	if err := json.Unmarshal([]byte(builtIn), &got); err != nil {
-		t.Fatalf("examples/go's defaultServiceConfig: %v", err)
+		t.Fatalf("examples/go/client's defaultServiceConfig: %v", err)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("examples/go's defaultServiceConfig differs from %s (-want +got):\n%s", goExampleServiceConfig, diff)
+		t.Errorf("examples/go/client's defaultServiceConfig differs from %s (-want +got):\n%s", goExampleServiceConfig, diff)
 	}
 }
 

@@ -1,4 +1,4 @@
-// Command go-example is a Go backend's view of connector-svc: the calls a
+// Command client is a Go backend's view of connector-svc: the calls a
 // chat backend makes, in the order it would make them. Copy what you need.
 //
 // It connects to one or more replicas with client-side round robin and
@@ -19,7 +19,7 @@
 //	CONNECTOR_SVC_WORKSPACE       the workspace (default demo; flag -workspace)
 //	CONNECTOR_SVC_SERVICE_CONFIG  a gRPC service config file to use instead of the one built in (flag -service-config)
 //
-// Run it from the repository root: go run ./examples/go
+// Run it from the repository root: go run ./examples/go/client
 package main
 
 import (
@@ -98,7 +98,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		return def
 	}
 	cfg := config{apiKey: getenv("CONNECTOR_SVC_API_KEY"), caFile: getenv("CONNECTOR_SVC_CA_FILE")}
-	fs := flag.NewFlagSet("go-example", flag.ContinueOnError)
+	fs := flag.NewFlagSet("client", flag.ContinueOnError)
 	fs.StringVar(&cfg.addrs, "addrs", or("CONNECTOR_SVC_ADDRS", "127.0.0.1:50051"), "replicas' host:port, comma-separated, or one gRPC target")
 	fs.StringVar(&cfg.mcpURL, "mcp-url", or("CONNECTOR_SVC_MCP_URL", "http://127.0.0.1:3001/mcp"), "the MCP server's streamable-HTTP URL")
 	fs.StringVar(&cfg.workspace, "workspace", or("CONNECTOR_SVC_WORKSPACE", "demo"), "the workspace")
