@@ -24,6 +24,7 @@ run: .dev/secret_key
 tools:
 	@scripts/tools.sh grpcurl
 	@scripts/install-mcp-everything.sh
+	@npm ci --prefix examples/ts --no-audit --no-fund --loglevel=error
 
 ## test: start Postgres if needed, install the tools (the interop and README
 ## tests skip without them, except under CI=true, where they fail), then
@@ -83,3 +84,4 @@ lint:
 ## gen: regenerate gen/ from proto/ with the pinned tools.
 gen:
 	scripts/gen.sh
+	scripts/gen-ts.sh
