@@ -19,8 +19,9 @@ run: .dev/secret_key
 .dev/secret_key:
 	@mkdir -p .dev && umask 077 && head -c 32 /dev/urandom | base64 > $@
 
-## tools: grpcurl into .tools/bin and the reference MCP server into
-## .tools/npm, pinned: what the README's examples and the interop tests use.
+## tools: grpcurl into .tools/bin, the reference MCP server into .tools/npm
+## and the TypeScript example's packages into examples/ts/node_modules,
+## pinned: what the README's examples, the client examples and the interop tests use.
 tools:
 	@scripts/tools.sh grpcurl
 	@scripts/install-mcp-everything.sh
