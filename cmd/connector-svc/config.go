@@ -67,6 +67,11 @@ type config struct {
 	// Cluster is how this replica takes part among those on one database.
 	Cluster clusterConfig
 
+	// Conn is how the gRPC server treats its clients' connections: their
+	// age (so clients balancing over replicas re-resolve), keepalive, and
+	// the wait between NOT_SERVING and the drain on SIGTERM.
+	Conn connConfig
+
 	// Version is -version: print the version, read nothing else.
 	Version bool
 }
@@ -100,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	var cfg config
 	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
 	var approvalTimeout, runRetention, replicaTTL, reconcile string
+	var conn connFlags
 	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
 	fs.StringVar(&allowed, "stdio-allowed-commands", "", "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
@@ -130,6 +136,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	tlsFlags(fs, &cfg)
 	adminFlags(fs, &cfg)
 	clusterFlags(fs, &cfg.Cluster, &replicaTTL, &reconcile)
+	conn.register(fs)
 	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
 	rest, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -204,6 +211,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, nil, err
 	}
 	if err := cfg.Cluster.read(replicaTTL, reconcile); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.Conn, err = conn.read(max(cfg.QueryTimeout, cfg.RPCTimeout)); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.EgressAllow, err = egress.ParsePrefixes(egressAllow); err != nil {
@@ -372,4 +382,73 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// connConfig is the gRPC server's connection policy (GRPC_MAX_CONNECTION_AGE
+// and friends, SHUTDOWN_DELAY).
+type connConfig struct {
+	// MaxAge closes a client's connection (GOAWAY, ±10 % jitter) after
+	// it, so a client balancing over a headless Service resolves again
+	// and reaches new replicas; MaxAgeGrace is how long the calls under
+	// way on it may still run.
+	MaxAge, MaxAgeGrace time.Duration
+	// KeepaliveTime is how long a connection may be silent before the
+	// server pings it; KeepaliveTimeout, how long it waits for the ack
+	// before closing it.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// ShutdownDelay is how long SIGTERM keeps serving, reporting
+	// NOT_SERVING, before the drain.
+	ShutdownDelay time.Duration
+}
+
+// keepaliveMinTime is how often a client may ping (keepalive enforcement):
+// a client pinging more often is sent GOAWAY too_many_pings.
+const keepaliveMinTime = 10 * time.Second
+
+// connFlags holds the connection settings as given.
+type connFlags struct{ age, grace, kaTime, kaTimeout, delay string }
+
+func (f *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.age, "grpc-max-connection-age", "5m",
+		"a client's connection is closed with GOAWAY after this (±10%), so clients resolve again and spread over new replicas (GRPC_MAX_CONNECTION_AGE)")
+	fs.StringVar(&f.grace, "grpc-max-connection-age-grace", "",
+		"how long calls under way on a connection closed for its age may still run; at least QUERY_TIMEOUT and RPC_TIMEOUT; "+
+			"empty is the larger of them plus 30s (GRPC_MAX_CONNECTION_AGE_GRACE)")
+	fs.StringVar(&f.kaTime, "grpc-keepalive-time", "1m",
+		"the server pings a connection silent this long; clients may ping every "+keepaliveMinTime.String()+" at most, even without calls (GRPC_KEEPALIVE_TIME)")
+	fs.StringVar(&f.kaTimeout, "grpc-keepalive-timeout", "20s", "a connection whose ping is not acknowledged within this is closed (GRPC_KEEPALIVE_TIMEOUT)")
+	fs.StringVar(&f.delay, "shutdown-delay", "0s",
+		"on SIGTERM, how long to keep serving while gRPC health and /readyz say NOT_SERVING, before the drain; "+
+			"on Kubernetes a preStop sleep does this (SHUTDOWN_DELAY)")
+}
+
+// read checks the connection settings. longest is the longest deadline
+// the service gives a call whose caller sets none: a connection closed for
+// its age must let such a call finish.
+func (f connFlags) read(longest time.Duration) (connConfig, error) {
+	var c connConfig
+	var err error
+	if c.MaxAge, err = positiveDuration("GRPC_MAX_CONNECTION_AGE", f.age); err != nil {
+		return c, err
+	}
+	c.MaxAgeGrace = longest + 30*time.Second
+	if f.grace != "" {
+		if c.MaxAgeGrace, err = positiveDuration("GRPC_MAX_CONNECTION_AGE_GRACE", f.grace); err != nil {
+			return c, err
+		}
+	}
+	if c.MaxAgeGrace < longest {
+		return c, fmt.Errorf("GRPC_MAX_CONNECTION_AGE_GRACE %v is below QUERY_TIMEOUT and RPC_TIMEOUT (%v): a call under way on a "+
+			"connection closed for its age would be cut; raise it, or leave it empty for %v", c.MaxAgeGrace, longest, longest+30*time.Second)
+	}
+	if c.KeepaliveTime, err = positiveDuration("GRPC_KEEPALIVE_TIME", f.kaTime); err != nil {
+		return c, err
+	}
+	if c.KeepaliveTimeout, err = positiveDuration("GRPC_KEEPALIVE_TIMEOUT", f.kaTimeout); err != nil {
+		return c, err
+	}
+	if c.ShutdownDelay, err = time.ParseDuration(f.delay); err != nil || c.ShutdownDelay < 0 {
+		return c, fmt.Errorf("SHUTDOWN_DELAY %q: want a duration such as 5s, or 0", f.delay)
+	}
+	return c, nil
 }

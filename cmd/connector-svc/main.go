@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/cluster"
@@ -308,7 +309,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		Egress:                policy,
 		Auth:                  cfg.Auth,
 	})
-	g, hs := server.NewGRPCServer(srv, creds...)
+	g, hs := server.NewGRPCServer(srv, append(connOptions(cfg.Conn, true), creds...)...)
 	server.SetServing(hs, true)
 	obs.ready.SetStarted(true)
 	logger.InfoContext(ctx, "serving", slog.String("addr", lis.Addr().String()), slog.String("replica_id", cfg.Cluster.ReplicaID),
@@ -329,7 +330,11 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 				<-ctx.Done()
 				obs.ready.SetStarted(false)
 				hs.Shutdown() // NOT_SERVING from now on, whatever the watcher says
-				logger.Info("shutting down", slog.String("grace", cfg.ShutdownGrace.String()))
+				logger.Info("shutting down", slog.String("delay", cfg.Conn.ShutdownDelay.String()),
+					slog.String("grace", cfg.ShutdownGrace.String()))
+				// Balancers that read health or /readyz stop sending
+				// calls meanwhile; those still sent are served.
+				time.Sleep(cfg.Conn.ShutdownDelay)
 				stopGracefully(g, cfg.ShutdownGrace)
 			}()
 			if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -348,7 +353,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		{"leader election", rep.elector.Run},
 	}
 	if rep.internal != nil {
-		internal := server.NewInternalGRPCServer(srv, forward.ServerOptions(rep.key, forward.DefaultSkew, rep.older...)...)
+		internal := server.NewInternalGRPCServer(srv, append(connOptions(cfg.Conn, false),
+			forward.ServerOptions(rep.key, forward.DefaultSkew, rep.older...)...)...)
 		serving = append(serving, job{"internal listener", func(ctx context.Context) error {
 			drained := make(chan struct{})
 			go func() {
@@ -423,6 +429,22 @@ func flushTraces(ctx context.Context, tracing *telemetry.Tracing, grace time.Dur
 	defer cancel()
 	if err := tracing.Shutdown(ctx); err != nil {
 		logger.Warn("traces not flushed", slog.String("error", err.Error()))
+	}
+}
+
+// connOptions is the connection policy of a gRPC server: keepalive pings
+// of silent connections, tolerance of clients' pings, and, on the public
+// server, the connection age that makes clients resolve again. Replicas
+// reach each other's internal listener at fixed addresses, so there a
+// connection has no age.
+func connOptions(c connConfig, public bool) []grpc.ServerOption {
+	params := keepalive.ServerParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}
+	if public {
+		params.MaxConnectionAge, params.MaxConnectionAgeGrace = c.MaxAge, c.MaxAgeGrace
+	}
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(params),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 	}
 }
 
