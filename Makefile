@@ -1,7 +1,7 @@
 # Developer entry points; the README names `make run` and `make test`.
 GO ?= go
 
-.PHONY: run tools test bench lint gen fuzz
+.PHONY: run tools test bench lint gen fuzz chart
 
 ## run: start Postgres if needed, then the service on 127.0.0.1:50051.
 ## A development SECRET_KEY is generated once into .dev/secret_key.
@@ -75,6 +75,23 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+## chart: the Helm chart deploy/helm/connector-svc, offline (no cluster):
+## the pinned helm (scripts/tools.sh helm), helm lint --strict and helm
+## template with the default values and with every option on
+## (deploy/helm/ci/all-on-values.yaml), then deploy/helm's test, which decodes
+## every rendered object strictly into k8s.io/api types and checks probes,
+## shutdown timing, security and settings. The test runs with CI=true here: it
+## fails, never skips, if helm is missing.
+CHART = deploy/helm/connector-svc
+CHART_ALL_ON = deploy/helm/ci/all-on-values.yaml
+chart:
+	@scripts/tools.sh helm
+	.tools/bin/helm lint --strict $(CHART)
+	.tools/bin/helm lint --strict $(CHART) -f $(CHART_ALL_ON)
+	.tools/bin/helm template connector-svc $(CHART) >/dev/null
+	.tools/bin/helm template connector-svc $(CHART) -f $(CHART_ALL_ON) >/dev/null
+	CI=true $(GO) test -race -count=1 ./deploy/helm/
 
 ## lint: gofmt, go vet and buf lint.
 lint:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pinned developer tools, installed with `go install` into .tools/bin.
-# Usage: scripts/tools.sh NAME...   (buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl)
+# Usage: scripts/tools.sh NAME...   (buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, helm)
 # gen.sh sources this file for install_tool.
 set -euo pipefail
 
@@ -11,6 +11,8 @@ declare -A TOOL_PKG=(
   [protoc-gen-go]=google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
   [protoc-gen-go-grpc]=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
   [grpcurl]=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+  # helm lints and renders deploy/helm/connector-svc (make chart); built from source, about 2 min the first time.
+  [helm]=helm.sh/helm/v3/cmd/helm@v3.22.0
 )
 
 # install_tool NAME: go install the pinned version unless .tools/bin has it.

@@ -1,0 +1,942 @@
+// Package helm_test checks the Helm chart in connector-svc/ offline, with the
+// pinned helm from .tools/bin (scripts/tools.sh helm): helm lint --strict,
+// helm template with the default values and with ci/all-on-values.yaml, every
+// rendered document decoded strictly into its k8s.io/api type, and what the
+// chart promises about probes, shutdown, security, secrets and settings. No
+// cluster runs here: no kubelet, scheduler, kube-proxy or admission; what
+// those would do with the objects is not tested.
+package helm_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/connector-svc/connector-svc/internal/loudskip"
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chartDir      = "connector-svc"
+	allOnValues   = "ci/all-on-values.yaml"
+	release       = "demo"
+	namespace     = "apps"
+	stdioKillWait = 2 * time.Second // internal/registry CloseGrace: after SHUTDOWN_GRACE, before a stdio server is killed
+)
+
+// secretSettings come only from Secrets, never from values or a ConfigMap.
+var secretSettings = []string{"SECRET_KEY", "DATABASE_URL", "LLM_API_KEY"}
+
+// downwardAPIOnly are variables the chart defines only so that others can
+// name them as $(NAME); the binary does not read them.
+var downwardAPIOnly = map[string]string{"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
+
+// repoRoot is the module root: this package sits two levels below it.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// helmBin is the pinned helm, or a loud skip (a failure under CI=true).
+func helmBin(t *testing.T) string {
+	t.Helper()
+	root := repoRoot(t)
+	bin := filepath.Join(root, ".tools", "bin", "helm")
+	if _, err := os.Stat(bin); err != nil {
+		loudskip.Skip(t, "helm is missing from .tools/bin: run scripts/tools.sh helm")
+	}
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "tools.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := regexp.MustCompile(`\[helm\]=(\S+)`).FindSubmatch(script)
+	if pin == nil {
+		t.Fatal("scripts/tools.sh pins no helm")
+	}
+	stamp, _ := os.ReadFile(filepath.Join(root, ".tools", "bin", ".helm.version"))
+	if got := strings.TrimSpace(string(stamp)); got != string(pin[1]) {
+		loudskip.Skip(t, fmt.Sprintf(".tools/bin/helm is %q, scripts/tools.sh pins %s: run scripts/tools.sh helm", got, pin[1]))
+	}
+	return bin
+}
+
+// helm runs the pinned helm in this directory and returns its stdout, its
+// stderr and its error.
+func helm(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// render is helm template of the chart with extra arguments (-f, --set).
+func render(t *testing.T, extra ...string) string {
+	t.Helper()
+	out, stderr, err := helm(t, append([]string{"template", release, chartDir, "--namespace", namespace}, extra...)...)
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(extra, " "), err, stderr)
+	}
+	return out
+}
+
+func TestChartLintStrict(t *testing.T) {
+	for name, extra := range map[string][]string{"defaults": nil, "all-on": {"-f", allOnValues}} {
+		t.Run(name, func(t *testing.T) {
+			out, stderr, err := helm(t, append([]string{"lint", "--strict", chartDir}, extra...)...)
+			if err != nil {
+				t.Fatalf("helm lint --strict: %v\n%s%s", err, out, stderr)
+			}
+			if !strings.Contains(out, "1 chart(s) linted, 0 chart(s) failed") {
+				t.Fatalf("helm lint --strict did not pass the chart:\n%s%s", out, stderr)
+			}
+			if strings.Contains(out, "[WARNING]") || strings.Contains(out, "[ERROR]") {
+				t.Fatalf("helm lint --strict warns:\n%s", out)
+			}
+		})
+	}
+}
+
+// objects are one rendering, decoded strictly.
+type objects struct {
+	deployments     []appsv1.Deployment
+	services        []corev1.Service
+	configMaps      []corev1.ConfigMap
+	serviceAccounts []corev1.ServiceAccount
+	pdbs            []policyv1.PodDisruptionBudget
+	netpols         []networkingv1.NetworkPolicy
+	serviceMonitors []unstructured.Unstructured
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+// decode splits helm's output into documents and decodes each strictly
+// (unknown or duplicate fields fail) into the k8s.io/api type of its
+// apiVersion and kind; the ServiceMonitor, a CRD's kind, as unstructured.
+func decode(t *testing.T, rendered string) objects {
+	t.Helper()
+	var objs objects
+	for _, doc := range docSeparator.Split(rendered, -1) {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, doc)
+		}
+		if tm.Kind == "" && tm.APIVersion == "" {
+			if strings.TrimSpace(stripComments(doc)) != "" {
+				t.Fatalf("a document without apiVersion and kind:\n%s", doc)
+			}
+			continue
+		}
+		var err error
+		switch tm.APIVersion + " " + tm.Kind {
+		case "apps/v1 Deployment":
+			objs.deployments = append(objs.deployments, appsv1.Deployment{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.deployments[len(objs.deployments)-1])
+		case "v1 Service":
+			objs.services = append(objs.services, corev1.Service{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.services[len(objs.services)-1])
+		case "v1 ConfigMap":
+			objs.configMaps = append(objs.configMaps, corev1.ConfigMap{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.configMaps[len(objs.configMaps)-1])
+		case "v1 ServiceAccount":
+			objs.serviceAccounts = append(objs.serviceAccounts, corev1.ServiceAccount{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.serviceAccounts[len(objs.serviceAccounts)-1])
+		case "policy/v1 PodDisruptionBudget":
+			objs.pdbs = append(objs.pdbs, policyv1.PodDisruptionBudget{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.pdbs[len(objs.pdbs)-1])
+		case "networking.k8s.io/v1 NetworkPolicy":
+			objs.netpols = append(objs.netpols, networkingv1.NetworkPolicy{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.netpols[len(objs.netpols)-1])
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			var m map[string]any
+			err = yaml.UnmarshalStrict([]byte(doc), &m)
+			objs.serviceMonitors = append(objs.serviceMonitors, unstructured.Unstructured{Object: m})
+		default:
+			t.Fatalf("the chart renders %s %s, which this test does not decode: add its type", tm.APIVersion, tm.Kind)
+		}
+		if err != nil {
+			t.Fatalf("%s does not decode strictly: %v\n%s", tm.Kind, err, doc)
+		}
+	}
+	return objs
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// renderings are the values the tests render with, and what each promises.
+var renderings = []struct {
+	name            string
+	args            []string
+	replicas        int32
+	serviceMonitors int
+	dashboards      int
+}{
+	{name: "defaults", replicas: 3},
+	{name: "all-on", args: []string{"-f", allOnValues}, replicas: 4, serviceMonitors: 1, dashboards: 1},
+	{name: "preStop-exec", args: []string{"--set", "preStop.exec=true"}, replicas: 3},
+}
+
+func TestChartRendersValidObjects(t *testing.T) {
+	known := binarySettings(t)
+	for _, r := range renderings {
+		t.Run(r.name, func(t *testing.T) {
+			objs := decode(t, render(t, r.args...))
+			if len(objs.deployments) != 1 {
+				t.Fatalf("%d Deployments, want 1", len(objs.deployments))
+			}
+			d := objs.deployments[0]
+			if got := *d.Spec.Replicas; got != r.replicas {
+				t.Errorf("replicas %d, want %d", got, r.replicas)
+			}
+			c := theContainer(t, d)
+			env := envOf(c)
+			checkProbes(t, c, env)
+			checkTerminationGrace(t, d, c, env)
+			checkSecurity(t, d, c, env)
+			checkReplicaIdentity(t, c, env)
+			checkSecretsFromSecrets(t, c, objs.configMaps)
+			checkSettingsKnown(t, known, c, objs.configMaps)
+			checkServices(t, d, objs.services)
+			checkPDB(t, d, objs.pdbs)
+			checkNetworkPolicy(t, d, objs.netpols)
+			if len(objs.serviceMonitors) != r.serviceMonitors {
+				t.Errorf("%d ServiceMonitors, want %d", len(objs.serviceMonitors), r.serviceMonitors)
+			}
+			for _, sm := range objs.serviceMonitors {
+				checkServiceMonitor(t, sm, objs.services)
+			}
+			if got := len(dashboards(objs.configMaps)); got != r.dashboards {
+				t.Errorf("%d dashboard ConfigMaps, want %d", got, r.dashboards)
+			}
+			for _, cm := range dashboards(objs.configMaps) {
+				checkDashboard(t, cm)
+			}
+		})
+	}
+}
+
+func theContainer(t *testing.T, d appsv1.Deployment) corev1.Container {
+	t.Helper()
+	cs := d.Spec.Template.Spec.Containers
+	if len(cs) != 1 || cs[0].Name != "connector-svc" {
+		t.Fatalf("containers %v, want one named connector-svc", cs)
+	}
+	if len(d.Spec.Template.Spec.InitContainers) != 0 {
+		t.Fatalf("init containers are not checked here: %v", d.Spec.Template.Spec.InitContainers)
+	}
+	return cs[0]
+}
+
+func envOf(c corev1.Container) map[string]corev1.EnvVar {
+	m := make(map[string]corev1.EnvVar, len(c.Env))
+	for _, e := range c.Env {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func containerPort(t *testing.T, c corev1.Container, name string) int32 {
+	t.Helper()
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	t.Fatalf("the container has no port named %q: %v", name, c.Ports)
+	return 0
+}
+
+// portOf is the port of a host:port setting.
+func portOf(t *testing.T, env map[string]corev1.EnvVar, name string) int32 {
+	t.Helper()
+	v := env[name].Value
+	i := strings.LastIndex(v, ":")
+	p, err := strconv.Atoi(v[i+1:])
+	if i < 0 || err != nil {
+		t.Fatalf("%s=%q is not host:port", name, v)
+	}
+	return int32(p)
+}
+
+// checkProbes: startup and readiness on /readyz, liveness on /healthz, all
+// on the admin listener's port, which ADMIN_ADDR binds on every interface.
+func checkProbes(t *testing.T, c corev1.Container, env map[string]corev1.EnvVar) {
+	t.Helper()
+	admin := containerPort(t, c, "admin")
+	if got := portOf(t, env, "ADMIN_ADDR"); got != admin || !strings.HasPrefix(env["ADMIN_ADDR"].Value, "0.0.0.0:") {
+		t.Errorf("ADMIN_ADDR=%q, want 0.0.0.0:%d", env["ADMIN_ADDR"].Value, admin)
+	}
+	if env["ADMIN_ANY_ADDRESS"].Value != "true" {
+		t.Errorf("ADMIN_ANY_ADDRESS=%q: the service refuses ADMIN_ADDR off loopback without it", env["ADMIN_ANY_ADDRESS"].Value)
+	}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"startupProbe", c.StartupProbe, "/readyz"}, {"readinessProbe", c.ReadinessProbe, "/readyz"}, {"livenessProbe", c.LivenessProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s: none, or not HTTP: %+v", p.name, p.probe)
+			continue
+		}
+		g := p.probe.HTTPGet
+		if g.Path != p.path || g.Port.String() != "admin" || (g.Scheme != "" && g.Scheme != corev1.URISchemeHTTP) {
+			t.Errorf("%s: %s %s on port %s, want HTTP %s on port admin (%d)", p.name, g.Scheme, g.Path, g.Port.String(), p.path, admin)
+		}
+		if p.probe.PeriodSeconds < 1 || p.probe.TimeoutSeconds < 1 || p.probe.FailureThreshold < 1 {
+			t.Errorf("%s: timings %+v", p.name, p.probe.ProbeHandler)
+		}
+	}
+}
+
+// checkTerminationGrace: the pod gets at least preStop + SHUTDOWN_GRACE + the
+// stdio kill grace before the kubelet kills it.
+func checkTerminationGrace(t *testing.T, d appsv1.Deployment, c corev1.Container, env map[string]corev1.EnvVar) {
+	t.Helper()
+	grace, err := time.ParseDuration(env["SHUTDOWN_GRACE"].Value)
+	if err != nil {
+		t.Fatalf("SHUTDOWN_GRACE=%q: %v", env["SHUTDOWN_GRACE"].Value, err)
+	}
+	var preStop time.Duration
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		h := c.Lifecycle.PreStop
+		switch {
+		case h.Sleep != nil:
+			preStop = time.Duration(h.Sleep.Seconds) * time.Second
+		case h.Exec != nil && len(h.Exec.Command) == 2 && h.Exec.Command[0] == "sleep":
+			n, err := strconv.Atoi(h.Exec.Command[1])
+			if err != nil {
+				t.Fatalf("preStop exec %v", h.Exec.Command)
+			}
+			preStop = time.Duration(n) * time.Second
+		default:
+			t.Fatalf("preStop is neither a sleep action nor `sleep N`: %+v", h)
+		}
+	}
+	if preStop < 5*time.Second {
+		t.Errorf("preStop sleeps %v: endpoints are removed at the same time as SIGTERM arrives (kubernetes#67592)", preStop)
+	}
+	tgp := d.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if tgp == nil {
+		t.Fatal("terminationGracePeriodSeconds unset")
+	}
+	if least := preStop + grace + stdioKillWait; time.Duration(*tgp)*time.Second < least {
+		t.Errorf("terminationGracePeriodSeconds %d < preStop %v + SHUTDOWN_GRACE %v + %v", *tgp, preStop, grace, stdioKillWait)
+	}
+}
+
+// checkSecurity: nothing privileged, non-root, read-only root filesystem, and
+// writable emptyDirs for /tmp, HOME and npm's cache.
+func checkSecurity(t *testing.T, d appsv1.Deployment, c corev1.Container, env map[string]corev1.EnvVar) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	sc := c.SecurityContext
+	if sc == nil {
+		t.Fatal("the container has no securityContext")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("the container is privileged")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	nonRoot := sc.RunAsNonRoot
+	if nonRoot == nil && pod.SecurityContext != nil {
+		nonRoot = pod.SecurityContext.RunAsNonRoot
+	}
+	if nonRoot == nil || !*nonRoot {
+		t.Error("runAsNonRoot is not true")
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities %+v, want drop [ALL] and add nothing", sc.Capabilities)
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile %+v, want RuntimeDefault", sc.SeccompProfile)
+	}
+	if pod.HostNetwork || pod.HostPID || pod.HostIPC {
+		t.Error("the pod shares a host namespace")
+	}
+	emptyDirs := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.EmptyDir != nil {
+			emptyDirs[v.Name] = true
+		}
+		if v.HostPath != nil {
+			t.Errorf("volume %s is a hostPath", v.Name)
+		}
+	}
+	writable := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		if emptyDirs[m.Name] && !m.ReadOnly {
+			writable[m.MountPath] = true
+		}
+	}
+	for _, path := range []string{"/tmp", env["HOME"].Value, env["npm_config_cache"].Value} {
+		if path == "" || !writable[path] {
+			t.Errorf("%q is not a writable emptyDir mount (HOME=%q, npm_config_cache=%q)", path, env["HOME"].Value, env["npm_config_cache"].Value)
+		}
+	}
+}
+
+// checkReplicaIdentity: the pod's name is REPLICA_ID and its IP the
+// advertised internal address, from the downward API; the internal and gRPC
+// listeners bind the container's ports on every interface.
+func checkReplicaIdentity(t *testing.T, c corev1.Container, env map[string]corev1.EnvVar) {
+	t.Helper()
+	for name, field := range downwardAPIOnly {
+		e := env[name]
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != field {
+			t.Errorf("%s is not the downward API's %s: %+v", name, field, e)
+		}
+	}
+	internal := containerPort(t, c, "internal")
+	want := map[string]string{
+		"REPLICA_ID":              "$(POD_NAME)",
+		"INTERNAL_ADDR":           fmt.Sprintf("0.0.0.0:%d", internal),
+		"INTERNAL_ADVERTISE_ADDR": fmt.Sprintf("$(POD_IP):%d", internal),
+		"GRPC_ADDR":               fmt.Sprintf("0.0.0.0:%d", containerPort(t, c, "grpc")),
+	}
+	for name, v := range want {
+		if env[name].Value != v {
+			t.Errorf("%s=%q, want %q", name, env[name].Value, v)
+		}
+	}
+	// POD_NAME and POD_IP must be defined before the variables that expand them.
+	pos := map[string]int{}
+	for i, e := range c.Env {
+		pos[e.Name] = i
+	}
+	if pos["POD_NAME"] > pos["REPLICA_ID"] || pos["POD_IP"] > pos["INTERNAL_ADVERTISE_ADDR"] {
+		t.Error("POD_NAME / POD_IP come after the variables that name them: Kubernetes would not expand $(…)")
+	}
+}
+
+// checkSecretsFromSecrets: SECRET_KEY, DATABASE_URL and LLM_API_KEY are set
+// only from Secrets, and no ConfigMap holds them.
+func checkSecretsFromSecrets(t *testing.T, c corev1.Container, cms []corev1.ConfigMap) {
+	t.Helper()
+	for _, e := range c.Env {
+		if slices.Contains(secretSettings, e.Name) && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+			t.Errorf("%s is not taken from a Secret", e.Name)
+		}
+	}
+	for _, name := range secretSettings[:2] {
+		if _, ok := envOf(c)[name]; !ok {
+			t.Errorf("%s is not set", name)
+		}
+	}
+	for _, cm := range cms {
+		for k := range cm.Data {
+			if slices.Contains(secretSettings, k) {
+				t.Errorf("ConfigMap %s holds %s", cm.Name, k)
+			}
+		}
+	}
+}
+
+// checkSettingsKnown: every variable the container gets (env, and the keys of
+// the ConfigMaps it reads whole) is one the binary reads, or one of the
+// downward-API helpers.
+func checkSettingsKnown(t *testing.T, known settings, c corev1.Container, cms []corev1.ConfigMap) {
+	t.Helper()
+	names := []string{}
+	for _, e := range c.Env {
+		names = append(names, e.Name)
+	}
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef == nil || from.Prefix != "" {
+			t.Errorf("envFrom %+v: only whole ConfigMaps are checked here", from)
+			continue
+		}
+		cm := findConfigMap(cms, from.ConfigMapRef.Name)
+		if cm == nil {
+			t.Errorf("envFrom names ConfigMap %s, which the chart does not render", from.ConfigMapRef.Name)
+			continue
+		}
+		for k := range cm.Data {
+			names = append(names, k)
+		}
+	}
+	for _, n := range names {
+		if _, ok := downwardAPIOnly[n]; ok {
+			continue
+		}
+		if !known.has(n) {
+			t.Errorf("the chart sets %s, which connector-svc does not read (-h, its stdio pass-through, the README's OTEL_* variables)", n)
+		}
+	}
+}
+
+func findConfigMap(cms []corev1.ConfigMap, name string) *corev1.ConfigMap {
+	for i := range cms {
+		if cms[i].Name == name {
+			return &cms[i]
+		}
+	}
+	return nil
+}
+
+// selects reports whether a selector's labels all sit on the pod template.
+func selects(sel map[string]string, d appsv1.Deployment) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if d.Spec.Template.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// checkServices: a ClusterIP Service and a headless one on the gRPC port,
+// both selecting the pods, and a metrics Service on the admin port.
+func checkServices(t *testing.T, d appsv1.Deployment, svcs []corev1.Service) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	grpc := containerPort(t, c, "grpc")
+	var headless, clusterIP, metrics int
+	for _, s := range svcs {
+		if !selects(s.Spec.Selector, d) {
+			t.Errorf("Service %s selects %v, not the pods", s.Name, s.Spec.Selector)
+		}
+		if len(s.Name) > 63 {
+			t.Errorf("Service name %s is longer than 63", s.Name)
+		}
+		for _, p := range s.Spec.Ports {
+			switch {
+			case p.Name == "grpc" && p.Port == grpc && p.TargetPort.String() == "grpc" && s.Spec.ClusterIP == corev1.ClusterIPNone:
+				headless++
+				if s.Spec.PublishNotReadyAddresses {
+					t.Errorf("headless Service %s publishes pods that are not ready", s.Name)
+				}
+			case p.Name == "grpc" && p.Port == grpc && p.TargetPort.String() == "grpc":
+				clusterIP++
+			case p.Name == "metrics" && p.TargetPort.String() == "admin":
+				metrics++
+			default:
+				t.Errorf("Service %s port %+v", s.Name, p)
+			}
+		}
+	}
+	if headless != 1 || clusterIP != 1 || metrics != 1 {
+		t.Errorf("headless gRPC Services %d, ClusterIP gRPC Services %d, metrics Services %d; want 1 each", headless, clusterIP, metrics)
+	}
+}
+
+func checkPDB(t *testing.T, d appsv1.Deployment, pdbs []policyv1.PodDisruptionBudget) {
+	t.Helper()
+	if len(pdbs) != 1 {
+		t.Fatalf("%d PodDisruptionBudgets, want 1", len(pdbs))
+	}
+	p := pdbs[0]
+	if p.Spec.MaxUnavailable == nil || p.Spec.MaxUnavailable.String() != "1" || p.Spec.MinAvailable != nil {
+		t.Errorf("PDB maxUnavailable %v minAvailable %v, want maxUnavailable 1", p.Spec.MaxUnavailable, p.Spec.MinAvailable)
+	}
+	if p.Spec.Selector == nil || !selects(p.Spec.Selector.MatchLabels, d) {
+		t.Errorf("PDB selector %v does not select the pods", p.Spec.Selector)
+	}
+}
+
+// checkNetworkPolicy: the internal port only from the release's pods, the
+// admin port from any namespace, and nothing else but gRPC.
+func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.NetworkPolicy) {
+	t.Helper()
+	if len(nps) != 1 {
+		t.Fatalf("%d NetworkPolicies, want 1", len(nps))
+	}
+	np := nps[0]
+	if !selects(np.Spec.PodSelector.MatchLabels, d) || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("NetworkPolicy selects %v for %v", np.Spec.PodSelector.MatchLabels, np.Spec.PolicyTypes)
+	}
+	seen := map[string]bool{}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil {
+			t.Errorf("ingress rule %+v: want one named port", rule)
+			continue
+		}
+		port := rule.Ports[0].Port.String()
+		seen[port] = true
+		switch port {
+		case "grpc":
+		case "internal":
+			if len(rule.From) != 1 || rule.From[0].NamespaceSelector != nil || rule.From[0].PodSelector == nil ||
+				!cmp.Equal(rule.From[0].PodSelector.MatchLabels, np.Spec.PodSelector.MatchLabels) {
+				t.Errorf("internal port reachable from %+v, want only the release's pods", rule.From)
+			}
+		case "admin":
+			if len(rule.From) != 1 || rule.From[0].NamespaceSelector == nil || len(rule.From[0].NamespaceSelector.MatchLabels) != 0 {
+				t.Errorf("admin port reachable from %+v, want every namespace", rule.From)
+			}
+		default:
+			t.Errorf("ingress to port %s", port)
+		}
+	}
+	if !seen["grpc"] || !seen["internal"] || !seen["admin"] {
+		t.Errorf("ingress rules for ports %v, want grpc, internal and admin", seen)
+	}
+}
+
+// checkServiceMonitor: it scrapes /metrics on the metrics Service's port.
+func checkServiceMonitor(t *testing.T, sm unstructured.Unstructured, svcs []corev1.Service) {
+	t.Helper()
+	if sm.GetNamespace() != namespace {
+		t.Errorf("ServiceMonitor in namespace %q", sm.GetNamespace())
+	}
+	sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(eps) != 1 {
+		t.Fatalf("ServiceMonitor endpoints %v", eps)
+	}
+	ep, _ := eps[0].(map[string]any)
+	if ep["port"] != "metrics" || ep["path"] != "/metrics" {
+		t.Errorf("ServiceMonitor endpoint %v, want port metrics path /metrics", ep)
+	}
+	var matched []string
+	for _, s := range svcs {
+		ok := len(sel) > 0
+		for k, v := range sel {
+			ok = ok && s.Labels[k] == v
+		}
+		if ok {
+			matched = append(matched, s.Name)
+			if s.Spec.Ports[0].Name != "metrics" {
+				t.Errorf("ServiceMonitor selects Service %s, which has no metrics port", s.Name)
+			}
+		}
+	}
+	if len(matched) != 1 {
+		t.Errorf("ServiceMonitor selects Services %v, want the metrics Service alone", matched)
+	}
+}
+
+func dashboards(cms []corev1.ConfigMap) []corev1.ConfigMap {
+	var out []corev1.ConfigMap
+	for _, cm := range cms {
+		if _, ok := cm.Data["connector-svc.json"]; ok {
+			out = append(out, cm)
+		}
+	}
+	return out
+}
+
+// checkDashboard: the ConfigMap carries deploy/grafana's dashboard, as JSON.
+func checkDashboard(t *testing.T, cm corev1.ConfigMap) {
+	t.Helper()
+	want, err := os.ReadFile("../grafana/connector-svc.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cm.Data["connector-svc.json"]
+	if strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
+		t.Error("the dashboard ConfigMap differs from deploy/grafana/connector-svc.json")
+	}
+	if !json.Valid([]byte(got)) {
+		t.Error("the dashboard ConfigMap's JSON does not parse")
+	}
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard labels %v: Grafana's sidecar looks for grafana_dashboard", cm.Labels)
+	}
+}
+
+// TestChartDashboardIsTheRepositorysDashboard: the chart carries a copy of
+// deploy/grafana/connector-svc.json (helm packages no file outside the chart);
+// this keeps the two equal.
+func TestChartDashboardIsTheRepositorysDashboard(t *testing.T) {
+	want, err := os.ReadFile("../grafana/connector-svc.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(chartDir, "dashboards", "connector-svc.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("deploy/helm/connector-svc/dashboards/connector-svc.json differs from deploy/grafana/connector-svc.json: cp deploy/grafana/connector-svc.json deploy/helm/connector-svc/dashboards/")
+	}
+}
+
+// TestChartRefusesShortTerminationGrace: a terminationGracePeriodSeconds below
+// preStop + SHUTDOWN_GRACE + the stdio kill grace fails helm template, naming
+// the least; the least itself renders.
+func TestChartRefusesShortTerminationGrace(t *testing.T) {
+	for _, tc := range []struct {
+		set   []string
+		least int
+	}{
+		{set: nil, least: 22}, // 10 + 10 + 2
+		{set: []string{"--set", "preStop.sleepSeconds=5", "--set", "shutdownGraceSeconds=130"}, least: 137},
+	} {
+		args := append([]string{"template", release, chartDir}, tc.set...)
+		_, stderr, err := helm(t, append(args, "--set", fmt.Sprintf("terminationGracePeriodSeconds=%d", tc.least-1))...)
+		if err == nil {
+			t.Fatalf("%v terminationGracePeriodSeconds=%d rendered", tc.set, tc.least-1)
+		}
+		want := fmt.Sprintf("terminationGracePeriodSeconds=%d is too short: it must be at least", tc.least-1)
+		if !strings.Contains(stderr, want) || !strings.Contains(stderr, fmt.Sprintf("= %d,", tc.least)) {
+			t.Errorf("%v: helm template failed with\n%s\nwant %q and the least, %d", tc.set, stderr, want, tc.least)
+		}
+		out := render(t, append(tc.set, "--set", fmt.Sprintf("terminationGracePeriodSeconds=%d", tc.least))...)
+		if tgp := *decode(t, out).deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds; tgp != int64(tc.least) {
+			t.Errorf("%v: terminationGracePeriodSeconds %d, want %d", tc.set, tgp, tc.least)
+		}
+	}
+}
+
+// TestChartRefusesSettingsItOwns: a secret, a setting the chart sets itself, or
+// a name the binary does not read is refused in `config`.
+func TestChartRefusesSettingsItOwns(t *testing.T) {
+	for _, key := range []string{"SECRET_KEY", "DATABASE_URL", "LLM_API_KEY", "GRPC_ADDR", "REPLICA_ID", "SHUTDOWN_GRACE", "NO_SUCH_SETTING"} {
+		_, stderr, err := helm(t, "template", release, chartDir, "--set", "config."+key+"=x")
+		if err == nil {
+			t.Errorf("config.%s rendered", key)
+		} else if !strings.Contains(stderr, key) {
+			t.Errorf("config.%s refused without naming it:\n%s", key, stderr)
+		}
+	}
+}
+
+// TestChartCoversEverySetting: every setting the binary reads can be set
+// through the chart: it is a key `config` accepts (values.schema.json), or the
+// chart sets it with every option on; and every key `config` accepts is one
+// the binary reads.
+func TestChartCoversEverySetting(t *testing.T) {
+	known := binarySettings(t)
+	accepted, pattern := configKeys(t)
+	objs := decode(t, render(t, "-f", allOnValues))
+	set := map[string]bool{}
+	for _, e := range objs.deployments[0].Spec.Template.Spec.Containers[0].Env {
+		set[e.Name] = true
+	}
+	for _, cm := range objs.configMaps {
+		for k := range cm.Data {
+			set[k] = true
+		}
+	}
+	for _, n := range known.own {
+		if !slices.Contains(accepted, n) && !set[n] {
+			t.Errorf("%s (connector-svc -h) cannot be set through the chart", n)
+		}
+	}
+	for _, n := range accepted {
+		if !known.has(n) {
+			t.Errorf("values.schema.json accepts config.%s, which connector-svc does not read", n)
+		}
+	}
+	if !slices.ContainsFunc(known.prefixes, func(p string) bool { return strings.HasPrefix(strings.TrimPrefix(pattern, "^"), p) }) {
+		t.Errorf("config's pattern %q is within none of %v", pattern, known.prefixes)
+	}
+}
+
+// configKeys reads the names values.schema.json accepts in `config`: an enum
+// and a pattern.
+func configKeys(t *testing.T) ([]string, string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Config struct {
+				PropertyNames struct {
+					AnyOf []struct {
+						Enum    []string `json:"enum"`
+						Pattern string   `json:"pattern"`
+					} `json:"anyOf"`
+				} `json:"propertyNames"`
+			} `json:"config"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var enum []string
+	var pattern string
+	for _, a := range schema.Properties.Config.PropertyNames.AnyOf {
+		enum = append(enum, a.Enum...)
+		if a.Pattern != "" {
+			pattern = a.Pattern
+		}
+	}
+	if len(enum) == 0 || pattern == "" {
+		t.Fatal("values.schema.json: config.propertyNames.anyOf has no enum or no pattern")
+	}
+	return enum, pattern
+}
+
+// settings are the environment variables connector-svc reads: exact names,
+// and prefixes (OTEL_EXPORTER_OTLP_*).
+type settings struct {
+	own      []string // the binary's own settings: each flag's (NAME) and the environment-only ones of -h
+	exact    []string
+	prefixes []string
+}
+
+func (s settings) has(name string) bool {
+	if slices.Contains(s.exact, name) {
+		return true
+	}
+	for _, p := range s.prefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var buildOnce = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "helm-test-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "connector-svc")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/connector-svc").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin, err := buildOnce(); err == nil {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+var (
+	flagEnv  = regexp.MustCompile(`\(([A-Z][A-Z0-9_]+)\)`)
+	envOnly  = regexp.MustCompile(`(?m)^  ([A-Z][A-Z0-9_]+\*?)  `)
+	otelName = regexp.MustCompile(`\bOTEL_[A-Z0-9_]+\*?`)
+)
+
+// binarySettings collects what connector-svc reads: each flag's "(NAME)" and
+// the environment-only names its -h prints, the OTEL_* variables of -h and of
+// the README's configuration table, and the service's variables a stdio
+// server inherits (internal/registry's stdioEnvPassThrough: HOME,
+// npm_config_cache, …).
+func binarySettings(t *testing.T) settings {
+	t.Helper()
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits non-zero on some flag packages; the text is what counts
+	help := string(out)
+	if !strings.Contains(help, "(GRPC_ADDR)") || !strings.Contains(help, "Environment only") {
+		t.Fatalf("connector-svc -h does not list its settings as expected:\n%s", help)
+	}
+	var s settings
+	add := func(n string) {
+		if strings.HasSuffix(n, "*") {
+			if !slices.Contains(s.prefixes, strings.TrimSuffix(n, "*")) {
+				s.prefixes = append(s.prefixes, strings.TrimSuffix(n, "*"))
+			}
+		} else if !slices.Contains(s.exact, n) {
+			s.exact = append(s.exact, n)
+		}
+	}
+	for _, m := range flagEnv.FindAllStringSubmatch(help, -1) {
+		add(m[1])
+	}
+	for _, m := range envOnly.FindAllStringSubmatch(help, -1) {
+		add(m[1])
+	}
+	s.own = slices.Clone(s.exact)
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range otelName.FindAllString(help+string(configurationSection(t, string(readme))), -1) {
+		add(n)
+	}
+	for _, n := range stdioPassThrough(t) {
+		add(n)
+	}
+	for _, must := range []string{"SECRET_KEY", "DATABASE_URL", "LLM_API_KEY", "SHUTDOWN_GRACE", "OTEL_TRACES_EXPORTER", "HOME"} {
+		if !s.has(must) {
+			t.Fatalf("collected %v, missing %s: has -h, the README or internal/registry changed shape?", s, must)
+		}
+	}
+	return s
+}
+
+// configurationSection is the README's "## Configuration" section.
+func configurationSection(t *testing.T, readme string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(readme, "\n## Configuration\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Configuration" section`)
+	}
+	section, _, _ := strings.Cut(rest, "\n## ")
+	return section
+}
+
+// stdioPassThrough reads internal/registry's stdioEnvPassThrough, the
+// variables of the service's environment a stdio server inherits.
+func stdioPassThrough(t *testing.T) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../../internal/registry/process.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "stdioEnvPassThrough" || len(vs.Values) != 1 {
+			return true
+		}
+		lit, ok := vs.Values[0].(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		for _, e := range lit.Elts {
+			if b, ok := e.(*ast.BasicLit); ok && b.Kind == token.STRING {
+				s, _ := strconv.Unquote(b.Value)
+				names = append(names, s)
+			}
+		}
+		return false
+	})
+	if !slices.Contains(names, "HOME") || !slices.Contains(names, "npm_config_cache") {
+		t.Fatalf("internal/registry/process.go stdioEnvPassThrough = %v: HOME and npm_config_cache no longer reach stdio servers?", names)
+	}
+	return names
+}

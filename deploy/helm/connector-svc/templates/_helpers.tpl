@@ -1,0 +1,142 @@
+{{/* The chart name, or nameOverride. */}}
+{{- define "connector-svc.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The full name of the release's objects: fullnameOverride, or release-chart (the release alone when it
+contains the chart name). Cut to 54 so that "-headless" and "-metrics" still fit 63. */}}
+{{- define "connector-svc.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 54 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 54 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 54 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "connector-svc.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "connector-svc.labels" -}}
+helm.sh/chart: {{ include "connector-svc.chart" . }}
+{{ include "connector-svc.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "connector-svc.imageTag" . | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: connector-svc
+{{- end -}}
+
+{{/* Labels that select the release's pods: Services, the PDB, the NetworkPolicy, topology spread. */}}
+{{- define "connector-svc.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "connector-svc.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end -}}
+
+{{- define "connector-svc.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "connector-svc.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "connector-svc.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag -}}
+{{- end -}}
+
+{{/* repository:tag, or repository@digest when a digest is set. */}}
+{{- define "connector-svc.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (include "connector-svc.imageTag" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret a secret setting comes from: its existingSecret, or the release's Secret. */}}
+{{- define "connector-svc.secretName" -}}
+{{- default (include "connector-svc.fullname" .root) .existingSecret -}}
+{{- end -}}
+
+{{/* The stdio kill grace: a stdio server gets this long after SHUTDOWN_GRACE before its process group is
+killed (internal/registry CloseGrace). */}}
+{{- define "connector-svc.stdioKillGraceSeconds" -}}2{{- end -}}
+
+{{/* The least terminationGracePeriodSeconds: preStop + SHUTDOWN_GRACE + the stdio kill grace. */}}
+{{- define "connector-svc.minTerminationGrace" -}}
+{{- $pre := int .Values.preStop.sleepSeconds -}}
+{{- add $pre (int .Values.shutdownGraceSeconds) (int (include "connector-svc.stdioKillGraceSeconds" .)) -}}
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds: the value set, checked against the least, or the least plus 8 s for leaving
+the cluster and flushing metrics. */}}
+{{- define "connector-svc.terminationGrace" -}}
+{{- $min := int (include "connector-svc.minTerminationGrace" .) -}}
+{{- $set := .Values.terminationGracePeriodSeconds -}}
+{{- if kindIs "invalid" $set -}}
+{{- add $min 8 -}}
+{{- else if lt (int $set) $min -}}
+{{- fail (printf "terminationGracePeriodSeconds=%d is too short: it must be at least preStop.sleepSeconds (%d) + shutdownGraceSeconds (%d) + the stdio kill grace (%s) = %d, or the kubelet kills the pod while it drains; raise it or leave it empty to have it computed" (int $set) (int .Values.preStop.sleepSeconds) (int .Values.shutdownGraceSeconds) (include "connector-svc.stdioKillGraceSeconds" .) $min) -}}
+{{- else -}}
+{{- int $set -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Settings the chart sets itself, or that are secrets: never in .Values.config. */}}
+{{- define "connector-svc.reservedSettings" -}}
+{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
+{{- end -}}
+
+{{/* Fails on a config key the chart owns or that is a secret; the schema says the same for `helm install`,
+this says it for every path (--set on a schema-less fork, say). */}}
+{{- define "connector-svc.checkConfig" -}}
+{{- $reserved := include "connector-svc.reservedSettings" . | fromJsonArray -}}
+{{- range $k, $v := .Values.config -}}
+{{- if has $k (list "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY") -}}
+{{- fail (printf "config.%s: a secret never goes in values or the ConfigMap; put it in a Secret and name it in %s" $k (get (dict "SECRET_KEY" "secretKey.existingSecret" "DATABASE_URL" "databaseURL.existingSecret" "LLM_API_KEY" "llm.apiKey.existingSecret") $k)) -}}
+{{- else if has $k $reserved -}}
+{{- fail (printf "config.%s: the chart sets %s itself (see values.yaml); use its own value instead" $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The release's pod template checksum inputs: a changed ConfigMap rolls the pods. */}}
+{{- define "connector-svc.configData" -}}
+{{- range $k, $v := .Values.config }}
+{{ $k }}: {{ include "connector-svc.settingValue" $v | quote }}
+{{- end }}
+{{- with .Values.llm.baseURL }}
+LLM_BASE_URL: {{ . | quote }}
+{{- end }}
+{{- with .Values.llm.model }}
+LLM_MODEL: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A setting's value as the binary reads it: YAML numbers arrive as float64 (3145728, not 3.145728e+06). */}}
+{{- define "connector-svc.settingValue" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* An HTTP probe of the admin listener, every timing from values. */}}
+{{- define "connector-svc.probe" -}}
+httpGet:
+  path: {{ .path }}
+  port: admin
+  scheme: HTTP
+initialDelaySeconds: {{ .initialDelaySeconds }}
+periodSeconds: {{ .periodSeconds }}
+timeoutSeconds: {{ .timeoutSeconds }}
+failureThreshold: {{ .failureThreshold }}
+successThreshold: {{ .successThreshold }}
+{{- end -}}
