@@ -15,6 +15,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -131,7 +132,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if err != nil {
 		return nil, err
 	}
-	run := &store.Run{ID: newRunID(), WorkspaceID: c.WorkspaceID, ConnectorID: c.ID, ConnectorExternalID: c.ExternalID,
+	run := &store.Run{ID: runs.NewID(), WorkspaceID: c.WorkspaceID, ConnectorID: c.ID, ConnectorExternalID: c.ExternalID,
 		SessionID: req.GetSessionId(), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, CreatedAt: time.Now()}
 	// The agent's tool calls run on the session's connection, for a
 	// per_session connector.
@@ -147,9 +148,9 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 // endRun records a run that ended with res and err, and renders its
 // result for the caller.
 func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector, res *orchestrator.Result, runErr error, resumed bool) (*connectorv1.QueryResult, error) {
-	rec, err := s.runRecord(ctx, run, c.Name, res, runErr)
+	rec, err := runs.Record(run, c.Name, res, runErr, s.runErrorMessage(ctx, runErr), s.cfg.ApprovalTimeout)
 	if err == nil {
-		err = s.keepRun(ctx, rec, resumed)
+		err = s.runs.Keep(ctx, rec, resumed)
 	}
 	if err != nil && rec != nil && rec.Status == store.RunAwaitingApproval {
 		// Without its record the run could never be resumed.

@@ -14,6 +14,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -135,7 +136,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	}
 	// The decisions are in the record before anything runs.
 	st.Decide(decisions)
-	trace, err := traceJSON(la.Row.Name, &st.Result)
+	trace, err := runs.TraceJSON(la.Row.Name, &st.Result)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +323,7 @@ func storedStatus(st connectorv1.QueryStatus) string { return key(runStatusesToP
 // result excerpts. A paused run past its expiry shows as expired, before
 // the sweep marks it so.
 func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, error) {
-	tr, err := readTrace(r.Trace)
+	tr, err := runs.ReadTrace(r.Trace)
 	if err != nil {
 		return nil, fmt.Errorf("read the trace of run %s: %w", r.ID, err)
 	}
