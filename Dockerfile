@@ -1,18 +1,23 @@
 # Builds connector-svc into a small image, in two stages from pinned bases:
 # the Go toolchain the repository builds with, and a runtime that carries
 # Node.js (22, an LTS line) so that stdio connectors launched with npx (on
-# STDIO_ALLOWED_COMMANDS) can run. The binary records the VCS revision it
-# was built from (connector-svc version); the image carries the OCI
-# annotations, from the build arguments:
+# STDIO_ALLOWED_COMMANDS) can run. The binary is stamped with the version
+# and revision (connector-svc version, the start-up log line, the build-info
+# metric), and the image carries them as OCI annotations, from the build
+# arguments:
 #   docker build --build-arg VERSION=$(git describe --tags --always) \
 #     --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) -t connector-svc .
 FROM golang:1.26.8-bookworm AS build
+ARG VERSION=dev REVISION=unknown
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/connector-svc ./cmd/connector-svc
+# The context has no .git: the version and revision are stamped in.
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-X main.stampedVersion=${VERSION} -X main.stampedRevision=${REVISION}" \
+      -o /out/connector-svc ./cmd/connector-svc
 
 FROM node:22.21.1-bookworm-slim
 ARG VERSION=dev REVISION=unknown CREATED=unknown

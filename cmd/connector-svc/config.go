@@ -447,8 +447,12 @@ func (f connFlags) read(longest time.Duration) (connConfig, error) {
 	if c.KeepaliveTimeout, err = positiveDuration("GRPC_KEEPALIVE_TIMEOUT", f.kaTimeout); err != nil {
 		return c, err
 	}
-	if c.ShutdownDelay, err = time.ParseDuration(f.delay); err != nil || c.ShutdownDelay < 0 {
-		return c, fmt.Errorf("SHUTDOWN_DELAY %q: want a duration such as 5s, or 0", f.delay)
+	if c.ShutdownDelay, err = time.ParseDuration(f.delay); err != nil || c.ShutdownDelay < 0 || c.ShutdownDelay > maxShutdownDelay {
+		return c, fmt.Errorf("SHUTDOWN_DELAY %q: want a duration from 0 to %v, such as 5s", f.delay, maxShutdownDelay)
 	}
 	return c, nil
 }
+
+// maxShutdownDelay bounds SHUTDOWN_DELAY: while it lasts, a replica that got
+// SIGTERM only waits, and a second signal does not cut it short.
+const maxShutdownDelay = 10 * time.Minute

@@ -73,6 +73,9 @@ func TestDockerfile(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^FROM golang:\d+\.\d+\.\d+-\S+ AS build$`).MatchString(text) {
 		t.Error("the build stage's golang image is not pinned to a patch release")
 	}
+	if !strings.Contains(text, "-X main.stampedVersion=${VERSION} -X main.stampedRevision=${REVISION}") {
+		t.Error("the build stage does not stamp the binary with VERSION and REVISION (the context has no .git)")
+	}
 	for _, label := range []string{"title", "version", "revision", "created", "licenses", "base.name"} {
 		if !strings.Contains(text, "org.opencontainers.image."+label+"=") {
 			t.Errorf("the image has no org.opencontainers.image.%s label", label)

@@ -17,8 +17,22 @@ type build struct {
 	Modified                           bool
 }
 
+// stampedVersion and stampedRevision, when a build sets them (go build
+// -ldflags "-X main.stampedVersion=… -X main.stampedRevision=…", as the
+// Dockerfile does, whose context has no .git), win over what the
+// toolchain recorded.
+var stampedVersion, stampedRevision string
+
 // readBuild reads the build info of the running binary.
 func readBuild() build {
+	b := readToolchainBuild()
+	b.Version = cmp.Or(stampedVersion, b.Version)
+	b.Revision = cmp.Or(stampedRevision, b.Revision)
+	return b
+}
+
+// readToolchainBuild is what the Go toolchain recorded in the binary.
+func readToolchainBuild() build {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return build{Version: "unknown"}

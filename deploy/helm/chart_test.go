@@ -322,13 +322,17 @@ func checkProbes(t *testing.T, c corev1.Container, env map[string]corev1.EnvVar)
 	}
 }
 
-// checkTerminationGrace: the pod gets at least preStop + SHUTDOWN_GRACE + the
-// stdio kill grace before the kubelet kills it.
+// checkTerminationGrace: the pod gets at least preStop + SHUTDOWN_DELAY +
+// SHUTDOWN_GRACE + the stdio kill grace before the kubelet kills it.
 func checkTerminationGrace(t *testing.T, d appsv1.Deployment, c corev1.Container, env map[string]corev1.EnvVar) {
 	t.Helper()
 	grace, err := time.ParseDuration(env["SHUTDOWN_GRACE"].Value)
 	if err != nil {
 		t.Fatalf("SHUTDOWN_GRACE=%q: %v", env["SHUTDOWN_GRACE"].Value, err)
+	}
+	delay, err := time.ParseDuration(env["SHUTDOWN_DELAY"].Value)
+	if err != nil {
+		t.Fatalf("SHUTDOWN_DELAY=%q: %v", env["SHUTDOWN_DELAY"].Value, err)
 	}
 	var preStop time.Duration
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
@@ -353,8 +357,8 @@ func checkTerminationGrace(t *testing.T, d appsv1.Deployment, c corev1.Container
 	if tgp == nil {
 		t.Fatal("terminationGracePeriodSeconds unset")
 	}
-	if least := preStop + grace + stdioKillWait; time.Duration(*tgp)*time.Second < least {
-		t.Errorf("terminationGracePeriodSeconds %d < preStop %v + SHUTDOWN_GRACE %v + %v", *tgp, preStop, grace, stdioKillWait)
+	if least := preStop + delay + grace + stdioKillWait; time.Duration(*tgp)*time.Second < least {
+		t.Errorf("terminationGracePeriodSeconds %d < preStop %v + SHUTDOWN_DELAY %v + SHUTDOWN_GRACE %v + %v", *tgp, preStop, delay, grace, stdioKillWait)
 	}
 }
 
@@ -720,15 +724,21 @@ func TestChartRefusesShortTerminationGrace(t *testing.T) {
 }
 
 // TestChartRefusesSettingsItOwns: a secret, a setting the chart sets itself, or
-// a name the binary does not read is refused in `config`.
+// a name the binary does not read is refused in `config`; a setting the chart
+// sets itself is refused in `extraEnv` too.
 func TestChartRefusesSettingsItOwns(t *testing.T) {
-	for _, key := range []string{"SECRET_KEY", "DATABASE_URL", "LLM_API_KEY", "GRPC_ADDR", "REPLICA_ID", "SHUTDOWN_GRACE", "NO_SUCH_SETTING"} {
+	for _, key := range []string{"SECRET_KEY", "DATABASE_URL", "LLM_API_KEY", "GRPC_ADDR", "REPLICA_ID", "SHUTDOWN_GRACE", "SHUTDOWN_DELAY", "NO_SUCH_SETTING"} {
 		_, stderr, err := helm(t, "template", release, chartDir, "--set", "config."+key+"=x")
 		if err == nil {
 			t.Errorf("config.%s rendered", key)
 		} else if !strings.Contains(stderr, key) {
 			t.Errorf("config.%s refused without naming it:\n%s", key, stderr)
 		}
+	}
+	// In extraEnv, a name the chart sets would be a second entry, and win.
+	_, stderr, err := helm(t, "template", release, chartDir, "--set", "extraEnv[0].name=AUTH", "--set", "extraEnv[0].value=none")
+	if err == nil || !strings.Contains(stderr, "extraEnv AUTH") {
+		t.Errorf("extraEnv AUTH: %v\n%s; want it refused, named", err, stderr)
 	}
 }
 

@@ -68,10 +68,10 @@ app.kubernetes.io/component: server
 killed (internal/registry CloseGrace). */}}
 {{- define "connector-svc.stdioKillGraceSeconds" -}}2{{- end -}}
 
-{{/* The least terminationGracePeriodSeconds: preStop + SHUTDOWN_GRACE + the stdio kill grace. */}}
+{{/* The least terminationGracePeriodSeconds: preStop + SHUTDOWN_DELAY + SHUTDOWN_GRACE + the stdio kill grace. */}}
 {{- define "connector-svc.minTerminationGrace" -}}
 {{- $pre := int .Values.preStop.sleepSeconds -}}
-{{- add $pre (int .Values.shutdownGraceSeconds) (int (include "connector-svc.stdioKillGraceSeconds" .)) -}}
+{{- add $pre (int .Values.shutdownDelaySeconds) (int .Values.shutdownGraceSeconds) (int (include "connector-svc.stdioKillGraceSeconds" .)) -}}
 {{- end -}}
 
 {{/* terminationGracePeriodSeconds: the value set, checked against the least, or the least plus 8 s for leaving
@@ -82,7 +82,7 @@ the cluster and flushing metrics. */}}
 {{- if kindIs "invalid" $set -}}
 {{- add $min 8 -}}
 {{- else if lt (int $set) $min -}}
-{{- fail (printf "terminationGracePeriodSeconds=%d is too short: it must be at least preStop.sleepSeconds (%d) + shutdownGraceSeconds (%d) + the stdio kill grace (%s) = %d, or the kubelet kills the pod while it drains; raise it or leave it empty to have it computed" (int $set) (int .Values.preStop.sleepSeconds) (int .Values.shutdownGraceSeconds) (include "connector-svc.stdioKillGraceSeconds" .) $min) -}}
+{{- fail (printf "terminationGracePeriodSeconds=%d is too short: it must be at least preStop.sleepSeconds (%d) + shutdownDelaySeconds (%d) + shutdownGraceSeconds (%d) + the stdio kill grace (%s) = %d, or the kubelet kills the pod while it drains; raise it or leave it empty to have it computed" (int $set) (int .Values.preStop.sleepSeconds) (int .Values.shutdownDelaySeconds) (int .Values.shutdownGraceSeconds) (include "connector-svc.stdioKillGraceSeconds" .) $min) -}}
 {{- else -}}
 {{- int $set -}}
 {{- end -}}
@@ -90,7 +90,7 @@ the cluster and flushing metrics. */}}
 
 {{/* Settings the chart sets itself, or that are secrets: never in .Values.config. */}}
 {{- define "connector-svc.reservedSettings" -}}
-{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
+{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
 {{- end -}}
 
 {{/* Fails on a config key the chart owns or that is a secret; the schema says the same for `helm install`,
@@ -102,6 +102,11 @@ this says it for every path (--set on a schema-less fork, say). */}}
 {{- fail (printf "config.%s: a secret never goes in values or the ConfigMap; put it in a Secret and name it in %s" $k (get (dict "SECRET_KEY" "secretKey.existingSecret" "DATABASE_URL" "databaseURL.existingSecret" "LLM_API_KEY" "llm.apiKey.existingSecret") $k)) -}}
 {{- else if has $k $reserved -}}
 {{- fail (printf "config.%s: the chart sets %s itself (see values.yaml); use its own value instead" $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.extraEnv -}}
+{{- if has .name $reserved -}}
+{{- fail (printf "extraEnv %s: the chart sets %s itself (see values.yaml); a second one would silently win" .name .name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
