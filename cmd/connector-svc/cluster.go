@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,7 @@ func (cfg *clusterConfig) read(ttl, reconcile string) error {
 			cfg.InternalAddr)
 	}
 	if cfg.InternalAdvertiseAddr != "" {
+		cfg.InternalAdvertiseAddr = bracketIPv6(cfg.InternalAdvertiseAddr)
 		if _, _, err := net.SplitHostPort(cfg.InternalAdvertiseAddr); err != nil {
 			return fmt.Errorf("INTERNAL_ADVERTISE_ADDR %q: want host:port: %w", cfg.InternalAdvertiseAddr, err)
 		}
@@ -274,4 +276,19 @@ func (r *replica) sameIDGone(ctx context.Context, db *store.DB, self string, ttl
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// bracketIPv6 makes "fd00::5:50052", which "$(POD_IP):50052" gives on an
+// IPv6 pod, the "[fd00::5]:50052" a dialer reads; anything else is left as
+// it is.
+func bracketIPv6(addr string) string {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 || strings.HasPrefix(addr, "[") {
+		return addr
+	}
+	host, port := addr[:i], addr[i+1:]
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		return net.JoinHostPort(host, port)
+	}
+	return addr
 }

@@ -339,7 +339,7 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			return
 		}
 		if setErr := f.Value.Set(v); setErr != nil {
-			err = fmt.Errorf("%s: invalid value: %w", name, setErr)
+			err = fmt.Errorf("%s %q: %s", name, v, wantOf(f))
 		}
 	})
 	return err
@@ -456,3 +456,19 @@ func (f connFlags) read(longest time.Duration) (connConfig, error) {
 // maxShutdownDelay bounds SHUTDOWN_DELAY: while it lasts, a replica that got
 // SIGTERM only waits, and a second signal does not cut it short.
 const maxShutdownDelay = 10 * time.Minute
+
+// wantOf says what a flag's value must look like, for an environment
+// variable that does not parse (the flag package says only "parse error").
+func wantOf(f *flag.Flag) string {
+	switch f.Value.(interface{ Get() any }).Get().(type) {
+	case bool:
+		return "want true or false"
+	case int, int64, uint, uint64:
+		return "want a whole number"
+	case float64:
+		return "want a number"
+	case time.Duration:
+		return "want a duration such as 30s"
+	}
+	return "not a valid value"
+}
