@@ -950,3 +950,23 @@ func stdioPassThrough(t *testing.T) []string {
 	}
 	return names
 }
+
+// TestChartRefusesBadValues: values.schema.json checks the form of the
+// settings it can (durations, whole numbers, log levels), so a typo fails
+// `helm template` naming the key, not a pod in CrashLoopBackOff.
+func TestChartRefusesBadValues(t *testing.T) {
+	for _, set := range []string{"config.LOG_LEVEL=verbose", "config.HEALTH_INTERVAL=10", "config.REPLICA_TTL=soon",
+		"config.NARROW_TOOLS_TO=0", "config.ADMIN_PPROF=yes"} {
+		_, stderr, err := helm(t, "template", release, chartDir, "--set", set)
+		key := strings.TrimPrefix(strings.SplitN(set, "=", 2)[0], "config.")
+		if err == nil {
+			t.Errorf("%s rendered", set)
+		} else if !strings.Contains(stderr, key) {
+			t.Errorf("%s refused without naming %s:\n%s", set, key, stderr)
+		}
+	}
+	if _, stderr, err := helm(t, "template", release, chartDir, "--set", "config.HEALTH_INTERVAL=1m30s",
+		"--set", "config.NARROW_TOOLS_TO=24", "--set", "config.LOG_LEVEL=debug"); err != nil {
+		t.Errorf("good values refused: %v\n%s", err, stderr)
+	}
+}
