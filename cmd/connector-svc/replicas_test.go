@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -110,7 +111,18 @@ func lifecycle(up *upstream, a connectorv1.ConnectorServiceClient, id string, n 
 		{"create", func(ctx context.Context) error {
 			_, err := a.CreateConnector(ctx, &connectorv1.CreateConnectorRequest{WorkspaceId: "acme", Connector: httpConnector(id, up.url("/"+id))})
 			return err
-		}, callable},
+		}, func(ctx context.Context, client connectorv1.ConnectorServiceClient) error {
+			// Seen: callable, and its catalog synced by its owner (whichever
+			// replica that is), so that its tools can be switched.
+			if err := callable(ctx, client); err != nil {
+				return err
+			}
+			tools, err := client.ListTools(ctx, &connectorv1.ListToolsRequest{WorkspaceId: "acme", ConnectorId: id})
+			if err == nil && len(tools.GetTools()) == 0 {
+				err = errors.New("no tools listed yet: the owner has not synced the catalog")
+			}
+			return err
+		}},
 		{"update description", func(ctx context.Context) error {
 			_, err := a.UpdateConnector(ctx, &connectorv1.UpdateConnectorRequest{WorkspaceId: "acme",
 				Connector: &connectorv1.Connector{ConnectorId: id, Description: desc}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"description"}}})
