@@ -388,6 +388,68 @@ func (ProtocolPreference) EnumDescriptor() ([]byte, []int) {
 	return file_connector_v1_connector_proto_rawDescGZIP(), []int{5}
 }
 
+// AuthMode is how the service authenticates to a connector's server.
+type AuthMode int32
+
+const (
+	// Same as AUTH_MODE_NONE.
+	AuthMode_AUTH_MODE_UNSPECIFIED AuthMode = 0
+	// No OAuth: the static http.headers, if any, go with every request.
+	AuthMode_AUTH_MODE_NONE AuthMode = 1
+	// One machine identity for every caller: the service gets and renews
+	// tokens itself with the OAuth client credentials grant, using
+	// auth.client_id and auth.client_secret.
+	AuthMode_AUTH_MODE_OAUTH_CLIENT_CREDENTIALS AuthMode = 2
+	// Each end user of the chat product authorizes the service on their own
+	// account (authorization code with PKCE, see StartAuthorization). Calls
+	// and queries must name a user_id, and each user's calls go over a
+	// connection of their own with that user's token only.
+	AuthMode_AUTH_MODE_OAUTH_USER AuthMode = 3
+)
+
+// Enum value maps for AuthMode.
+var (
+	AuthMode_name = map[int32]string{
+		0: "AUTH_MODE_UNSPECIFIED",
+		1: "AUTH_MODE_NONE",
+		2: "AUTH_MODE_OAUTH_CLIENT_CREDENTIALS",
+		3: "AUTH_MODE_OAUTH_USER",
+	}
+	AuthMode_value = map[string]int32{
+		"AUTH_MODE_UNSPECIFIED":              0,
+		"AUTH_MODE_NONE":                     1,
+		"AUTH_MODE_OAUTH_CLIENT_CREDENTIALS": 2,
+		"AUTH_MODE_OAUTH_USER":               3,
+	}
+)
+
+func (x AuthMode) Enum() *AuthMode {
+	p := new(AuthMode)
+	*p = x
+	return p
+}
+
+func (x AuthMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AuthMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_connector_proto_enumTypes[6].Descriptor()
+}
+
+func (AuthMode) Type() protoreflect.EnumType {
+	return &file_connector_v1_connector_proto_enumTypes[6]
+}
+
+func (x AuthMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AuthMode.Descriptor instead.
+func (AuthMode) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+}
+
 // StdioConfig runs a local command. The command must be on the service's
 // STDIO_ALLOWED_COMMANDS list.
 type StdioConfig struct {
@@ -832,8 +894,11 @@ type Connector struct {
 	ProtocolPreference ProtocolPreference `protobuf:"varint,23,opt,name=protocol_preference,json=protocolPreference,proto3,enum=connector.v1.ProtocolPreference" json:"protocol_preference,omitempty"`
 	// Which tool calls wait for a person's approval.
 	ApprovalPolicy ApprovalPolicy `protobuf:"varint,24,opt,name=approval_policy,json=approvalPolicy,proto3,enum=connector.v1.ApprovalPolicy" json:"approval_policy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How the service authenticates to the server (HTTP transports only);
+	// unset means static headers only (AUTH_MODE_NONE).
+	Auth          *AuthConfig `protobuf:"bytes,25,opt,name=auth,proto3" json:"auth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Connector) Reset() {
@@ -1038,6 +1103,13 @@ func (x *Connector) GetApprovalPolicy() ApprovalPolicy {
 	return ApprovalPolicy_APPROVAL_POLICY_UNSPECIFIED
 }
 
+func (x *Connector) GetAuth() *AuthConfig {
+	if x != nil {
+		return x.Auth
+	}
+	return nil
+}
+
 type isConnector_Connection interface {
 	isConnector_Connection()
 }
@@ -1053,6 +1125,211 @@ type Connector_Http struct {
 func (*Connector_Stdio) isConnector_Connection() {}
 
 func (*Connector_Http) isConnector_Connection() {}
+
+// AuthConfig is a connector's OAuth settings. The authorization server is
+// found from the MCP server itself (its 401 challenge and its protected
+// resource metadata), never configured by hand.
+type AuthConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  AuthMode               `protobuf:"varint,1,opt,name=mode,proto3,enum=connector.v1.AuthMode" json:"mode,omitempty"`
+	// A client registered beforehand with the authorization server. Required
+	// for AUTH_MODE_OAUTH_CLIENT_CREDENTIALS. Optional for
+	// AUTH_MODE_OAUTH_USER: without it the service uses its client metadata
+	// document (OAUTH_CLIENT_METADATA_URL) where the authorization server
+	// supports one, else registers itself dynamically, once per server.
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Write-only: encrypted at rest and never returned; see has_client_secret.
+	ClientSecret string `protobuf:"bytes,3,opt,name=client_secret,json=clientSecret,proto3" json:"client_secret,omitempty"`
+	// Output only: a client_secret is set.
+	HasClientSecret bool `protobuf:"varint,4,opt,name=has_client_secret,json=hasClientSecret,proto3" json:"has_client_secret,omitempty"`
+	// Scopes to ask for. Empty: those of the server's challenge, else of its
+	// protected resource metadata.
+	Scopes        []string `protobuf:"bytes,5,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthConfig) Reset() {
+	*x = AuthConfig{}
+	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthConfig) ProtoMessage() {}
+
+func (x *AuthConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthConfig.ProtoReflect.Descriptor instead.
+func (*AuthConfig) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AuthConfig) GetMode() AuthMode {
+	if x != nil {
+		return x.Mode
+	}
+	return AuthMode_AUTH_MODE_UNSPECIFIED
+}
+
+func (x *AuthConfig) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *AuthConfig) GetClientSecret() string {
+	if x != nil {
+		return x.ClientSecret
+	}
+	return ""
+}
+
+func (x *AuthConfig) GetHasClientSecret() bool {
+	if x != nil {
+		return x.HasClientSecret
+	}
+	return false
+}
+
+func (x *AuthConfig) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+// Authorization is one user's (or, for AUTH_MODE_OAUTH_CLIENT_CREDENTIALS,
+// the connector's own) standing grant. It never carries a token.
+type Authorization struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// Empty for the machine identity of a client credentials connector.
+	UserId string `protobuf:"bytes,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The scopes the authorization server granted.
+	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// When the access token expires; unset if the server did not say. The
+	// service renews it before then when it holds a refresh token.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// The service holds a refresh token.
+	Refreshable bool `protobuf:"varint,6,opt,name=refreshable,proto3" json:"refreshable,omitempty"`
+	// The authorization server's issuer.
+	Issuer     string                 `protobuf:"bytes,7,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the tokens last changed (authorized, refreshed).
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Authorization) Reset() {
+	*x = Authorization{}
+	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Authorization) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Authorization) ProtoMessage() {}
+
+func (x *Authorization) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Authorization.ProtoReflect.Descriptor instead.
+func (*Authorization) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Authorization) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *Authorization) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *Authorization) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *Authorization) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *Authorization) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *Authorization) GetRefreshable() bool {
+	if x != nil {
+		return x.Refreshable
+	}
+	return false
+}
+
+func (x *Authorization) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *Authorization) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Authorization) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
 
 // Session is one caller session's own connection to a
 // SESSION_MODE_PER_SESSION connector.
@@ -1080,7 +1357,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1369,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1382,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Session) GetSessionId() string {
@@ -1178,7 +1455,7 @@ type ToolAnnotations struct {
 
 func (x *ToolAnnotations) Reset() {
 	*x = ToolAnnotations{}
-	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1467,7 @@ func (x *ToolAnnotations) String() string {
 func (*ToolAnnotations) ProtoMessage() {}
 
 func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1480,7 @@ func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
 func (*ToolAnnotations) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolAnnotations) GetTitle() string {
@@ -1264,7 +1541,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_connector_v1_connector_proto_msgTypes[8]
+	mi := &file_connector_v1_connector_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1553,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[8]
+	mi := &file_connector_v1_connector_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1566,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{8}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Tool) GetName() string {
@@ -1392,7 +1669,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x11query_error_count\x18\x06 \x01(\x03R\x0fqueryErrorCount\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x03R\x10completionTokens\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xfb\b\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xa9\t\n" +
 	"\tConnector\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
@@ -1421,9 +1698,30 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\ropen_sessions\x18\x14 \x01(\x05R\fopenSessions\x12,\n" +
 	"\x12narrow_tools_above\x18\x16 \x01(\x05R\x10narrowToolsAbove\x12Q\n" +
 	"\x13protocol_preference\x18\x17 \x01(\x0e2 .connector.v1.ProtocolPreferenceR\x12protocolPreference\x12E\n" +
-	"\x0fapproval_policy\x18\x18 \x01(\x0e2\x1c.connector.v1.ApprovalPolicyR\x0eapprovalPolicyB\f\n" +
+	"\x0fapproval_policy\x18\x18 \x01(\x0e2\x1c.connector.v1.ApprovalPolicyR\x0eapprovalPolicy\x12,\n" +
+	"\x04auth\x18\x19 \x01(\v2\x18.connector.v1.AuthConfigR\x04authB\f\n" +
 	"\n" +
-	"connection\"\xcc\x02\n" +
+	"connection\"\xbe\x01\n" +
+	"\n" +
+	"AuthConfig\x12*\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x16.connector.v1.AuthModeR\x04mode\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12#\n" +
+	"\rclient_secret\x18\x03 \x01(\tR\fclientSecret\x12*\n" +
+	"\x11has_client_secret\x18\x04 \x01(\bR\x0fhasClientSecret\x12\x16\n" +
+	"\x06scopes\x18\x05 \x03(\tR\x06scopes\"\xf7\x02\n" +
+	"\rAuthorization\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\tR\x06userId\x12\x16\n" +
+	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12;\n" +
+	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12 \n" +
+	"\vrefreshable\x18\x06 \x01(\bR\vrefreshable\x12\x16\n" +
+	"\x06issuer\x18\a \x01(\tR\x06issuer\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\xcc\x02\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
@@ -1485,7 +1783,12 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x1fPROTOCOL_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROTOCOL_PREFERENCE_AUTO\x10\x01\x12\x1f\n" +
 	"\x1bPROTOCOL_PREFERENCE_CLASSIC\x10\x02\x12#\n" +
-	"\x1fPROTOCOL_PREFERENCE_SESSIONLESS\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\x1fPROTOCOL_PREFERENCE_SESSIONLESS\x10\x03*{\n" +
+	"\bAuthMode\x12\x19\n" +
+	"\x15AUTH_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eAUTH_MODE_NONE\x10\x01\x12&\n" +
+	"\"AUTH_MODE_OAUTH_CLIENT_CREDENTIALS\x10\x02\x12\x18\n" +
+	"\x14AUTH_MODE_OAUTH_USER\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_connector_proto_rawDescOnce sync.Once
@@ -1499,8 +1802,8 @@ func file_connector_v1_connector_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_proto_rawDescData
 }
 
-var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_connector_v1_connector_proto_goTypes = []any{
 	(Transport)(0),                // 0: connector.v1.Transport
 	(ConnectorState)(0),           // 1: connector.v1.ConnectorState
@@ -1508,53 +1811,61 @@ var file_connector_v1_connector_proto_goTypes = []any{
 	(ApprovalPolicy)(0),           // 3: connector.v1.ApprovalPolicy
 	(ApprovalOverride)(0),         // 4: connector.v1.ApprovalOverride
 	(ProtocolPreference)(0),       // 5: connector.v1.ProtocolPreference
-	(*StdioConfig)(nil),           // 6: connector.v1.StdioConfig
-	(*HttpConfig)(nil),            // 7: connector.v1.HttpConfig
-	(*RateLimit)(nil),             // 8: connector.v1.RateLimit
-	(*ConnectorHealth)(nil),       // 9: connector.v1.ConnectorHealth
-	(*ConnectorCounters)(nil),     // 10: connector.v1.ConnectorCounters
-	(*Connector)(nil),             // 11: connector.v1.Connector
-	(*Session)(nil),               // 12: connector.v1.Session
-	(*ToolAnnotations)(nil),       // 13: connector.v1.ToolAnnotations
-	(*Tool)(nil),                  // 14: connector.v1.Tool
-	nil,                           // 15: connector.v1.StdioConfig.EnvEntry
-	nil,                           // 16: connector.v1.HttpConfig.HeadersEntry
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 19: google.protobuf.Struct
+	(AuthMode)(0),                 // 6: connector.v1.AuthMode
+	(*StdioConfig)(nil),           // 7: connector.v1.StdioConfig
+	(*HttpConfig)(nil),            // 8: connector.v1.HttpConfig
+	(*RateLimit)(nil),             // 9: connector.v1.RateLimit
+	(*ConnectorHealth)(nil),       // 10: connector.v1.ConnectorHealth
+	(*ConnectorCounters)(nil),     // 11: connector.v1.ConnectorCounters
+	(*Connector)(nil),             // 12: connector.v1.Connector
+	(*AuthConfig)(nil),            // 13: connector.v1.AuthConfig
+	(*Authorization)(nil),         // 14: connector.v1.Authorization
+	(*Session)(nil),               // 15: connector.v1.Session
+	(*ToolAnnotations)(nil),       // 16: connector.v1.ToolAnnotations
+	(*Tool)(nil),                  // 17: connector.v1.Tool
+	nil,                           // 18: connector.v1.StdioConfig.EnvEntry
+	nil,                           // 19: connector.v1.HttpConfig.HeadersEntry
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
 }
 var file_connector_v1_connector_proto_depIdxs = []int32{
-	15, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
-	16, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
+	18, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
+	19, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
 	1,  // 2: connector.v1.ConnectorHealth.state:type_name -> connector.v1.ConnectorState
-	17, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
-	18, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
-	18, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
+	20, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
+	21, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
+	21, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: connector.v1.Connector.transport:type_name -> connector.v1.Transport
-	6,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
-	7,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
-	17, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	17, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
+	7,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
+	8,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
+	20, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	20, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 11: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
-	8,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
-	9,  // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
-	10, // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
-	18, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
-	18, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
+	10, // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
+	11, // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
+	21, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
+	21, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
 	5,  // 17: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
 	3,  // 18: connector.v1.Connector.approval_policy:type_name -> connector.v1.ApprovalPolicy
-	18, // 19: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	18, // 20: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
-	1,  // 21: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
-	19, // 22: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	13, // 23: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
-	18, // 24: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
-	4,  // 25: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	13, // 19: connector.v1.Connector.auth:type_name -> connector.v1.AuthConfig
+	6,  // 20: connector.v1.AuthConfig.mode:type_name -> connector.v1.AuthMode
+	21, // 21: connector.v1.Authorization.expire_time:type_name -> google.protobuf.Timestamp
+	21, // 22: connector.v1.Authorization.create_time:type_name -> google.protobuf.Timestamp
+	21, // 23: connector.v1.Authorization.update_time:type_name -> google.protobuf.Timestamp
+	21, // 24: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	21, // 25: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
+	1,  // 26: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
+	22, // 27: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	16, // 28: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
+	21, // 29: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
+	4,  // 30: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_proto_init() }
@@ -1566,14 +1877,14 @@ func file_connector_v1_connector_proto_init() {
 		(*Connector_Stdio)(nil),
 		(*Connector_Http)(nil),
 	}
-	file_connector_v1_connector_proto_msgTypes[7].OneofWrappers = []any{}
+	file_connector_v1_connector_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_proto_rawDesc), len(file_connector_v1_connector_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   11,
+			NumEnums:      7,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

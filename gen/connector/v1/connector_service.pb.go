@@ -25,6 +25,510 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type StartAuthorizationRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// The chat product's end user who will authorize. 1-256 characters.
+	UserId string `protobuf:"bytes,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Where the callback sends the user's browser when done; must start with
+	// one of OAUTH_RETURN_TO_ALLOWED. Empty: a plain page that says the
+	// user may close the window.
+	ReturnTo string `protobuf:"bytes,4,opt,name=return_to,json=returnTo,proto3" json:"return_to,omitempty"`
+	// Scopes to ask for in addition to the connector's (a step-up).
+	Scopes        []string `protobuf:"bytes,5,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartAuthorizationRequest) Reset() {
+	*x = StartAuthorizationRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartAuthorizationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartAuthorizationRequest) ProtoMessage() {}
+
+func (x *StartAuthorizationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartAuthorizationRequest.ProtoReflect.Descriptor instead.
+func (*StartAuthorizationRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StartAuthorizationRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *StartAuthorizationRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *StartAuthorizationRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *StartAuthorizationRequest) GetReturnTo() string {
+	if x != nil {
+		return x.ReturnTo
+	}
+	return ""
+}
+
+func (x *StartAuthorizationRequest) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+type StartAuthorizationResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	AuthorizationUrl string                 `protobuf:"bytes,1,opt,name=authorization_url,json=authorizationUrl,proto3" json:"authorization_url,omitempty"`
+	// The scopes asked for.
+	Scopes []string `protobuf:"bytes,2,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The URL is good until then (OAUTH_STATE_TTL).
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartAuthorizationResponse) Reset() {
+	*x = StartAuthorizationResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartAuthorizationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartAuthorizationResponse) ProtoMessage() {}
+
+func (x *StartAuthorizationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartAuthorizationResponse.ProtoReflect.Descriptor instead.
+func (*StartAuthorizationResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StartAuthorizationResponse) GetAuthorizationUrl() string {
+	if x != nil {
+		return x.AuthorizationUrl
+	}
+	return ""
+}
+
+func (x *StartAuthorizationResponse) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *StartAuthorizationResponse) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+type CompleteAuthorizationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The state, code and iss parameters of the redirect, as received.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Code  string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	Iss   string `protobuf:"bytes,3,opt,name=iss,proto3" json:"iss,omitempty"`
+	// The redirect's error parameter, when the user or the server refused.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteAuthorizationRequest) Reset() {
+	*x = CompleteAuthorizationRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteAuthorizationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteAuthorizationRequest) ProtoMessage() {}
+
+func (x *CompleteAuthorizationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteAuthorizationRequest.ProtoReflect.Descriptor instead.
+func (*CompleteAuthorizationRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CompleteAuthorizationRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetIss() string {
+	if x != nil {
+		return x.Iss
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type CompleteAuthorizationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Authorization *Authorization         `protobuf:"bytes,1,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// The return_to the authorization was started with.
+	ReturnTo      string `protobuf:"bytes,2,opt,name=return_to,json=returnTo,proto3" json:"return_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteAuthorizationResponse) Reset() {
+	*x = CompleteAuthorizationResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteAuthorizationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteAuthorizationResponse) ProtoMessage() {}
+
+func (x *CompleteAuthorizationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteAuthorizationResponse.ProtoReflect.Descriptor instead.
+func (*CompleteAuthorizationResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CompleteAuthorizationResponse) GetAuthorization() *Authorization {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+func (x *CompleteAuthorizationResponse) GetReturnTo() string {
+	if x != nil {
+		return x.ReturnTo
+	}
+	return ""
+}
+
+type ListAuthorizationsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// Optional filters.
+	ConnectorId string `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	UserId      string `protobuf:"bytes,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// At most 1000; default 100.
+	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuthorizationsRequest) Reset() {
+	*x = ListAuthorizationsRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuthorizationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuthorizationsRequest) ProtoMessage() {}
+
+func (x *ListAuthorizationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuthorizationsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuthorizationsRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListAuthorizationsRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListAuthorizationsRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ListAuthorizationsRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *ListAuthorizationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuthorizationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAuthorizationsResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Authorizations []*Authorization       `protobuf:"bytes,1,rep,name=authorizations,proto3" json:"authorizations,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuthorizationsResponse) Reset() {
+	*x = ListAuthorizationsResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuthorizationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuthorizationsResponse) ProtoMessage() {}
+
+func (x *ListAuthorizationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuthorizationsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuthorizationsResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListAuthorizationsResponse) GetAuthorizations() []*Authorization {
+	if x != nil {
+		return x.Authorizations
+	}
+	return nil
+}
+
+func (x *ListAuthorizationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type RevokeAuthorizationRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// Empty revokes the machine identity of a client credentials connector.
+	UserId        string `protobuf:"bytes,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeAuthorizationRequest) Reset() {
+	*x = RevokeAuthorizationRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeAuthorizationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeAuthorizationRequest) ProtoMessage() {}
+
+func (x *RevokeAuthorizationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeAuthorizationRequest.ProtoReflect.Descriptor instead.
+func (*RevokeAuthorizationRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RevokeAuthorizationRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *RevokeAuthorizationRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *RevokeAuthorizationRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+type RevokeAuthorizationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The authorization server confirmed the revocation; false when it
+	// offers none (the tokens are deleted here all the same).
+	RevokedAtServer bool `protobuf:"varint,1,opt,name=revoked_at_server,json=revokedAtServer,proto3" json:"revoked_at_server,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RevokeAuthorizationResponse) Reset() {
+	*x = RevokeAuthorizationResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeAuthorizationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeAuthorizationResponse) ProtoMessage() {}
+
+func (x *RevokeAuthorizationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeAuthorizationResponse.ProtoReflect.Descriptor instead.
+func (*RevokeAuthorizationResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RevokeAuthorizationResponse) GetRevokedAtServer() bool {
+	if x != nil {
+		return x.RevokedAtServer
+	}
+	return false
+}
+
 type CreateConnectorRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
@@ -37,7 +541,7 @@ type CreateConnectorRequest struct {
 
 func (x *CreateConnectorRequest) Reset() {
 	*x = CreateConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[0]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +553,7 @@ func (x *CreateConnectorRequest) String() string {
 func (*CreateConnectorRequest) ProtoMessage() {}
 
 func (x *CreateConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[0]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +566,7 @@ func (x *CreateConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConnectorRequest.ProtoReflect.Descriptor instead.
 func (*CreateConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{0}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateConnectorRequest) GetWorkspaceId() string {
@@ -95,7 +599,7 @@ type CreateConnectorResponse struct {
 
 func (x *CreateConnectorResponse) Reset() {
 	*x = CreateConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[1]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +611,7 @@ func (x *CreateConnectorResponse) String() string {
 func (*CreateConnectorResponse) ProtoMessage() {}
 
 func (x *CreateConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[1]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +624,7 @@ func (x *CreateConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateConnectorResponse.ProtoReflect.Descriptor instead.
 func (*CreateConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{1}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateConnectorResponse) GetConnector() *Connector {
@@ -140,7 +644,7 @@ type GetConnectorRequest struct {
 
 func (x *GetConnectorRequest) Reset() {
 	*x = GetConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[2]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +656,7 @@ func (x *GetConnectorRequest) String() string {
 func (*GetConnectorRequest) ProtoMessage() {}
 
 func (x *GetConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[2]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +669,7 @@ func (x *GetConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectorRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{2}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetConnectorRequest) GetWorkspaceId() string {
@@ -191,7 +695,7 @@ type GetConnectorResponse struct {
 
 func (x *GetConnectorResponse) Reset() {
 	*x = GetConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[3]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -203,7 +707,7 @@ func (x *GetConnectorResponse) String() string {
 func (*GetConnectorResponse) ProtoMessage() {}
 
 func (x *GetConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[3]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -216,7 +720,7 @@ func (x *GetConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectorResponse.ProtoReflect.Descriptor instead.
 func (*GetConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{3}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetConnectorResponse) GetConnector() *Connector {
@@ -239,7 +743,7 @@ type ListConnectorsRequest struct {
 
 func (x *ListConnectorsRequest) Reset() {
 	*x = ListConnectorsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[4]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +755,7 @@ func (x *ListConnectorsRequest) String() string {
 func (*ListConnectorsRequest) ProtoMessage() {}
 
 func (x *ListConnectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[4]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +768,7 @@ func (x *ListConnectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectorsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{4}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListConnectorsRequest) GetWorkspaceId() string {
@@ -299,7 +803,7 @@ type ListConnectorsResponse struct {
 
 func (x *ListConnectorsResponse) Reset() {
 	*x = ListConnectorsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[5]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +815,7 @@ func (x *ListConnectorsResponse) String() string {
 func (*ListConnectorsResponse) ProtoMessage() {}
 
 func (x *ListConnectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[5]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +828,7 @@ func (x *ListConnectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectorsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{5}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListConnectorsResponse) GetConnectors() []*Connector {
@@ -357,7 +861,7 @@ type UpdateConnectorRequest struct {
 
 func (x *UpdateConnectorRequest) Reset() {
 	*x = UpdateConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +873,7 @@ func (x *UpdateConnectorRequest) String() string {
 func (*UpdateConnectorRequest) ProtoMessage() {}
 
 func (x *UpdateConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +886,7 @@ func (x *UpdateConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConnectorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateConnectorRequest) GetWorkspaceId() string {
@@ -415,7 +919,7 @@ type UpdateConnectorResponse struct {
 
 func (x *UpdateConnectorResponse) Reset() {
 	*x = UpdateConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +931,7 @@ func (x *UpdateConnectorResponse) String() string {
 func (*UpdateConnectorResponse) ProtoMessage() {}
 
 func (x *UpdateConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +944,7 @@ func (x *UpdateConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConnectorResponse.ProtoReflect.Descriptor instead.
 func (*UpdateConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{7}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateConnectorResponse) GetConnector() *Connector {
@@ -460,7 +964,7 @@ type DeleteConnectorRequest struct {
 
 func (x *DeleteConnectorRequest) Reset() {
 	*x = DeleteConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[8]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +976,7 @@ func (x *DeleteConnectorRequest) String() string {
 func (*DeleteConnectorRequest) ProtoMessage() {}
 
 func (x *DeleteConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[8]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +989,7 @@ func (x *DeleteConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConnectorRequest.ProtoReflect.Descriptor instead.
 func (*DeleteConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{8}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteConnectorRequest) GetWorkspaceId() string {
@@ -510,7 +1014,7 @@ type DeleteConnectorResponse struct {
 
 func (x *DeleteConnectorResponse) Reset() {
 	*x = DeleteConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[9]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +1026,7 @@ func (x *DeleteConnectorResponse) String() string {
 func (*DeleteConnectorResponse) ProtoMessage() {}
 
 func (x *DeleteConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[9]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +1039,7 @@ func (x *DeleteConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteConnectorResponse.ProtoReflect.Descriptor instead.
 func (*DeleteConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{9}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{17}
 }
 
 type ActivateConnectorRequest struct {
@@ -548,7 +1052,7 @@ type ActivateConnectorRequest struct {
 
 func (x *ActivateConnectorRequest) Reset() {
 	*x = ActivateConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[10]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +1064,7 @@ func (x *ActivateConnectorRequest) String() string {
 func (*ActivateConnectorRequest) ProtoMessage() {}
 
 func (x *ActivateConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[10]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +1077,7 @@ func (x *ActivateConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateConnectorRequest.ProtoReflect.Descriptor instead.
 func (*ActivateConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{10}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ActivateConnectorRequest) GetWorkspaceId() string {
@@ -599,7 +1103,7 @@ type ActivateConnectorResponse struct {
 
 func (x *ActivateConnectorResponse) Reset() {
 	*x = ActivateConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[11]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +1115,7 @@ func (x *ActivateConnectorResponse) String() string {
 func (*ActivateConnectorResponse) ProtoMessage() {}
 
 func (x *ActivateConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[11]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +1128,7 @@ func (x *ActivateConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateConnectorResponse.ProtoReflect.Descriptor instead.
 func (*ActivateConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{11}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ActivateConnectorResponse) GetConnector() *Connector {
@@ -644,7 +1148,7 @@ type DeactivateConnectorRequest struct {
 
 func (x *DeactivateConnectorRequest) Reset() {
 	*x = DeactivateConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[12]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +1160,7 @@ func (x *DeactivateConnectorRequest) String() string {
 func (*DeactivateConnectorRequest) ProtoMessage() {}
 
 func (x *DeactivateConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[12]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +1173,7 @@ func (x *DeactivateConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateConnectorRequest.ProtoReflect.Descriptor instead.
 func (*DeactivateConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{12}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeactivateConnectorRequest) GetWorkspaceId() string {
@@ -695,7 +1199,7 @@ type DeactivateConnectorResponse struct {
 
 func (x *DeactivateConnectorResponse) Reset() {
 	*x = DeactivateConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[13]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +1211,7 @@ func (x *DeactivateConnectorResponse) String() string {
 func (*DeactivateConnectorResponse) ProtoMessage() {}
 
 func (x *DeactivateConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[13]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +1224,7 @@ func (x *DeactivateConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateConnectorResponse.ProtoReflect.Descriptor instead.
 func (*DeactivateConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{13}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeactivateConnectorResponse) GetConnector() *Connector {
@@ -743,7 +1247,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[14]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1259,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[14]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1272,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{14}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListToolsRequest) GetWorkspaceId() string {
@@ -809,7 +1313,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[15]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1325,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[15]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1338,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{15}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -870,7 +1374,7 @@ type UpdateToolRequest struct {
 
 func (x *UpdateToolRequest) Reset() {
 	*x = UpdateToolRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[16]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1386,7 @@ func (x *UpdateToolRequest) String() string {
 func (*UpdateToolRequest) ProtoMessage() {}
 
 func (x *UpdateToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[16]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1399,7 @@ func (x *UpdateToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateToolRequest.ProtoReflect.Descriptor instead.
 func (*UpdateToolRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{16}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateToolRequest) GetWorkspaceId() string {
@@ -949,7 +1453,7 @@ type UpdateToolResponse struct {
 
 func (x *UpdateToolResponse) Reset() {
 	*x = UpdateToolResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[17]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1465,7 @@ func (x *UpdateToolResponse) String() string {
 func (*UpdateToolResponse) ProtoMessage() {}
 
 func (x *UpdateToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[17]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1478,7 @@ func (x *UpdateToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateToolResponse.ProtoReflect.Descriptor instead.
 func (*UpdateToolResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{17}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateToolResponse) GetTool() *Tool {
@@ -994,7 +1498,7 @@ type RefreshToolsRequest struct {
 
 func (x *RefreshToolsRequest) Reset() {
 	*x = RefreshToolsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[18]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1510,7 @@ func (x *RefreshToolsRequest) String() string {
 func (*RefreshToolsRequest) ProtoMessage() {}
 
 func (x *RefreshToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[18]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1523,7 @@ func (x *RefreshToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshToolsRequest.ProtoReflect.Descriptor instead.
 func (*RefreshToolsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{18}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RefreshToolsRequest) GetWorkspaceId() string {
@@ -1048,7 +1552,7 @@ type RefreshToolsResponse struct {
 
 func (x *RefreshToolsResponse) Reset() {
 	*x = RefreshToolsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[19]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1564,7 @@ func (x *RefreshToolsResponse) String() string {
 func (*RefreshToolsResponse) ProtoMessage() {}
 
 func (x *RefreshToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[19]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1577,7 @@ func (x *RefreshToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefreshToolsResponse.ProtoReflect.Descriptor instead.
 func (*RefreshToolsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{19}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RefreshToolsResponse) GetTools() []*Tool {
@@ -1114,7 +1618,7 @@ type CheckConnectorRequest struct {
 
 func (x *CheckConnectorRequest) Reset() {
 	*x = CheckConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[20]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1630,7 @@ func (x *CheckConnectorRequest) String() string {
 func (*CheckConnectorRequest) ProtoMessage() {}
 
 func (x *CheckConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[20]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1643,7 @@ func (x *CheckConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckConnectorRequest.ProtoReflect.Descriptor instead.
 func (*CheckConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{20}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckConnectorRequest) GetWorkspaceId() string {
@@ -1165,7 +1669,7 @@ type CheckConnectorResponse struct {
 
 func (x *CheckConnectorResponse) Reset() {
 	*x = CheckConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[21]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1681,7 @@ func (x *CheckConnectorResponse) String() string {
 func (*CheckConnectorResponse) ProtoMessage() {}
 
 func (x *CheckConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[21]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1694,7 @@ func (x *CheckConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckConnectorResponse.ProtoReflect.Descriptor instead.
 func (*CheckConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{21}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckConnectorResponse) GetHealth() *ConnectorHealth {
@@ -1212,14 +1716,20 @@ type CallToolRequest struct {
 	// The caller has the user's approval for this call. A tool that requires
 	// approval is refused without it (FAILED_PRECONDITION,
 	// APPROVAL_REQUIRED).
-	UserApproved  bool `protobuf:"varint,6,opt,name=user_approved,json=userApproved,proto3" json:"user_approved,omitempty"`
+	UserApproved bool `protobuf:"varint,6,opt,name=user_approved,json=userApproved,proto3" json:"user_approved,omitempty"`
+	// The chat product's end user the call is for: required by
+	// AUTH_MODE_OAUTH_USER connectors, whose calls run with that user's own
+	// token (FAILED_PRECONDITION, AUTHORIZATION_REQUIRED, with an
+	// AuthorizationRequired in the details, while they have none); ignored
+	// by the others. 1-256 characters.
+	UserId        string `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[22]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1741,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[22]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1754,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{22}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CallToolRequest) GetWorkspaceId() string {
@@ -1289,6 +1799,13 @@ func (x *CallToolRequest) GetUserApproved() bool {
 	return false
 }
 
+func (x *CallToolRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
 type CallToolResponse struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Content           []*Content             `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
@@ -1308,7 +1825,7 @@ type CallToolResponse struct {
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[23]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1837,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[23]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1850,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{23}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CallToolResponse) GetContent() []*Content {
@@ -1380,13 +1897,14 @@ type StreamCallToolRequest struct {
 	Arguments     *structpb.Struct       `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	UserApproved  bool                   `protobuf:"varint,6,opt,name=user_approved,json=userApproved,proto3" json:"user_approved,omitempty"`
+	UserId        string                 `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamCallToolRequest) Reset() {
 	*x = StreamCallToolRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1916,7 @@ func (x *StreamCallToolRequest) String() string {
 func (*StreamCallToolRequest) ProtoMessage() {}
 
 func (x *StreamCallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[24]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1929,7 @@ func (x *StreamCallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCallToolRequest.ProtoReflect.Descriptor instead.
 func (*StreamCallToolRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{24}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StreamCallToolRequest) GetWorkspaceId() string {
@@ -1456,6 +1974,13 @@ func (x *StreamCallToolRequest) GetUserApproved() bool {
 	return false
 }
 
+func (x *StreamCallToolRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
 type StreamCallToolResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1469,7 +1994,7 @@ type StreamCallToolResponse struct {
 
 func (x *StreamCallToolResponse) Reset() {
 	*x = StreamCallToolResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +2006,7 @@ func (x *StreamCallToolResponse) String() string {
 func (*StreamCallToolResponse) ProtoMessage() {}
 
 func (x *StreamCallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[25]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +2019,7 @@ func (x *StreamCallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCallToolResponse.ProtoReflect.Descriptor instead.
 func (*StreamCallToolResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{25}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StreamCallToolResponse) GetEvent() isStreamCallToolResponse_Event {
@@ -1555,14 +2080,18 @@ type QueryConnectorRequest struct {
 	// The caller's session: required by SESSION_MODE_PER_SESSION connectors
 	// (unless plan_only), whose tool calls run on that session's own
 	// connection; ignored by shared ones.
-	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The end user: required by AUTH_MODE_OAUTH_USER connectors. A query for
+	// a user who has not authorized the connector pauses as
+	// AWAITING_AUTHORIZATION.
+	UserId        string `protobuf:"bytes,8,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueryConnectorRequest) Reset() {
 	*x = QueryConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +2103,7 @@ func (x *QueryConnectorRequest) String() string {
 func (*QueryConnectorRequest) ProtoMessage() {}
 
 func (x *QueryConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[26]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +2116,7 @@ func (x *QueryConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConnectorRequest.ProtoReflect.Descriptor instead.
 func (*QueryConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{26}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueryConnectorRequest) GetWorkspaceId() string {
@@ -1639,6 +2168,13 @@ func (x *QueryConnectorRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *QueryConnectorRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
 type QueryConnectorResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *QueryResult           `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -1648,7 +2184,7 @@ type QueryConnectorResponse struct {
 
 func (x *QueryConnectorResponse) Reset() {
 	*x = QueryConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +2196,7 @@ func (x *QueryConnectorResponse) String() string {
 func (*QueryConnectorResponse) ProtoMessage() {}
 
 func (x *QueryConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[27]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +2209,7 @@ func (x *QueryConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConnectorResponse.ProtoReflect.Descriptor instead.
 func (*QueryConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{27}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueryConnectorResponse) GetResult() *QueryResult {
@@ -1693,13 +2229,14 @@ type StreamQueryConnectorRequest struct {
 	PlanOnly    bool                   `protobuf:"varint,6,opt,name=plan_only,json=planOnly,proto3" json:"plan_only,omitempty"`
 	// As in QueryConnectorRequest.
 	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId        string `protobuf:"bytes,8,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamQueryConnectorRequest) Reset() {
 	*x = StreamQueryConnectorRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +2248,7 @@ func (x *StreamQueryConnectorRequest) String() string {
 func (*StreamQueryConnectorRequest) ProtoMessage() {}
 
 func (x *StreamQueryConnectorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[28]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +2261,7 @@ func (x *StreamQueryConnectorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamQueryConnectorRequest.ProtoReflect.Descriptor instead.
 func (*StreamQueryConnectorRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{28}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StreamQueryConnectorRequest) GetWorkspaceId() string {
@@ -1776,6 +2313,13 @@ func (x *StreamQueryConnectorRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *StreamQueryConnectorRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
 type StreamQueryConnectorResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1787,6 +2331,7 @@ type StreamQueryConnectorResponse struct {
 	//	*StreamQueryConnectorResponse_Result
 	//	*StreamQueryConnectorResponse_ToolCallProgress
 	//	*StreamQueryConnectorResponse_ApprovalRequired
+	//	*StreamQueryConnectorResponse_AuthorizationRequired
 	Event         isStreamQueryConnectorResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1794,7 +2339,7 @@ type StreamQueryConnectorResponse struct {
 
 func (x *StreamQueryConnectorResponse) Reset() {
 	*x = StreamQueryConnectorResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2351,7 @@ func (x *StreamQueryConnectorResponse) String() string {
 func (*StreamQueryConnectorResponse) ProtoMessage() {}
 
 func (x *StreamQueryConnectorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[29]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2364,7 @@ func (x *StreamQueryConnectorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamQueryConnectorResponse.ProtoReflect.Descriptor instead.
 func (*StreamQueryConnectorResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{29}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StreamQueryConnectorResponse) GetEvent() isStreamQueryConnectorResponse_Event {
@@ -1892,6 +2437,15 @@ func (x *StreamQueryConnectorResponse) GetApprovalRequired() *ApprovalRequired {
 	return nil
 }
 
+func (x *StreamQueryConnectorResponse) GetAuthorizationRequired() *AuthorizationRequired {
+	if x != nil {
+		if x, ok := x.Event.(*StreamQueryConnectorResponse_AuthorizationRequired); ok {
+			return x.AuthorizationRequired
+		}
+	}
+	return nil
+}
+
 type isStreamQueryConnectorResponse_Event interface {
 	isStreamQueryConnectorResponse_Event()
 }
@@ -1926,6 +2480,12 @@ type StreamQueryConnectorResponse_ApprovalRequired struct {
 	ApprovalRequired *ApprovalRequired `protobuf:"bytes,7,opt,name=approval_required,json=approvalRequired,proto3,oneof"`
 }
 
+type StreamQueryConnectorResponse_AuthorizationRequired struct {
+	// The run paused for the user's authorization; the result follows,
+	// AWAITING_AUTHORIZATION.
+	AuthorizationRequired *AuthorizationRequired `protobuf:"bytes,8,opt,name=authorization_required,json=authorizationRequired,proto3,oneof"`
+}
+
 func (*StreamQueryConnectorResponse_StepPlanned) isStreamQueryConnectorResponse_Event() {}
 
 func (*StreamQueryConnectorResponse_ToolCallStarted) isStreamQueryConnectorResponse_Event() {}
@@ -1940,12 +2500,17 @@ func (*StreamQueryConnectorResponse_ToolCallProgress) isStreamQueryConnectorResp
 
 func (*StreamQueryConnectorResponse_ApprovalRequired) isStreamQueryConnectorResponse_Event() {}
 
+func (*StreamQueryConnectorResponse_AuthorizationRequired) isStreamQueryConnectorResponse_Event() {}
+
 type ResumeQueryRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
-	// QueryResult.run_id of a run that is AWAITING_APPROVAL.
+	// QueryResult.run_id of a run that is AWAITING_APPROVAL or
+	// AWAITING_AUTHORIZATION.
 	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// Exactly one per pending call of the run.
+	// AWAITING_APPROVAL: exactly one per pending call of the run.
+	// AWAITING_AUTHORIZATION: none; the run goes on once the user has
+	// authorized (FAILED_PRECONDITION, AUTHORIZATION_REQUIRED, until then).
 	Decisions []*Decision `protobuf:"bytes,3,rep,name=decisions,proto3" json:"decisions,omitempty"`
 	// Who decided (a user id of the chat product), kept in the run's record;
 	// at most 200 characters.
@@ -1956,7 +2521,7 @@ type ResumeQueryRequest struct {
 
 func (x *ResumeQueryRequest) Reset() {
 	*x = ResumeQueryRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2533,7 @@ func (x *ResumeQueryRequest) String() string {
 func (*ResumeQueryRequest) ProtoMessage() {}
 
 func (x *ResumeQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[30]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2546,7 @@ func (x *ResumeQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueryRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueryRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{30}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResumeQueryRequest) GetWorkspaceId() string {
@@ -2021,7 +2586,7 @@ type ResumeQueryResponse struct {
 
 func (x *ResumeQueryResponse) Reset() {
 	*x = ResumeQueryResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2598,7 @@ func (x *ResumeQueryResponse) String() string {
 func (*ResumeQueryResponse) ProtoMessage() {}
 
 func (x *ResumeQueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[31]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2611,7 @@ func (x *ResumeQueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueryResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueryResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{31}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResumeQueryResponse) GetResult() *QueryResult {
@@ -2069,7 +2634,7 @@ type StreamResumeQueryRequest struct {
 
 func (x *StreamResumeQueryRequest) Reset() {
 	*x = StreamResumeQueryRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2646,7 @@ func (x *StreamResumeQueryRequest) String() string {
 func (*StreamResumeQueryRequest) ProtoMessage() {}
 
 func (x *StreamResumeQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[32]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2659,7 @@ func (x *StreamResumeQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResumeQueryRequest.ProtoReflect.Descriptor instead.
 func (*StreamResumeQueryRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{32}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StreamResumeQueryRequest) GetWorkspaceId() string {
@@ -2136,7 +2701,7 @@ type StreamResumeQueryResponse struct {
 
 func (x *StreamResumeQueryResponse) Reset() {
 	*x = StreamResumeQueryResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2713,7 @@ func (x *StreamResumeQueryResponse) String() string {
 func (*StreamResumeQueryResponse) ProtoMessage() {}
 
 func (x *StreamResumeQueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[33]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2726,7 @@ func (x *StreamResumeQueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResumeQueryResponse.ProtoReflect.Descriptor instead.
 func (*StreamResumeQueryResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{33}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StreamResumeQueryResponse) GetEvent() *StreamQueryConnectorResponse {
@@ -2181,7 +2746,7 @@ type GetQueryRunRequest struct {
 
 func (x *GetQueryRunRequest) Reset() {
 	*x = GetQueryRunRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2758,7 @@ func (x *GetQueryRunRequest) String() string {
 func (*GetQueryRunRequest) ProtoMessage() {}
 
 func (x *GetQueryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[34]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2771,7 @@ func (x *GetQueryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueryRunRequest.ProtoReflect.Descriptor instead.
 func (*GetQueryRunRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{34}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetQueryRunRequest) GetWorkspaceId() string {
@@ -2232,7 +2797,7 @@ type GetQueryRunResponse struct {
 
 func (x *GetQueryRunResponse) Reset() {
 	*x = GetQueryRunResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2809,7 @@ func (x *GetQueryRunResponse) String() string {
 func (*GetQueryRunResponse) ProtoMessage() {}
 
 func (x *GetQueryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[35]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2822,7 @@ func (x *GetQueryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueryRunResponse.ProtoReflect.Descriptor instead.
 func (*GetQueryRunResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{35}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetQueryRunResponse) GetRun() *QueryRun {
@@ -2286,7 +2851,7 @@ type ListQueryRunsRequest struct {
 
 func (x *ListQueryRunsRequest) Reset() {
 	*x = ListQueryRunsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2863,7 @@ func (x *ListQueryRunsRequest) String() string {
 func (*ListQueryRunsRequest) ProtoMessage() {}
 
 func (x *ListQueryRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[36]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2876,7 @@ func (x *ListQueryRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueryRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListQueryRunsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{36}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListQueryRunsRequest) GetWorkspaceId() string {
@@ -2375,7 +2940,7 @@ type ListQueryRunsResponse struct {
 
 func (x *ListQueryRunsResponse) Reset() {
 	*x = ListQueryRunsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2952,7 @@ func (x *ListQueryRunsResponse) String() string {
 func (*ListQueryRunsResponse) ProtoMessage() {}
 
 func (x *ListQueryRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[37]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2965,7 @@ func (x *ListQueryRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueryRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListQueryRunsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{37}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListQueryRunsResponse) GetRuns() []*QueryRun {
@@ -2430,7 +2995,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +3007,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +3020,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSessionsRequest) GetWorkspaceId() string {
@@ -2497,7 +3062,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +3074,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +3087,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2551,7 +3116,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +3128,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +3141,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{40}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CloseSessionRequest) GetWorkspaceId() string {
@@ -2613,7 +3178,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +3190,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +3203,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{41}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CloseSessionResponse) GetClosed() int32 {
@@ -2668,7 +3233,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +3245,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +3258,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{42}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateApiKeyRequest) GetWorkspaceId() string {
@@ -2728,7 +3293,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +3305,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +3318,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{43}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateApiKeyResponse) GetApiKey() *ApiKey {
@@ -2782,7 +3347,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +3359,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +3372,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{44}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListApiKeysRequest) GetWorkspaceId() string {
@@ -2842,7 +3407,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3419,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3432,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{45}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListApiKeysResponse) GetApiKeys() []*ApiKey {
@@ -2894,7 +3459,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3471,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3484,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{46}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RevokeApiKeyRequest) GetWorkspaceId() string {
@@ -2945,7 +3510,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3522,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3535,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{47}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RevokeApiKeyResponse) GetApiKey() *ApiKey {
@@ -2984,7 +3549,42 @@ var File_connector_v1_connector_service_proto protoreflect.FileDescriptor
 
 const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\n" +
-	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1aconnector/v1/api_key.proto\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n" +
+	"$connector/v1/connector_service.proto\x12\fconnector.v1\x1a\x1aconnector/v1/api_key.proto\x1a\x1cconnector/v1/connector.proto\x1a\x18connector/v1/query.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x01\n" +
+	"\x19StartAuthorizationRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\tR\x06userId\x12\x1b\n" +
+	"\treturn_to\x18\x04 \x01(\tR\breturnTo\x12\x16\n" +
+	"\x06scopes\x18\x05 \x03(\tR\x06scopes\"\x9e\x01\n" +
+	"\x1aStartAuthorizationResponse\x12+\n" +
+	"\x11authorization_url\x18\x01 \x01(\tR\x10authorizationUrl\x12\x16\n" +
+	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12;\n" +
+	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"p\n" +
+	"\x1cCompleteAuthorizationRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x10\n" +
+	"\x03iss\x18\x03 \x01(\tR\x03iss\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x7f\n" +
+	"\x1dCompleteAuthorizationResponse\x12A\n" +
+	"\rauthorization\x18\x01 \x01(\v2\x1b.connector.v1.AuthorizationR\rauthorization\x12\x1b\n" +
+	"\treturn_to\x18\x02 \x01(\tR\breturnTo\"\xb6\x01\n" +
+	"\x19ListAuthorizationsRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\tR\x06userId\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\x89\x01\n" +
+	"\x1aListAuthorizationsResponse\x12C\n" +
+	"\x0eauthorizations\x18\x01 \x03(\v2\x1b.connector.v1.AuthorizationR\x0eauthorizations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"{\n" +
+	"\x1aRevokeAuthorizationRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\tR\x06userId\"I\n" +
+	"\x1bRevokeAuthorizationResponse\x12*\n" +
+	"\x11revoked_at_server\x18\x01 \x01(\bR\x0frevokedAtServer\"\x9a\x01\n" +
 	"\x16CreateConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x125\n" +
 	"\tconnector\x18\x02 \x01(\v2\x17.connector.v1.ConnectorR\tconnector\x12\x1b\n" +
@@ -3061,7 +3661,7 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\"O\n" +
 	"\x16CheckConnectorResponse\x125\n" +
-	"\x06health\x18\x01 \x01(\v2\x1d.connector.v1.ConnectorHealthR\x06health\"\xef\x01\n" +
+	"\x06health\x18\x01 \x01(\v2\x1d.connector.v1.ConnectorHealthR\x06health\"\x88\x02\n" +
 	"\x0fCallToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
@@ -3069,13 +3669,14 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
-	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\"\x8a\x02\n" +
+	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\x12\x17\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\"\x8a\x02\n" +
 	"\x10CallToolResponse\x12/\n" +
 	"\acontent\x18\x01 \x03(\v2\x15.connector.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x125\n" +
 	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12+\n" +
-	"\x11session_restarted\x18\x05 \x01(\bR\x10sessionRestarted\"\xf5\x01\n" +
+	"\x11session_restarted\x18\x05 \x01(\bR\x10sessionRestarted\"\x8e\x02\n" +
 	"\x15StreamCallToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
@@ -3083,11 +3684,12 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
-	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\"\x91\x01\n" +
+	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\x12\x17\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\"\x91\x01\n" +
 	"\x16StreamCallToolResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.connector.v1.ProgressH\x00R\bprogress\x128\n" +
 	"\x06result\x18\x02 \x01(\v2\x1e.connector.v1.CallToolResponseH\x00R\x06resultB\a\n" +
-	"\x05event\"\xe6\x01\n" +
+	"\x05event\"\xff\x01\n" +
 	"\x15QueryConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x14\n" +
@@ -3096,9 +3698,10 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\tmax_tools\x18\x05 \x01(\x05R\bmaxTools\x12\x1b\n" +
 	"\tplan_only\x18\x06 \x01(\bR\bplanOnly\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"K\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\b \x01(\tR\x06userId\"K\n" +
 	"\x16QueryConnectorResponse\x121\n" +
-	"\x06result\x18\x01 \x01(\v2\x19.connector.v1.QueryResultR\x06result\"\xec\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.connector.v1.QueryResultR\x06result\"\x85\x02\n" +
 	"\x1bStreamQueryConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x14\n" +
@@ -3107,7 +3710,8 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\tmax_tools\x18\x05 \x01(\x05R\bmaxTools\x12\x1b\n" +
 	"\tplan_only\x18\x06 \x01(\bR\bplanOnly\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"\x8d\x04\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\b \x01(\tR\x06userId\"\xeb\x04\n" +
 	"\x1cStreamQueryConnectorResponse\x12>\n" +
 	"\fstep_planned\x18\x01 \x01(\v2\x19.connector.v1.StepPlannedH\x00R\vstepPlanned\x12K\n" +
 	"\x11tool_call_started\x18\x02 \x01(\v2\x1d.connector.v1.ToolCallStartedH\x00R\x0ftoolCallStarted\x12N\n" +
@@ -3115,7 +3719,8 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\x06answer\x18\x04 \x01(\v2\x19.connector.v1.AnswerReadyH\x00R\x06answer\x123\n" +
 	"\x06result\x18\x05 \x01(\v2\x19.connector.v1.QueryResultH\x00R\x06result\x12N\n" +
 	"\x12tool_call_progress\x18\x06 \x01(\v2\x1e.connector.v1.ToolCallProgressH\x00R\x10toolCallProgress\x12M\n" +
-	"\x11approval_required\x18\a \x01(\v2\x1e.connector.v1.ApprovalRequiredH\x00R\x10approvalRequiredB\a\n" +
+	"\x11approval_required\x18\a \x01(\v2\x1e.connector.v1.ApprovalRequiredH\x00R\x10approvalRequired\x12\\\n" +
+	"\x16authorization_required\x18\b \x01(\v2#.connector.v1.AuthorizationRequiredH\x00R\x15authorizationRequiredB\a\n" +
 	"\x05event\"\x9f\x01\n" +
 	"\x12ResumeQueryRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
@@ -3185,7 +3790,7 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"E\n" +
 	"\x14RevokeApiKeyResponse\x12-\n" +
-	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\x9d\x11\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\xcd\x14\n" +
 	"\x10ConnectorService\x12^\n" +
 	"\x0fCreateConnector\x12$.connector.v1.CreateConnectorRequest\x1a%.connector.v1.CreateConnectorResponse\x12U\n" +
 	"\fGetConnector\x12!.connector.v1.GetConnectorRequest\x1a\".connector.v1.GetConnectorResponse\x12[\n" +
@@ -3211,7 +3816,11 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\rListQueryRuns\x12\".connector.v1.ListQueryRunsRequest\x1a#.connector.v1.ListQueryRunsResponse\x12U\n" +
 	"\fCreateApiKey\x12!.connector.v1.CreateApiKeyRequest\x1a\".connector.v1.CreateApiKeyResponse\x12R\n" +
 	"\vListApiKeys\x12 .connector.v1.ListApiKeysRequest\x1a!.connector.v1.ListApiKeysResponse\x12U\n" +
-	"\fRevokeApiKey\x12!.connector.v1.RevokeApiKeyRequest\x1a\".connector.v1.RevokeApiKeyResponseBEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\fRevokeApiKey\x12!.connector.v1.RevokeApiKeyRequest\x1a\".connector.v1.RevokeApiKeyResponse\x12g\n" +
+	"\x12StartAuthorization\x12'.connector.v1.StartAuthorizationRequest\x1a(.connector.v1.StartAuthorizationResponse\x12p\n" +
+	"\x15CompleteAuthorization\x12*.connector.v1.CompleteAuthorizationRequest\x1a+.connector.v1.CompleteAuthorizationResponse\x12g\n" +
+	"\x12ListAuthorizations\x12'.connector.v1.ListAuthorizationsRequest\x1a(.connector.v1.ListAuthorizationsResponse\x12j\n" +
+	"\x13RevokeAuthorization\x12(.connector.v1.RevokeAuthorizationRequest\x1a).connector.v1.RevokeAuthorizationResponseBEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_connector_service_proto_rawDescOnce sync.Once
@@ -3225,178 +3834,200 @@ func file_connector_v1_connector_service_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_service_proto_rawDescData
 }
 
-var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_connector_v1_connector_service_proto_goTypes = []any{
-	(*CreateConnectorRequest)(nil),       // 0: connector.v1.CreateConnectorRequest
-	(*CreateConnectorResponse)(nil),      // 1: connector.v1.CreateConnectorResponse
-	(*GetConnectorRequest)(nil),          // 2: connector.v1.GetConnectorRequest
-	(*GetConnectorResponse)(nil),         // 3: connector.v1.GetConnectorResponse
-	(*ListConnectorsRequest)(nil),        // 4: connector.v1.ListConnectorsRequest
-	(*ListConnectorsResponse)(nil),       // 5: connector.v1.ListConnectorsResponse
-	(*UpdateConnectorRequest)(nil),       // 6: connector.v1.UpdateConnectorRequest
-	(*UpdateConnectorResponse)(nil),      // 7: connector.v1.UpdateConnectorResponse
-	(*DeleteConnectorRequest)(nil),       // 8: connector.v1.DeleteConnectorRequest
-	(*DeleteConnectorResponse)(nil),      // 9: connector.v1.DeleteConnectorResponse
-	(*ActivateConnectorRequest)(nil),     // 10: connector.v1.ActivateConnectorRequest
-	(*ActivateConnectorResponse)(nil),    // 11: connector.v1.ActivateConnectorResponse
-	(*DeactivateConnectorRequest)(nil),   // 12: connector.v1.DeactivateConnectorRequest
-	(*DeactivateConnectorResponse)(nil),  // 13: connector.v1.DeactivateConnectorResponse
-	(*ListToolsRequest)(nil),             // 14: connector.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),            // 15: connector.v1.ListToolsResponse
-	(*UpdateToolRequest)(nil),            // 16: connector.v1.UpdateToolRequest
-	(*UpdateToolResponse)(nil),           // 17: connector.v1.UpdateToolResponse
-	(*RefreshToolsRequest)(nil),          // 18: connector.v1.RefreshToolsRequest
-	(*RefreshToolsResponse)(nil),         // 19: connector.v1.RefreshToolsResponse
-	(*CheckConnectorRequest)(nil),        // 20: connector.v1.CheckConnectorRequest
-	(*CheckConnectorResponse)(nil),       // 21: connector.v1.CheckConnectorResponse
-	(*CallToolRequest)(nil),              // 22: connector.v1.CallToolRequest
-	(*CallToolResponse)(nil),             // 23: connector.v1.CallToolResponse
-	(*StreamCallToolRequest)(nil),        // 24: connector.v1.StreamCallToolRequest
-	(*StreamCallToolResponse)(nil),       // 25: connector.v1.StreamCallToolResponse
-	(*QueryConnectorRequest)(nil),        // 26: connector.v1.QueryConnectorRequest
-	(*QueryConnectorResponse)(nil),       // 27: connector.v1.QueryConnectorResponse
-	(*StreamQueryConnectorRequest)(nil),  // 28: connector.v1.StreamQueryConnectorRequest
-	(*StreamQueryConnectorResponse)(nil), // 29: connector.v1.StreamQueryConnectorResponse
-	(*ResumeQueryRequest)(nil),           // 30: connector.v1.ResumeQueryRequest
-	(*ResumeQueryResponse)(nil),          // 31: connector.v1.ResumeQueryResponse
-	(*StreamResumeQueryRequest)(nil),     // 32: connector.v1.StreamResumeQueryRequest
-	(*StreamResumeQueryResponse)(nil),    // 33: connector.v1.StreamResumeQueryResponse
-	(*GetQueryRunRequest)(nil),           // 34: connector.v1.GetQueryRunRequest
-	(*GetQueryRunResponse)(nil),          // 35: connector.v1.GetQueryRunResponse
-	(*ListQueryRunsRequest)(nil),         // 36: connector.v1.ListQueryRunsRequest
-	(*ListQueryRunsResponse)(nil),        // 37: connector.v1.ListQueryRunsResponse
-	(*ListSessionsRequest)(nil),          // 38: connector.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),         // 39: connector.v1.ListSessionsResponse
-	(*CloseSessionRequest)(nil),          // 40: connector.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),         // 41: connector.v1.CloseSessionResponse
-	(*CreateApiKeyRequest)(nil),          // 42: connector.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),         // 43: connector.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),           // 44: connector.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),          // 45: connector.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),          // 46: connector.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),         // 47: connector.v1.RevokeApiKeyResponse
-	(*Connector)(nil),                    // 48: connector.v1.Connector
-	(*fieldmaskpb.FieldMask)(nil),        // 49: google.protobuf.FieldMask
-	(*Tool)(nil),                         // 50: connector.v1.Tool
-	(ApprovalOverride)(0),                // 51: connector.v1.ApprovalOverride
-	(*ConnectorHealth)(nil),              // 52: connector.v1.ConnectorHealth
-	(*structpb.Struct)(nil),              // 53: google.protobuf.Struct
-	(*Content)(nil),                      // 54: connector.v1.Content
-	(*durationpb.Duration)(nil),          // 55: google.protobuf.Duration
-	(*Progress)(nil),                     // 56: connector.v1.Progress
-	(*QueryResult)(nil),                  // 57: connector.v1.QueryResult
-	(*StepPlanned)(nil),                  // 58: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),              // 59: connector.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),             // 60: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),                  // 61: connector.v1.AnswerReady
-	(*ToolCallProgress)(nil),             // 62: connector.v1.ToolCallProgress
-	(*ApprovalRequired)(nil),             // 63: connector.v1.ApprovalRequired
-	(*Decision)(nil),                     // 64: connector.v1.Decision
-	(*QueryRun)(nil),                     // 65: connector.v1.QueryRun
-	(QueryStatus)(0),                     // 66: connector.v1.QueryStatus
-	(*timestamppb.Timestamp)(nil),        // 67: google.protobuf.Timestamp
-	(*Session)(nil),                      // 68: connector.v1.Session
-	(ApiKeyScope)(0),                     // 69: connector.v1.ApiKeyScope
-	(*ApiKey)(nil),                       // 70: connector.v1.ApiKey
+	(*StartAuthorizationRequest)(nil),     // 0: connector.v1.StartAuthorizationRequest
+	(*StartAuthorizationResponse)(nil),    // 1: connector.v1.StartAuthorizationResponse
+	(*CompleteAuthorizationRequest)(nil),  // 2: connector.v1.CompleteAuthorizationRequest
+	(*CompleteAuthorizationResponse)(nil), // 3: connector.v1.CompleteAuthorizationResponse
+	(*ListAuthorizationsRequest)(nil),     // 4: connector.v1.ListAuthorizationsRequest
+	(*ListAuthorizationsResponse)(nil),    // 5: connector.v1.ListAuthorizationsResponse
+	(*RevokeAuthorizationRequest)(nil),    // 6: connector.v1.RevokeAuthorizationRequest
+	(*RevokeAuthorizationResponse)(nil),   // 7: connector.v1.RevokeAuthorizationResponse
+	(*CreateConnectorRequest)(nil),        // 8: connector.v1.CreateConnectorRequest
+	(*CreateConnectorResponse)(nil),       // 9: connector.v1.CreateConnectorResponse
+	(*GetConnectorRequest)(nil),           // 10: connector.v1.GetConnectorRequest
+	(*GetConnectorResponse)(nil),          // 11: connector.v1.GetConnectorResponse
+	(*ListConnectorsRequest)(nil),         // 12: connector.v1.ListConnectorsRequest
+	(*ListConnectorsResponse)(nil),        // 13: connector.v1.ListConnectorsResponse
+	(*UpdateConnectorRequest)(nil),        // 14: connector.v1.UpdateConnectorRequest
+	(*UpdateConnectorResponse)(nil),       // 15: connector.v1.UpdateConnectorResponse
+	(*DeleteConnectorRequest)(nil),        // 16: connector.v1.DeleteConnectorRequest
+	(*DeleteConnectorResponse)(nil),       // 17: connector.v1.DeleteConnectorResponse
+	(*ActivateConnectorRequest)(nil),      // 18: connector.v1.ActivateConnectorRequest
+	(*ActivateConnectorResponse)(nil),     // 19: connector.v1.ActivateConnectorResponse
+	(*DeactivateConnectorRequest)(nil),    // 20: connector.v1.DeactivateConnectorRequest
+	(*DeactivateConnectorResponse)(nil),   // 21: connector.v1.DeactivateConnectorResponse
+	(*ListToolsRequest)(nil),              // 22: connector.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),             // 23: connector.v1.ListToolsResponse
+	(*UpdateToolRequest)(nil),             // 24: connector.v1.UpdateToolRequest
+	(*UpdateToolResponse)(nil),            // 25: connector.v1.UpdateToolResponse
+	(*RefreshToolsRequest)(nil),           // 26: connector.v1.RefreshToolsRequest
+	(*RefreshToolsResponse)(nil),          // 27: connector.v1.RefreshToolsResponse
+	(*CheckConnectorRequest)(nil),         // 28: connector.v1.CheckConnectorRequest
+	(*CheckConnectorResponse)(nil),        // 29: connector.v1.CheckConnectorResponse
+	(*CallToolRequest)(nil),               // 30: connector.v1.CallToolRequest
+	(*CallToolResponse)(nil),              // 31: connector.v1.CallToolResponse
+	(*StreamCallToolRequest)(nil),         // 32: connector.v1.StreamCallToolRequest
+	(*StreamCallToolResponse)(nil),        // 33: connector.v1.StreamCallToolResponse
+	(*QueryConnectorRequest)(nil),         // 34: connector.v1.QueryConnectorRequest
+	(*QueryConnectorResponse)(nil),        // 35: connector.v1.QueryConnectorResponse
+	(*StreamQueryConnectorRequest)(nil),   // 36: connector.v1.StreamQueryConnectorRequest
+	(*StreamQueryConnectorResponse)(nil),  // 37: connector.v1.StreamQueryConnectorResponse
+	(*ResumeQueryRequest)(nil),            // 38: connector.v1.ResumeQueryRequest
+	(*ResumeQueryResponse)(nil),           // 39: connector.v1.ResumeQueryResponse
+	(*StreamResumeQueryRequest)(nil),      // 40: connector.v1.StreamResumeQueryRequest
+	(*StreamResumeQueryResponse)(nil),     // 41: connector.v1.StreamResumeQueryResponse
+	(*GetQueryRunRequest)(nil),            // 42: connector.v1.GetQueryRunRequest
+	(*GetQueryRunResponse)(nil),           // 43: connector.v1.GetQueryRunResponse
+	(*ListQueryRunsRequest)(nil),          // 44: connector.v1.ListQueryRunsRequest
+	(*ListQueryRunsResponse)(nil),         // 45: connector.v1.ListQueryRunsResponse
+	(*ListSessionsRequest)(nil),           // 46: connector.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),          // 47: connector.v1.ListSessionsResponse
+	(*CloseSessionRequest)(nil),           // 48: connector.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),          // 49: connector.v1.CloseSessionResponse
+	(*CreateApiKeyRequest)(nil),           // 50: connector.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),          // 51: connector.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),            // 52: connector.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),           // 53: connector.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),           // 54: connector.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),          // 55: connector.v1.RevokeApiKeyResponse
+	(*timestamppb.Timestamp)(nil),         // 56: google.protobuf.Timestamp
+	(*Authorization)(nil),                 // 57: connector.v1.Authorization
+	(*Connector)(nil),                     // 58: connector.v1.Connector
+	(*fieldmaskpb.FieldMask)(nil),         // 59: google.protobuf.FieldMask
+	(*Tool)(nil),                          // 60: connector.v1.Tool
+	(ApprovalOverride)(0),                 // 61: connector.v1.ApprovalOverride
+	(*ConnectorHealth)(nil),               // 62: connector.v1.ConnectorHealth
+	(*structpb.Struct)(nil),               // 63: google.protobuf.Struct
+	(*Content)(nil),                       // 64: connector.v1.Content
+	(*durationpb.Duration)(nil),           // 65: google.protobuf.Duration
+	(*Progress)(nil),                      // 66: connector.v1.Progress
+	(*QueryResult)(nil),                   // 67: connector.v1.QueryResult
+	(*StepPlanned)(nil),                   // 68: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),               // 69: connector.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),              // 70: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),                   // 71: connector.v1.AnswerReady
+	(*ToolCallProgress)(nil),              // 72: connector.v1.ToolCallProgress
+	(*ApprovalRequired)(nil),              // 73: connector.v1.ApprovalRequired
+	(*AuthorizationRequired)(nil),         // 74: connector.v1.AuthorizationRequired
+	(*Decision)(nil),                      // 75: connector.v1.Decision
+	(*QueryRun)(nil),                      // 76: connector.v1.QueryRun
+	(QueryStatus)(0),                      // 77: connector.v1.QueryStatus
+	(*Session)(nil),                       // 78: connector.v1.Session
+	(ApiKeyScope)(0),                      // 79: connector.v1.ApiKeyScope
+	(*ApiKey)(nil),                        // 80: connector.v1.ApiKey
 }
 var file_connector_v1_connector_service_proto_depIdxs = []int32{
-	48, // 0: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
-	48, // 1: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
-	48, // 2: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
-	48, // 3: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
-	48, // 4: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
-	49, // 5: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	48, // 6: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
-	48, // 7: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	48, // 8: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	50, // 9: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
-	51, // 10: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
-	50, // 11: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
-	50, // 12: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
-	52, // 13: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
-	53, // 14: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	54, // 15: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
-	53, // 16: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	55, // 17: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	53, // 18: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	56, // 19: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
-	23, // 20: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
-	57, // 21: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	58, // 22: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
-	59, // 23: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
-	60, // 24: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
-	61, // 25: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
-	57, // 26: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	62, // 27: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
-	63, // 28: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
-	64, // 29: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
-	57, // 30: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
-	64, // 31: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
-	29, // 32: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
-	65, // 33: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
-	66, // 34: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
-	67, // 35: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	67, // 36: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
-	65, // 37: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
-	68, // 38: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
-	68, // 39: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
-	69, // 40: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
-	70, // 41: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	70, // 42: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
-	70, // 43: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	0,  // 44: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
-	2,  // 45: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
-	4,  // 46: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
-	6,  // 47: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
-	8,  // 48: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
-	10, // 49: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
-	12, // 50: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
-	14, // 51: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
-	16, // 52: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
-	18, // 53: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
-	20, // 54: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
-	22, // 55: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
-	24, // 56: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
-	26, // 57: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
-	28, // 58: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
-	38, // 59: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
-	40, // 60: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
-	30, // 61: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
-	32, // 62: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
-	34, // 63: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
-	36, // 64: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
-	42, // 65: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
-	44, // 66: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
-	46, // 67: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
-	1,  // 68: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
-	3,  // 69: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
-	5,  // 70: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
-	7,  // 71: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
-	9,  // 72: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
-	11, // 73: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
-	13, // 74: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
-	15, // 75: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
-	17, // 76: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
-	19, // 77: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
-	21, // 78: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
-	23, // 79: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
-	25, // 80: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
-	27, // 81: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
-	29, // 82: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
-	39, // 83: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
-	41, // 84: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
-	31, // 85: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
-	33, // 86: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
-	35, // 87: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
-	37, // 88: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
-	43, // 89: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
-	45, // 90: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
-	47, // 91: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
-	68, // [68:92] is the sub-list for method output_type
-	44, // [44:68] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	56, // 0: connector.v1.StartAuthorizationResponse.expire_time:type_name -> google.protobuf.Timestamp
+	57, // 1: connector.v1.CompleteAuthorizationResponse.authorization:type_name -> connector.v1.Authorization
+	57, // 2: connector.v1.ListAuthorizationsResponse.authorizations:type_name -> connector.v1.Authorization
+	58, // 3: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
+	58, // 4: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
+	58, // 5: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
+	58, // 6: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
+	58, // 7: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
+	59, // 8: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	58, // 9: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
+	58, // 10: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	58, // 11: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	60, // 12: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
+	61, // 13: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
+	60, // 14: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
+	60, // 15: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
+	62, // 16: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
+	63, // 17: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	64, // 18: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
+	63, // 19: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	65, // 20: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	63, // 21: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	66, // 22: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
+	31, // 23: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
+	67, // 24: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	68, // 25: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
+	69, // 26: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
+	70, // 27: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
+	71, // 28: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
+	67, // 29: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	72, // 30: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
+	73, // 31: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
+	74, // 32: connector.v1.StreamQueryConnectorResponse.authorization_required:type_name -> connector.v1.AuthorizationRequired
+	75, // 33: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	67, // 34: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
+	75, // 35: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	37, // 36: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
+	76, // 37: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
+	77, // 38: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
+	56, // 39: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	56, // 40: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	76, // 41: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
+	78, // 42: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
+	78, // 43: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
+	79, // 44: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
+	80, // 45: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	80, // 46: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
+	80, // 47: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	8,  // 48: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
+	10, // 49: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
+	12, // 50: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
+	14, // 51: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
+	16, // 52: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
+	18, // 53: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
+	20, // 54: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
+	22, // 55: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
+	24, // 56: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
+	26, // 57: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
+	28, // 58: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
+	30, // 59: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
+	32, // 60: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
+	34, // 61: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
+	36, // 62: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
+	46, // 63: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
+	48, // 64: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
+	38, // 65: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
+	40, // 66: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
+	42, // 67: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
+	44, // 68: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
+	50, // 69: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
+	52, // 70: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
+	54, // 71: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
+	0,  // 72: connector.v1.ConnectorService.StartAuthorization:input_type -> connector.v1.StartAuthorizationRequest
+	2,  // 73: connector.v1.ConnectorService.CompleteAuthorization:input_type -> connector.v1.CompleteAuthorizationRequest
+	4,  // 74: connector.v1.ConnectorService.ListAuthorizations:input_type -> connector.v1.ListAuthorizationsRequest
+	6,  // 75: connector.v1.ConnectorService.RevokeAuthorization:input_type -> connector.v1.RevokeAuthorizationRequest
+	9,  // 76: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
+	11, // 77: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
+	13, // 78: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
+	15, // 79: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
+	17, // 80: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
+	19, // 81: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
+	21, // 82: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
+	23, // 83: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
+	25, // 84: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
+	27, // 85: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
+	29, // 86: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
+	31, // 87: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
+	33, // 88: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
+	35, // 89: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
+	37, // 90: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
+	47, // 91: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
+	49, // 92: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
+	39, // 93: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
+	41, // 94: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
+	43, // 95: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
+	45, // 96: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
+	51, // 97: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
+	53, // 98: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
+	55, // 99: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
+	1,  // 100: connector.v1.ConnectorService.StartAuthorization:output_type -> connector.v1.StartAuthorizationResponse
+	3,  // 101: connector.v1.ConnectorService.CompleteAuthorization:output_type -> connector.v1.CompleteAuthorizationResponse
+	5,  // 102: connector.v1.ConnectorService.ListAuthorizations:output_type -> connector.v1.ListAuthorizationsResponse
+	7,  // 103: connector.v1.ConnectorService.RevokeAuthorization:output_type -> connector.v1.RevokeAuthorizationResponse
+	76, // [76:104] is the sub-list for method output_type
+	48, // [48:76] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_service_proto_init() }
@@ -3407,13 +4038,13 @@ func file_connector_v1_connector_service_proto_init() {
 	file_connector_v1_api_key_proto_init()
 	file_connector_v1_connector_proto_init()
 	file_connector_v1_query_proto_init()
-	file_connector_v1_connector_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_connector_v1_connector_service_proto_msgTypes[16].OneofWrappers = []any{}
-	file_connector_v1_connector_service_proto_msgTypes[25].OneofWrappers = []any{
+	file_connector_v1_connector_service_proto_msgTypes[8].OneofWrappers = []any{}
+	file_connector_v1_connector_service_proto_msgTypes[24].OneofWrappers = []any{}
+	file_connector_v1_connector_service_proto_msgTypes[33].OneofWrappers = []any{
 		(*StreamCallToolResponse_Progress)(nil),
 		(*StreamCallToolResponse_Result)(nil),
 	}
-	file_connector_v1_connector_service_proto_msgTypes[29].OneofWrappers = []any{
+	file_connector_v1_connector_service_proto_msgTypes[37].OneofWrappers = []any{
 		(*StreamQueryConnectorResponse_StepPlanned)(nil),
 		(*StreamQueryConnectorResponse_ToolCallStarted)(nil),
 		(*StreamQueryConnectorResponse_ToolCallFinished)(nil),
@@ -3421,6 +4052,7 @@ func file_connector_v1_connector_service_proto_init() {
 		(*StreamQueryConnectorResponse_Result)(nil),
 		(*StreamQueryConnectorResponse_ToolCallProgress)(nil),
 		(*StreamQueryConnectorResponse_ApprovalRequired)(nil),
+		(*StreamQueryConnectorResponse_AuthorizationRequired)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3428,7 +4060,7 @@ func file_connector_v1_connector_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_service_proto_rawDesc), len(file_connector_v1_connector_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,30 +19,34 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConnectorService_CreateConnector_FullMethodName      = "/connector.v1.ConnectorService/CreateConnector"
-	ConnectorService_GetConnector_FullMethodName         = "/connector.v1.ConnectorService/GetConnector"
-	ConnectorService_ListConnectors_FullMethodName       = "/connector.v1.ConnectorService/ListConnectors"
-	ConnectorService_UpdateConnector_FullMethodName      = "/connector.v1.ConnectorService/UpdateConnector"
-	ConnectorService_DeleteConnector_FullMethodName      = "/connector.v1.ConnectorService/DeleteConnector"
-	ConnectorService_ActivateConnector_FullMethodName    = "/connector.v1.ConnectorService/ActivateConnector"
-	ConnectorService_DeactivateConnector_FullMethodName  = "/connector.v1.ConnectorService/DeactivateConnector"
-	ConnectorService_ListTools_FullMethodName            = "/connector.v1.ConnectorService/ListTools"
-	ConnectorService_UpdateTool_FullMethodName           = "/connector.v1.ConnectorService/UpdateTool"
-	ConnectorService_RefreshTools_FullMethodName         = "/connector.v1.ConnectorService/RefreshTools"
-	ConnectorService_CheckConnector_FullMethodName       = "/connector.v1.ConnectorService/CheckConnector"
-	ConnectorService_CallTool_FullMethodName             = "/connector.v1.ConnectorService/CallTool"
-	ConnectorService_StreamCallTool_FullMethodName       = "/connector.v1.ConnectorService/StreamCallTool"
-	ConnectorService_QueryConnector_FullMethodName       = "/connector.v1.ConnectorService/QueryConnector"
-	ConnectorService_StreamQueryConnector_FullMethodName = "/connector.v1.ConnectorService/StreamQueryConnector"
-	ConnectorService_ListSessions_FullMethodName         = "/connector.v1.ConnectorService/ListSessions"
-	ConnectorService_CloseSession_FullMethodName         = "/connector.v1.ConnectorService/CloseSession"
-	ConnectorService_ResumeQuery_FullMethodName          = "/connector.v1.ConnectorService/ResumeQuery"
-	ConnectorService_StreamResumeQuery_FullMethodName    = "/connector.v1.ConnectorService/StreamResumeQuery"
-	ConnectorService_GetQueryRun_FullMethodName          = "/connector.v1.ConnectorService/GetQueryRun"
-	ConnectorService_ListQueryRuns_FullMethodName        = "/connector.v1.ConnectorService/ListQueryRuns"
-	ConnectorService_CreateApiKey_FullMethodName         = "/connector.v1.ConnectorService/CreateApiKey"
-	ConnectorService_ListApiKeys_FullMethodName          = "/connector.v1.ConnectorService/ListApiKeys"
-	ConnectorService_RevokeApiKey_FullMethodName         = "/connector.v1.ConnectorService/RevokeApiKey"
+	ConnectorService_CreateConnector_FullMethodName       = "/connector.v1.ConnectorService/CreateConnector"
+	ConnectorService_GetConnector_FullMethodName          = "/connector.v1.ConnectorService/GetConnector"
+	ConnectorService_ListConnectors_FullMethodName        = "/connector.v1.ConnectorService/ListConnectors"
+	ConnectorService_UpdateConnector_FullMethodName       = "/connector.v1.ConnectorService/UpdateConnector"
+	ConnectorService_DeleteConnector_FullMethodName       = "/connector.v1.ConnectorService/DeleteConnector"
+	ConnectorService_ActivateConnector_FullMethodName     = "/connector.v1.ConnectorService/ActivateConnector"
+	ConnectorService_DeactivateConnector_FullMethodName   = "/connector.v1.ConnectorService/DeactivateConnector"
+	ConnectorService_ListTools_FullMethodName             = "/connector.v1.ConnectorService/ListTools"
+	ConnectorService_UpdateTool_FullMethodName            = "/connector.v1.ConnectorService/UpdateTool"
+	ConnectorService_RefreshTools_FullMethodName          = "/connector.v1.ConnectorService/RefreshTools"
+	ConnectorService_CheckConnector_FullMethodName        = "/connector.v1.ConnectorService/CheckConnector"
+	ConnectorService_CallTool_FullMethodName              = "/connector.v1.ConnectorService/CallTool"
+	ConnectorService_StreamCallTool_FullMethodName        = "/connector.v1.ConnectorService/StreamCallTool"
+	ConnectorService_QueryConnector_FullMethodName        = "/connector.v1.ConnectorService/QueryConnector"
+	ConnectorService_StreamQueryConnector_FullMethodName  = "/connector.v1.ConnectorService/StreamQueryConnector"
+	ConnectorService_ListSessions_FullMethodName          = "/connector.v1.ConnectorService/ListSessions"
+	ConnectorService_CloseSession_FullMethodName          = "/connector.v1.ConnectorService/CloseSession"
+	ConnectorService_ResumeQuery_FullMethodName           = "/connector.v1.ConnectorService/ResumeQuery"
+	ConnectorService_StreamResumeQuery_FullMethodName     = "/connector.v1.ConnectorService/StreamResumeQuery"
+	ConnectorService_GetQueryRun_FullMethodName           = "/connector.v1.ConnectorService/GetQueryRun"
+	ConnectorService_ListQueryRuns_FullMethodName         = "/connector.v1.ConnectorService/ListQueryRuns"
+	ConnectorService_CreateApiKey_FullMethodName          = "/connector.v1.ConnectorService/CreateApiKey"
+	ConnectorService_ListApiKeys_FullMethodName           = "/connector.v1.ConnectorService/ListApiKeys"
+	ConnectorService_RevokeApiKey_FullMethodName          = "/connector.v1.ConnectorService/RevokeApiKey"
+	ConnectorService_StartAuthorization_FullMethodName    = "/connector.v1.ConnectorService/StartAuthorization"
+	ConnectorService_CompleteAuthorization_FullMethodName = "/connector.v1.ConnectorService/CompleteAuthorization"
+	ConnectorService_ListAuthorizations_FullMethodName    = "/connector.v1.ConnectorService/ListAuthorizations"
+	ConnectorService_RevokeAuthorization_FullMethodName   = "/connector.v1.ConnectorService/RevokeAuthorization"
 )
 
 // ConnectorServiceClient is the client API for ConnectorService service.
@@ -120,6 +124,26 @@ type ConnectorServiceClient interface {
 	// revocation commits: by then every service has heard of it or stopped
 	// trusting its key cache. Revoking a revoked key returns it unchanged.
 	RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error)
+	// Starts a user's authorization of an AUTH_MODE_OAUTH_USER connector:
+	// returns the URL of the authorization server's consent page for the
+	// chat backend to show that user. The user's browser comes back to the
+	// service's callback (OAUTH_REDIRECT_URL), which stores the tokens and
+	// sends the browser on to return_to. FAILED_PRECONDITION when the server
+	// cannot be authorized as the MCP specification asks (no protected
+	// resource metadata, no PKCE S256, a refused address), naming why.
+	StartAuthorization(ctx context.Context, in *StartAuthorizationRequest, opts ...grpc.CallOption) (*StartAuthorizationResponse, error)
+	// Finishes an authorization for a backend that receives the
+	// authorization server's redirect itself instead of the service's
+	// callback: the same checks (state single use and unexpired, iss), code
+	// exchange and storage.
+	CompleteAuthorization(ctx context.Context, in *CompleteAuthorizationRequest, opts ...grpc.CallOption) (*CompleteAuthorizationResponse, error)
+	// Lists the standing authorizations of a workspace, of one connector or
+	// of one user: who, which scopes, until when. Never tokens.
+	ListAuthorizations(ctx context.Context, in *ListAuthorizationsRequest, opts ...grpc.CallOption) (*ListAuthorizationsResponse, error)
+	// Revokes a user's authorization: the tokens are revoked at the
+	// authorization server where it offers revocation (RFC 7009), then
+	// deleted, and the user's connection closes. NOT_FOUND if there is none.
+	RevokeAuthorization(ctx context.Context, in *RevokeAuthorizationRequest, opts ...grpc.CallOption) (*RevokeAuthorizationResponse, error)
 }
 
 type connectorServiceClient struct {
@@ -397,6 +421,46 @@ func (c *connectorServiceClient) RevokeApiKey(ctx context.Context, in *RevokeApi
 	return out, nil
 }
 
+func (c *connectorServiceClient) StartAuthorization(ctx context.Context, in *StartAuthorizationRequest, opts ...grpc.CallOption) (*StartAuthorizationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartAuthorizationResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_StartAuthorization_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) CompleteAuthorization(ctx context.Context, in *CompleteAuthorizationRequest, opts ...grpc.CallOption) (*CompleteAuthorizationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteAuthorizationResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_CompleteAuthorization_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) ListAuthorizations(ctx context.Context, in *ListAuthorizationsRequest, opts ...grpc.CallOption) (*ListAuthorizationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuthorizationsResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListAuthorizations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) RevokeAuthorization(ctx context.Context, in *RevokeAuthorizationRequest, opts ...grpc.CallOption) (*RevokeAuthorizationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeAuthorizationResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_RevokeAuthorization_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConnectorServiceServer is the server API for ConnectorService service.
 // All implementations must embed UnimplementedConnectorServiceServer
 // for forward compatibility.
@@ -472,6 +536,26 @@ type ConnectorServiceServer interface {
 	// revocation commits: by then every service has heard of it or stopped
 	// trusting its key cache. Revoking a revoked key returns it unchanged.
 	RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error)
+	// Starts a user's authorization of an AUTH_MODE_OAUTH_USER connector:
+	// returns the URL of the authorization server's consent page for the
+	// chat backend to show that user. The user's browser comes back to the
+	// service's callback (OAUTH_REDIRECT_URL), which stores the tokens and
+	// sends the browser on to return_to. FAILED_PRECONDITION when the server
+	// cannot be authorized as the MCP specification asks (no protected
+	// resource metadata, no PKCE S256, a refused address), naming why.
+	StartAuthorization(context.Context, *StartAuthorizationRequest) (*StartAuthorizationResponse, error)
+	// Finishes an authorization for a backend that receives the
+	// authorization server's redirect itself instead of the service's
+	// callback: the same checks (state single use and unexpired, iss), code
+	// exchange and storage.
+	CompleteAuthorization(context.Context, *CompleteAuthorizationRequest) (*CompleteAuthorizationResponse, error)
+	// Lists the standing authorizations of a workspace, of one connector or
+	// of one user: who, which scopes, until when. Never tokens.
+	ListAuthorizations(context.Context, *ListAuthorizationsRequest) (*ListAuthorizationsResponse, error)
+	// Revokes a user's authorization: the tokens are revoked at the
+	// authorization server where it offers revocation (RFC 7009), then
+	// deleted, and the user's connection closes. NOT_FOUND if there is none.
+	RevokeAuthorization(context.Context, *RevokeAuthorizationRequest) (*RevokeAuthorizationResponse, error)
 	mustEmbedUnimplementedConnectorServiceServer()
 }
 
@@ -553,6 +637,18 @@ func (UnimplementedConnectorServiceServer) ListApiKeys(context.Context, *ListApi
 }
 func (UnimplementedConnectorServiceServer) RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeApiKey not implemented")
+}
+func (UnimplementedConnectorServiceServer) StartAuthorization(context.Context, *StartAuthorizationRequest) (*StartAuthorizationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartAuthorization not implemented")
+}
+func (UnimplementedConnectorServiceServer) CompleteAuthorization(context.Context, *CompleteAuthorizationRequest) (*CompleteAuthorizationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteAuthorization not implemented")
+}
+func (UnimplementedConnectorServiceServer) ListAuthorizations(context.Context, *ListAuthorizationsRequest) (*ListAuthorizationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuthorizations not implemented")
+}
+func (UnimplementedConnectorServiceServer) RevokeAuthorization(context.Context, *RevokeAuthorizationRequest) (*RevokeAuthorizationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeAuthorization not implemented")
 }
 func (UnimplementedConnectorServiceServer) mustEmbedUnimplementedConnectorServiceServer() {}
 func (UnimplementedConnectorServiceServer) testEmbeddedByValue()                          {}
@@ -986,6 +1082,78 @@ func _ConnectorService_RevokeApiKey_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConnectorService_StartAuthorization_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartAuthorizationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).StartAuthorization(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_StartAuthorization_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).StartAuthorization(ctx, req.(*StartAuthorizationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_CompleteAuthorization_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteAuthorizationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).CompleteAuthorization(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_CompleteAuthorization_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).CompleteAuthorization(ctx, req.(*CompleteAuthorizationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_ListAuthorizations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuthorizationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListAuthorizations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListAuthorizations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListAuthorizations(ctx, req.(*ListAuthorizationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_RevokeAuthorization_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeAuthorizationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).RevokeAuthorization(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_RevokeAuthorization_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).RevokeAuthorization(ctx, req.(*RevokeAuthorizationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConnectorService_ServiceDesc is the grpc.ServiceDesc for ConnectorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1076,6 +1244,22 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeApiKey",
 			Handler:    _ConnectorService_RevokeApiKey_Handler,
+		},
+		{
+			MethodName: "StartAuthorization",
+			Handler:    _ConnectorService_StartAuthorization_Handler,
+		},
+		{
+			MethodName: "CompleteAuthorization",
+			Handler:    _ConnectorService_CompleteAuthorization_Handler,
+		},
+		{
+			MethodName: "ListAuthorizations",
+			Handler:    _ConnectorService_ListAuthorizations_Handler,
+		},
+		{
+			MethodName: "RevokeAuthorization",
+			Handler:    _ConnectorService_RevokeAuthorization_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -46,6 +46,10 @@ const (
 	QueryStatus_QUERY_STATUS_FAILED QueryStatus = 6
 	// A resumed run is going on.
 	QueryStatus_QUERY_STATUS_RUNNING QueryStatus = 7
+	// The run paused because the user has not authorized the connector (or
+	// must authorize again, or grant more scopes): authorization says where
+	// to send them. ResumeQuery goes on with it once they have.
+	QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION QueryStatus = 8
 )
 
 // Enum value maps for QueryStatus.
@@ -59,16 +63,18 @@ var (
 		5: "QUERY_STATUS_EXPIRED",
 		6: "QUERY_STATUS_FAILED",
 		7: "QUERY_STATUS_RUNNING",
+		8: "QUERY_STATUS_AWAITING_AUTHORIZATION",
 	}
 	QueryStatus_value = map[string]int32{
-		"QUERY_STATUS_UNSPECIFIED":       0,
-		"QUERY_STATUS_COMPLETED":         1,
-		"QUERY_STATUS_BUDGET_EXHAUSTED":  2,
-		"QUERY_STATUS_PLANNED":           3,
-		"QUERY_STATUS_AWAITING_APPROVAL": 4,
-		"QUERY_STATUS_EXPIRED":           5,
-		"QUERY_STATUS_FAILED":            6,
-		"QUERY_STATUS_RUNNING":           7,
+		"QUERY_STATUS_UNSPECIFIED":            0,
+		"QUERY_STATUS_COMPLETED":              1,
+		"QUERY_STATUS_BUDGET_EXHAUSTED":       2,
+		"QUERY_STATUS_PLANNED":                3,
+		"QUERY_STATUS_AWAITING_APPROVAL":      4,
+		"QUERY_STATUS_EXPIRED":                5,
+		"QUERY_STATUS_FAILED":                 6,
+		"QUERY_STATUS_RUNNING":                7,
+		"QUERY_STATUS_AWAITING_AUTHORIZATION": 8,
 	}
 )
 
@@ -1227,8 +1233,11 @@ type QueryResult struct {
 	RunId string `protobuf:"bytes,14,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// AWAITING_APPROVAL: the calls that wait for a decision.
 	PendingCalls []*PendingCall `protobuf:"bytes,15,rep,name=pending_calls,json=pendingCalls,proto3" json:"pending_calls,omitempty"`
-	// AWAITING_APPROVAL: when the run expires if nobody decides.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// AWAITING_APPROVAL and AWAITING_AUTHORIZATION: when the run expires if
+	// nobody decides or authorizes.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// AWAITING_AUTHORIZATION: what the user must do.
+	Authorization *AuthorizationRequired `protobuf:"bytes,17,opt,name=authorization,proto3" json:"authorization,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1375,6 +1384,117 @@ func (x *QueryResult) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *QueryResult) GetAuthorization() *AuthorizationRequired {
+	if x != nil {
+		return x.Authorization
+	}
+	return nil
+}
+
+// AuthorizationRequired says a user must authorize the service on a
+// connector's server before the call or run can go on. The chat backend
+// shows authorization_url to that user; after they have authorized it, the
+// call is retried or the run resumed.
+type AuthorizationRequired struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run that waits; empty for a direct tool call.
+	RunId       string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ConnectorId string `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	UserId      string `protobuf:"bytes,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Where the user's browser goes: the authorization server's consent page.
+	// Single use; valid until expire_time.
+	AuthorizationUrl string `protobuf:"bytes,4,opt,name=authorization_url,json=authorizationUrl,proto3" json:"authorization_url,omitempty"`
+	// The scopes asked for (for a step-up: those held and those the server
+	// asked for).
+	Scopes []string `protobuf:"bytes,5,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// Why: NO_TOKEN (never authorized, or revoked), REAUTHORIZE (the
+	// authorization server refused the refresh token), INSUFFICIENT_SCOPE
+	// (the server asked for more scopes).
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizationRequired) Reset() {
+	*x = AuthorizationRequired{}
+	mi := &file_connector_v1_query_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizationRequired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizationRequired) ProtoMessage() {}
+
+func (x *AuthorizationRequired) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizationRequired.ProtoReflect.Descriptor instead.
+func (*AuthorizationRequired) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AuthorizationRequired) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AuthorizationRequired) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *AuthorizationRequired) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *AuthorizationRequired) GetAuthorizationUrl() string {
+	if x != nil {
+		return x.AuthorizationUrl
+	}
+	return ""
+}
+
+func (x *AuthorizationRequired) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *AuthorizationRequired) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AuthorizationRequired) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
 // ApprovalRequired is sent when a run pauses for approval.
 type ApprovalRequired struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1387,7 +1507,7 @@ type ApprovalRequired struct {
 
 func (x *ApprovalRequired) Reset() {
 	*x = ApprovalRequired{}
-	mi := &file_connector_v1_query_proto_msgTypes[15]
+	mi := &file_connector_v1_query_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1519,7 @@ func (x *ApprovalRequired) String() string {
 func (*ApprovalRequired) ProtoMessage() {}
 
 func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[15]
+	mi := &file_connector_v1_query_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1532,7 @@ func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequired.ProtoReflect.Descriptor instead.
 func (*ApprovalRequired) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApprovalRequired) GetRunId() string {
@@ -1460,7 +1580,7 @@ type QueryRun struct {
 
 func (x *QueryRun) Reset() {
 	*x = QueryRun{}
-	mi := &file_connector_v1_query_proto_msgTypes[16]
+	mi := &file_connector_v1_query_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1592,7 @@ func (x *QueryRun) String() string {
 func (*QueryRun) ProtoMessage() {}
 
 func (x *QueryRun) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[16]
+	mi := &file_connector_v1_query_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1605,7 @@ func (x *QueryRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRun.ProtoReflect.Descriptor instead.
 func (*QueryRun) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueryRun) GetRunId() string {
@@ -1582,7 +1702,7 @@ type StepPlanned struct {
 
 func (x *StepPlanned) Reset() {
 	*x = StepPlanned{}
-	mi := &file_connector_v1_query_proto_msgTypes[17]
+	mi := &file_connector_v1_query_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1714,7 @@ func (x *StepPlanned) String() string {
 func (*StepPlanned) ProtoMessage() {}
 
 func (x *StepPlanned) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[17]
+	mi := &file_connector_v1_query_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1727,7 @@ func (x *StepPlanned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepPlanned.ProtoReflect.Descriptor instead.
 func (*StepPlanned) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{17}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StepPlanned) GetStep() *Step {
@@ -1628,7 +1748,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_connector_v1_query_proto_msgTypes[18]
+	mi := &file_connector_v1_query_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1760,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[18]
+	mi := &file_connector_v1_query_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1773,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{18}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCallStarted) GetStepIndex() int32 {
@@ -1686,7 +1806,7 @@ type ToolCallProgress struct {
 
 func (x *ToolCallProgress) Reset() {
 	*x = ToolCallProgress{}
-	mi := &file_connector_v1_query_proto_msgTypes[19]
+	mi := &file_connector_v1_query_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1818,7 @@ func (x *ToolCallProgress) String() string {
 func (*ToolCallProgress) ProtoMessage() {}
 
 func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[19]
+	mi := &file_connector_v1_query_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1831,7 @@ func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
 func (*ToolCallProgress) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{19}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCallProgress) GetStepIndex() int32 {
@@ -1753,7 +1873,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_connector_v1_query_proto_msgTypes[20]
+	mi := &file_connector_v1_query_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1885,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[20]
+	mi := &file_connector_v1_query_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1898,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{20}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ToolCallFinished) GetStepIndex() int32 {
@@ -1805,7 +1925,7 @@ type AnswerReady struct {
 
 func (x *AnswerReady) Reset() {
 	*x = AnswerReady{}
-	mi := &file_connector_v1_query_proto_msgTypes[21]
+	mi := &file_connector_v1_query_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1937,7 @@ func (x *AnswerReady) String() string {
 func (*AnswerReady) ProtoMessage() {}
 
 func (x *AnswerReady) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[21]
+	mi := &file_connector_v1_query_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1950,7 @@ func (x *AnswerReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerReady.ProtoReflect.Descriptor instead.
 func (*AnswerReady) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{21}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AnswerReady) GetAnswer() string {
@@ -1919,7 +2039,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xaf\x05\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xfa\x05\n" +
 	"\vQueryResult\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12!\n" +
@@ -1940,6 +2060,16 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x06run_id\x18\x0e \x01(\tR\x05runId\x12>\n" +
 	"\rpending_calls\x18\x0f \x03(\v2\x19.connector.v1.PendingCallR\fpendingCalls\x12;\n" +
 	"\vexpire_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12I\n" +
+	"\rauthorization\x18\x11 \x01(\v2#.connector.v1.AuthorizationRequiredR\rauthorization\"\x84\x02\n" +
+	"\x15AuthorizationRequired\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\tR\x06userId\x12+\n" +
+	"\x11authorization_url\x18\x04 \x01(\tR\x10authorizationUrl\x12\x16\n" +
+	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12;\n" +
+	"\vexpire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\"\xa6\x01\n" +
 	"\x10ApprovalRequired\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12>\n" +
@@ -1981,7 +2111,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"step_index\x18\x01 \x01(\x05R\tstepIndex\x12*\n" +
 	"\x04call\x18\x02 \x01(\v2\x16.connector.v1.ToolCallR\x04call\"%\n" +
 	"\vAnswerReady\x12\x16\n" +
-	"\x06answer\x18\x01 \x01(\tR\x06answer*\xf5\x01\n" +
+	"\x06answer\x18\x01 \x01(\tR\x06answer*\x9e\x02\n" +
 	"\vQueryStatus\x12\x1c\n" +
 	"\x18QUERY_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUERY_STATUS_COMPLETED\x10\x01\x12!\n" +
@@ -1990,7 +2120,8 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x1eQUERY_STATUS_AWAITING_APPROVAL\x10\x04\x12\x18\n" +
 	"\x14QUERY_STATUS_EXPIRED\x10\x05\x12\x17\n" +
 	"\x13QUERY_STATUS_FAILED\x10\x06\x12\x18\n" +
-	"\x14QUERY_STATUS_RUNNING\x10\a*\x82\x01\n" +
+	"\x14QUERY_STATUS_RUNNING\x10\a\x12'\n" +
+	"#QUERY_STATUS_AWAITING_AUTHORIZATION\x10\b*\x82\x01\n" +
 	"\fDecisionKind\x12\x1d\n" +
 	"\x19DECISION_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_KIND_APPROVE\x10\x01\x12 \n" +
@@ -2010,7 +2141,7 @@ func file_connector_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_connector_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_connector_v1_query_proto_goTypes = []any{
 	(QueryStatus)(0),              // 0: connector.v1.QueryStatus
 	(DecisionKind)(0),             // 1: connector.v1.DecisionKind
@@ -2029,17 +2160,18 @@ var file_connector_v1_query_proto_goTypes = []any{
 	(*QueryContext)(nil),          // 14: connector.v1.QueryContext
 	(*TokenUsage)(nil),            // 15: connector.v1.TokenUsage
 	(*QueryResult)(nil),           // 16: connector.v1.QueryResult
-	(*ApprovalRequired)(nil),      // 17: connector.v1.ApprovalRequired
-	(*QueryRun)(nil),              // 18: connector.v1.QueryRun
-	(*StepPlanned)(nil),           // 19: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),       // 20: connector.v1.ToolCallStarted
-	(*ToolCallProgress)(nil),      // 21: connector.v1.ToolCallProgress
-	(*ToolCallFinished)(nil),      // 22: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),           // 23: connector.v1.AnswerReady
-	(*structpb.Struct)(nil),       // 24: google.protobuf.Struct
-	(*ToolAnnotations)(nil),       // 25: connector.v1.ToolAnnotations
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*AuthorizationRequired)(nil), // 17: connector.v1.AuthorizationRequired
+	(*ApprovalRequired)(nil),      // 18: connector.v1.ApprovalRequired
+	(*QueryRun)(nil),              // 19: connector.v1.QueryRun
+	(*StepPlanned)(nil),           // 20: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),       // 21: connector.v1.ToolCallStarted
+	(*ToolCallProgress)(nil),      // 22: connector.v1.ToolCallProgress
+	(*ToolCallFinished)(nil),      // 23: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),           // 24: connector.v1.AnswerReady
+	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
+	(*ToolAnnotations)(nil),       // 26: connector.v1.ToolAnnotations
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
 }
 var file_connector_v1_query_proto_depIdxs = []int32{
 	3,  // 0: connector.v1.Content.text:type_name -> connector.v1.TextContent
@@ -2048,42 +2180,44 @@ var file_connector_v1_query_proto_depIdxs = []int32{
 	5,  // 3: connector.v1.Content.resource_link:type_name -> connector.v1.ResourceLink
 	6,  // 4: connector.v1.Content.resource:type_name -> connector.v1.EmbeddedResource
 	1,  // 5: connector.v1.Decision.kind:type_name -> connector.v1.DecisionKind
-	24, // 6: connector.v1.Decision.edited_arguments:type_name -> google.protobuf.Struct
-	24, // 7: connector.v1.PendingCall.arguments:type_name -> google.protobuf.Struct
-	25, // 8: connector.v1.PendingCall.annotations:type_name -> connector.v1.ToolAnnotations
+	25, // 6: connector.v1.Decision.edited_arguments:type_name -> google.protobuf.Struct
+	25, // 7: connector.v1.PendingCall.arguments:type_name -> google.protobuf.Struct
+	26, // 8: connector.v1.PendingCall.annotations:type_name -> connector.v1.ToolAnnotations
 	1,  // 9: connector.v1.CallDecision.kind:type_name -> connector.v1.DecisionKind
-	24, // 10: connector.v1.CallDecision.original_arguments:type_name -> google.protobuf.Struct
-	26, // 11: connector.v1.CallDecision.decide_time:type_name -> google.protobuf.Timestamp
-	24, // 12: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
-	27, // 13: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
+	25, // 10: connector.v1.CallDecision.original_arguments:type_name -> google.protobuf.Struct
+	27, // 11: connector.v1.CallDecision.decide_time:type_name -> google.protobuf.Timestamp
+	25, // 12: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
+	28, // 13: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
 	10, // 14: connector.v1.ToolCall.decision:type_name -> connector.v1.CallDecision
 	11, // 15: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
-	24, // 16: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
+	25, // 16: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
 	5,  // 17: connector.v1.QueryContext.resource_links:type_name -> connector.v1.ResourceLink
 	0,  // 18: connector.v1.QueryResult.status:type_name -> connector.v1.QueryStatus
 	12, // 19: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
 	13, // 20: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
 	14, // 21: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
 	15, // 22: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
-	27, // 23: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
+	28, // 23: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
 	9,  // 24: connector.v1.QueryResult.pending_calls:type_name -> connector.v1.PendingCall
-	26, // 25: connector.v1.QueryResult.expire_time:type_name -> google.protobuf.Timestamp
-	9,  // 26: connector.v1.ApprovalRequired.pending_calls:type_name -> connector.v1.PendingCall
-	26, // 27: connector.v1.ApprovalRequired.expire_time:type_name -> google.protobuf.Timestamp
-	0,  // 28: connector.v1.QueryRun.status:type_name -> connector.v1.QueryStatus
-	16, // 29: connector.v1.QueryRun.result:type_name -> connector.v1.QueryResult
-	26, // 30: connector.v1.QueryRun.create_time:type_name -> google.protobuf.Timestamp
-	26, // 31: connector.v1.QueryRun.update_time:type_name -> google.protobuf.Timestamp
-	26, // 32: connector.v1.QueryRun.finish_time:type_name -> google.protobuf.Timestamp
-	12, // 33: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
-	11, // 34: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
-	7,  // 35: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
-	11, // 36: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	27, // 25: connector.v1.QueryResult.expire_time:type_name -> google.protobuf.Timestamp
+	17, // 26: connector.v1.QueryResult.authorization:type_name -> connector.v1.AuthorizationRequired
+	27, // 27: connector.v1.AuthorizationRequired.expire_time:type_name -> google.protobuf.Timestamp
+	9,  // 28: connector.v1.ApprovalRequired.pending_calls:type_name -> connector.v1.PendingCall
+	27, // 29: connector.v1.ApprovalRequired.expire_time:type_name -> google.protobuf.Timestamp
+	0,  // 30: connector.v1.QueryRun.status:type_name -> connector.v1.QueryStatus
+	16, // 31: connector.v1.QueryRun.result:type_name -> connector.v1.QueryResult
+	27, // 32: connector.v1.QueryRun.create_time:type_name -> google.protobuf.Timestamp
+	27, // 33: connector.v1.QueryRun.update_time:type_name -> google.protobuf.Timestamp
+	27, // 34: connector.v1.QueryRun.finish_time:type_name -> google.protobuf.Timestamp
+	12, // 35: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
+	11, // 36: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
+	7,  // 37: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
+	11, // 38: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_query_proto_init() }
@@ -2105,7 +2239,7 @@ func file_connector_v1_query_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_query_proto_rawDesc), len(file_connector_v1_query_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -6,9 +6,9 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ApiKey, ApiKeyScope } from "./api_key_pb.js";
 import { file_connector_v1_api_key } from "./api_key_pb.js";
-import type { ApprovalOverride, Connector, ConnectorHealth, Session, Tool } from "./connector_pb.js";
+import type { ApprovalOverride, Authorization, Connector, ConnectorHealth, Session, Tool } from "./connector_pb.js";
 import { file_connector_v1_connector } from "./connector_pb.js";
-import type { AnswerReady, ApprovalRequired, Content, Decision, Progress, QueryResult, QueryRun, QueryStatus, StepPlanned, ToolCallFinished, ToolCallProgress, ToolCallStarted } from "./query_pb.js";
+import type { AnswerReady, ApprovalRequired, AuthorizationRequired, Content, Decision, Progress, QueryResult, QueryRun, QueryStatus, StepPlanned, ToolCallFinished, ToolCallProgress, ToolCallStarted } from "./query_pb.js";
 import { file_connector_v1_query } from "./query_pb.js";
 import type { Duration, FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -18,7 +18,257 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file connector/v1/connector_service.proto.
  */
 export const file_connector_v1_connector_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRjb25uZWN0b3IvdjEvY29ubmVjdG9yX3NlcnZpY2UucHJvdG8SDGNvbm5lY3Rvci52MSJ6ChZDcmVhdGVDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIqCgljb25uZWN0b3IYAiABKAsyFy5jb25uZWN0b3IudjEuQ29ubmVjdG9yEhMKBmFjdGl2ZRgDIAEoCEgAiAEBQgkKB19hY3RpdmUiRQoXQ3JlYXRlQ29ubmVjdG9yUmVzcG9uc2USKgoJY29ubmVjdG9yGAEgASgLMhcuY29ubmVjdG9yLnYxLkNvbm5lY3RvciJBChNHZXRDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkiQgoUR2V0Q29ubmVjdG9yUmVzcG9uc2USKgoJY29ubmVjdG9yGAEgASgLMhcuY29ubmVjdG9yLnYxLkNvbm5lY3RvciJUChVMaXN0Q29ubmVjdG9yc1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIl4KFkxpc3RDb25uZWN0b3JzUmVzcG9uc2USKwoKY29ubmVjdG9ycxgBIAMoCzIXLmNvbm5lY3Rvci52MS5Db25uZWN0b3ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBChZVcGRhdGVDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIqCgljb25uZWN0b3IYAiABKAsyFy5jb25uZWN0b3IudjEuQ29ubmVjdG9yEi8KC3VwZGF0ZV9tYXNrGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLkZpZWxkTWFzayJFChdVcGRhdGVDb25uZWN0b3JSZXNwb25zZRIqCgljb25uZWN0b3IYASABKAsyFy5jb25uZWN0b3IudjEuQ29ubmVjdG9yIkQKFkRlbGV0ZUNvbm5lY3RvclJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCSIZChdEZWxldGVDb25uZWN0b3JSZXNwb25zZSJGChhBY3RpdmF0ZUNvbm5lY3RvclJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCSJHChlBY3RpdmF0ZUNvbm5lY3RvclJlc3BvbnNlEioKCWNvbm5lY3RvchgBIAEoCzIXLmNvbm5lY3Rvci52MS5Db25uZWN0b3IiSAoaRGVhY3RpdmF0ZUNvbm5lY3RvclJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCSJJChtEZWFjdGl2YXRlQ29ubmVjdG9yUmVzcG9uc2USKgoJY29ubmVjdG9yGAEgASgLMhcuY29ubmVjdG9yLnYxLkNvbm5lY3RvciJlChBMaXN0VG9vbHNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiTwoRTGlzdFRvb2xzUmVzcG9uc2USIQoFdG9vbHMYASADKAsyEi5jb25uZWN0b3IudjEuVG9vbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAki5QEKEVVwZGF0ZVRvb2xSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhQKB2VuYWJsZWQYBCABKAhIAIgBARIeChFyZXF1aXJlc19hcHByb3ZhbBgFIAEoCEgBiAEBEjkKEWFwcHJvdmFsX292ZXJyaWRlGAYgASgOMh4uY29ubmVjdG9yLnYxLkFwcHJvdmFsT3ZlcnJpZGVCCgoIX2VuYWJsZWRCFAoSX3JlcXVpcmVzX2FwcHJvdmFsIjYKElVwZGF0ZVRvb2xSZXNwb25zZRIgCgR0b29sGAEgASgLMhIuY29ubmVjdG9yLnYxLlRvb2wiQQoTUmVmcmVzaFRvb2xzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJImoKFFJlZnJlc2hUb29sc1Jlc3BvbnNlEiEKBXRvb2xzGAEgAygLMhIuY29ubmVjdG9yLnYxLlRvb2wSDQoFYWRkZWQYAiADKAkSDwoHcmVtb3ZlZBgDIAMoCRIPCgdjaGFuZ2VkGAQgAygJIkMKFUNoZWNrQ29ubmVjdG9yUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJIkcKFkNoZWNrQ29ubmVjdG9yUmVzcG9uc2USLQoGaGVhbHRoGAEgASgLMh0uY29ubmVjdG9yLnYxLkNvbm5lY3RvckhlYWx0aCKnAQoPQ2FsbFRvb2xSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEioKCWFyZ3VtZW50cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKc2Vzc2lvbl9pZBgFIAEoCRIVCg11c2VyX2FwcHJvdmVkGAYgASgIIskBChBDYWxsVG9vbFJlc3BvbnNlEiYKB2NvbnRlbnQYASADKAsyFS5jb25uZWN0b3IudjEuQ29udGVudBIzChJzdHJ1Y3R1cmVkX2NvbnRlbnQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCGlzX2Vycm9yGAMgASgIEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXNlc3Npb25fcmVzdGFydGVkGAUgASgIIq0BChVTdHJlYW1DYWxsVG9vbFJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIRCgl0b29sX25hbWUYAyABKAkSKgoJYXJndW1lbnRzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpzZXNzaW9uX2lkGAUgASgJEhUKDXVzZXJfYXBwcm92ZWQYBiABKAgifwoWU3RyZWFtQ2FsbFRvb2xSZXNwb25zZRIqCghwcm9ncmVzcxgBIAEoCzIWLmNvbm5lY3Rvci52MS5Qcm9ncmVzc0gAEjAKBnJlc3VsdBgCIAEoCzIeLmNvbm5lY3Rvci52MS5DYWxsVG9vbFJlc3BvbnNlSABCBwoFZXZlbnQinQEKFVF1ZXJ5Q29ubmVjdG9yUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEg0KBXF1ZXJ5GAMgASgJEg8KB2NvbnRleHQYBCABKAkSEQoJbWF4X3Rvb2xzGAUgASgFEhEKCXBsYW5fb25seRgGIAEoCBISCgpzZXNzaW9uX2lkGAcgASgJIkMKFlF1ZXJ5Q29ubmVjdG9yUmVzcG9uc2USKQoGcmVzdWx0GAEgASgLMhkuY29ubmVjdG9yLnYxLlF1ZXJ5UmVzdWx0IqMBChtTdHJlYW1RdWVyeUNvbm5lY3RvclJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRINCgVxdWVyeRgDIAEoCRIPCgdjb250ZXh0GAQgASgJEhEKCW1heF90b29scxgFIAEoBRIRCglwbGFuX29ubHkYBiABKAgSEgoKc2Vzc2lvbl9pZBgHIAEoCSKpAwocU3RyZWFtUXVlcnlDb25uZWN0b3JSZXNwb25zZRIxCgxzdGVwX3BsYW5uZWQYASABKAsyGS5jb25uZWN0b3IudjEuU3RlcFBsYW5uZWRIABI6ChF0b29sX2NhbGxfc3RhcnRlZBgCIAEoCzIdLmNvbm5lY3Rvci52MS5Ub29sQ2FsbFN0YXJ0ZWRIABI8ChJ0b29sX2NhbGxfZmluaXNoZWQYAyABKAsyHi5jb25uZWN0b3IudjEuVG9vbENhbGxGaW5pc2hlZEgAEisKBmFuc3dlchgEIAEoCzIZLmNvbm5lY3Rvci52MS5BbnN3ZXJSZWFkeUgAEisKBnJlc3VsdBgFIAEoCzIZLmNvbm5lY3Rvci52MS5RdWVyeVJlc3VsdEgAEjwKEnRvb2xfY2FsbF9wcm9ncmVzcxgGIAEoCzIeLmNvbm5lY3Rvci52MS5Ub29sQ2FsbFByb2dyZXNzSAASOwoRYXBwcm92YWxfcmVxdWlyZWQYByABKAsyHi5jb25uZWN0b3IudjEuQXBwcm92YWxSZXF1aXJlZEgAQgcKBWV2ZW50IncKElJlc3VtZVF1ZXJ5UmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJEikKCWRlY2lzaW9ucxgDIAMoCzIWLmNvbm5lY3Rvci52MS5EZWNpc2lvbhIQCghhY3Rvcl9pZBgEIAEoCSJAChNSZXN1bWVRdWVyeVJlc3BvbnNlEikKBnJlc3VsdBgBIAEoCzIZLmNvbm5lY3Rvci52MS5RdWVyeVJlc3VsdCJ9ChhTdHJlYW1SZXN1bWVRdWVyeVJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIpCglkZWNpc2lvbnMYAyADKAsyFi5jb25uZWN0b3IudjEuRGVjaXNpb24SEAoIYWN0b3JfaWQYBCABKAkiVgoZU3RyZWFtUmVzdW1lUXVlcnlSZXNwb25zZRI5CgVldmVudBgBIAEoCzIqLmNvbm5lY3Rvci52MS5TdHJlYW1RdWVyeUNvbm5lY3RvclJlc3BvbnNlIjoKEkdldFF1ZXJ5UnVuUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJIjoKE0dldFF1ZXJ5UnVuUmVzcG9uc2USIwoDcnVuGAEgASgLMhYuY29ubmVjdG9yLnYxLlF1ZXJ5UnVuIvIBChRMaXN0UXVlcnlSdW5zUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEikKBnN0YXR1cxgDIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIuCgpzdGFydF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGFnZV9zaXplGAYgASgFEhIKCnBhZ2VfdG9rZW4YByABKAkiVgoVTGlzdFF1ZXJ5UnVuc1Jlc3BvbnNlEiQKBHJ1bnMYASADKAsyFi5jb25uZWN0b3IudjEuUXVlcnlSdW4SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImgKE0xpc3RTZXNzaW9uc1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJYChRMaXN0U2Vzc2lvbnNSZXNwb25zZRInCghzZXNzaW9ucxgBIAMoCzIVLmNvbm5lY3Rvci52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChNDbG9zZVNlc3Npb25SZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCSJPChRDbG9zZVNlc3Npb25SZXNwb25zZRIOCgZjbG9zZWQYASABKAUSJwoIc2Vzc2lvbnMYAiADKAsyFS5jb25uZWN0b3IudjEuU2Vzc2lvbiJkChNDcmVhdGVBcGlLZXlSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIpCgZzY29wZXMYAiADKA4yGS5jb25uZWN0b3IudjEuQXBpS2V5U2NvcGUSDAoEbmFtZRgDIAEoCSJMChRDcmVhdGVBcGlLZXlSZXNwb25zZRIlCgdhcGlfa2V5GAEgASgLMhQuY29ubmVjdG9yLnYxLkFwaUtleRINCgV0b2tlbhgCIAEoCSJRChJMaXN0QXBpS2V5c1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlYKE0xpc3RBcGlLZXlzUmVzcG9uc2USJgoIYXBpX2tleXMYASADKAsyFC5jb25uZWN0b3IudjEuQXBpS2V5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI7ChNSZXZva2VBcGlLZXlSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZrZXlfaWQYAiABKAkiPQoUUmV2b2tlQXBpS2V5UmVzcG9uc2USJQoHYXBpX2tleRgBIAEoCzIULmNvbm5lY3Rvci52MS5BcGlLZXkynREKEENvbm5lY3RvclNlcnZpY2USXgoPQ3JlYXRlQ29ubmVjdG9yEiQuY29ubmVjdG9yLnYxLkNyZWF0ZUNvbm5lY3RvclJlcXVlc3QaJS5jb25uZWN0b3IudjEuQ3JlYXRlQ29ubmVjdG9yUmVzcG9uc2USVQoMR2V0Q29ubmVjdG9yEiEuY29ubmVjdG9yLnYxLkdldENvbm5lY3RvclJlcXVlc3QaIi5jb25uZWN0b3IudjEuR2V0Q29ubmVjdG9yUmVzcG9uc2USWwoOTGlzdENvbm5lY3RvcnMSIy5jb25uZWN0b3IudjEuTGlzdENvbm5lY3RvcnNSZXF1ZXN0GiQuY29ubmVjdG9yLnYxLkxpc3RDb25uZWN0b3JzUmVzcG9uc2USXgoPVXBkYXRlQ29ubmVjdG9yEiQuY29ubmVjdG9yLnYxLlVwZGF0ZUNvbm5lY3RvclJlcXVlc3QaJS5jb25uZWN0b3IudjEuVXBkYXRlQ29ubmVjdG9yUmVzcG9uc2USXgoPRGVsZXRlQ29ubmVjdG9yEiQuY29ubmVjdG9yLnYxLkRlbGV0ZUNvbm5lY3RvclJlcXVlc3QaJS5jb25uZWN0b3IudjEuRGVsZXRlQ29ubmVjdG9yUmVzcG9uc2USZAoRQWN0aXZhdGVDb25uZWN0b3ISJi5jb25uZWN0b3IudjEuQWN0aXZhdGVDb25uZWN0b3JSZXF1ZXN0GicuY29ubmVjdG9yLnYxLkFjdGl2YXRlQ29ubmVjdG9yUmVzcG9uc2USagoTRGVhY3RpdmF0ZUNvbm5lY3RvchIoLmNvbm5lY3Rvci52MS5EZWFjdGl2YXRlQ29ubmVjdG9yUmVxdWVzdBopLmNvbm5lY3Rvci52MS5EZWFjdGl2YXRlQ29ubmVjdG9yUmVzcG9uc2USTAoJTGlzdFRvb2xzEh4uY29ubmVjdG9yLnYxLkxpc3RUb29sc1JlcXVlc3QaHy5jb25uZWN0b3IudjEuTGlzdFRvb2xzUmVzcG9uc2USTwoKVXBkYXRlVG9vbBIfLmNvbm5lY3Rvci52MS5VcGRhdGVUb29sUmVxdWVzdBogLmNvbm5lY3Rvci52MS5VcGRhdGVUb29sUmVzcG9uc2USVQoMUmVmcmVzaFRvb2xzEiEuY29ubmVjdG9yLnYxLlJlZnJlc2hUb29sc1JlcXVlc3QaIi5jb25uZWN0b3IudjEuUmVmcmVzaFRvb2xzUmVzcG9uc2USWwoOQ2hlY2tDb25uZWN0b3ISIy5jb25uZWN0b3IudjEuQ2hlY2tDb25uZWN0b3JSZXF1ZXN0GiQuY29ubmVjdG9yLnYxLkNoZWNrQ29ubmVjdG9yUmVzcG9uc2USSQoIQ2FsbFRvb2wSHS5jb25uZWN0b3IudjEuQ2FsbFRvb2xSZXF1ZXN0Gh4uY29ubmVjdG9yLnYxLkNhbGxUb29sUmVzcG9uc2USXQoOU3RyZWFtQ2FsbFRvb2wSIy5jb25uZWN0b3IudjEuU3RyZWFtQ2FsbFRvb2xSZXF1ZXN0GiQuY29ubmVjdG9yLnYxLlN0cmVhbUNhbGxUb29sUmVzcG9uc2UwARJbCg5RdWVyeUNvbm5lY3RvchIjLmNvbm5lY3Rvci52MS5RdWVyeUNvbm5lY3RvclJlcXVlc3QaJC5jb25uZWN0b3IudjEuUXVlcnlDb25uZWN0b3JSZXNwb25zZRJvChRTdHJlYW1RdWVyeUNvbm5lY3RvchIpLmNvbm5lY3Rvci52MS5TdHJlYW1RdWVyeUNvbm5lY3RvclJlcXVlc3QaKi5jb25uZWN0b3IudjEuU3RyZWFtUXVlcnlDb25uZWN0b3JSZXNwb25zZTABElUKDExpc3RTZXNzaW9ucxIhLmNvbm5lY3Rvci52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIuY29ubmVjdG9yLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElUKDENsb3NlU2Vzc2lvbhIhLmNvbm5lY3Rvci52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiIuY29ubmVjdG9yLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlElIKC1Jlc3VtZVF1ZXJ5EiAuY29ubmVjdG9yLnYxLlJlc3VtZVF1ZXJ5UmVxdWVzdBohLmNvbm5lY3Rvci52MS5SZXN1bWVRdWVyeVJlc3BvbnNlEmYKEVN0cmVhbVJlc3VtZVF1ZXJ5EiYuY29ubmVjdG9yLnYxLlN0cmVhbVJlc3VtZVF1ZXJ5UmVxdWVzdBonLmNvbm5lY3Rvci52MS5TdHJlYW1SZXN1bWVRdWVyeVJlc3BvbnNlMAESUgoLR2V0UXVlcnlSdW4SIC5jb25uZWN0b3IudjEuR2V0UXVlcnlSdW5SZXF1ZXN0GiEuY29ubmVjdG9yLnYxLkdldFF1ZXJ5UnVuUmVzcG9uc2USWAoNTGlzdFF1ZXJ5UnVucxIiLmNvbm5lY3Rvci52MS5MaXN0UXVlcnlSdW5zUmVxdWVzdBojLmNvbm5lY3Rvci52MS5MaXN0UXVlcnlSdW5zUmVzcG9uc2USVQoMQ3JlYXRlQXBpS2V5EiEuY29ubmVjdG9yLnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaIi5jb25uZWN0b3IudjEuQ3JlYXRlQXBpS2V5UmVzcG9uc2USUgoLTGlzdEFwaUtleXMSIC5jb25uZWN0b3IudjEuTGlzdEFwaUtleXNSZXF1ZXN0GiEuY29ubmVjdG9yLnYxLkxpc3RBcGlLZXlzUmVzcG9uc2USVQoMUmV2b2tlQXBpS2V5EiEuY29ubmVjdG9yLnYxLlJldm9rZUFwaUtleVJlcXVlc3QaIi5jb25uZWN0b3IudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2VCRVpDZ2l0aHViLmNvbS9jb25uZWN0b3Itc3ZjL2Nvbm5lY3Rvci1zdmMvZ2VuL2Nvbm5lY3Rvci92MTtjb25uZWN0b3J2MWIGcHJvdG8z", [file_connector_v1_api_key, file_connector_v1_connector, file_connector_v1_query, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiRjb25uZWN0b3IvdjEvY29ubmVjdG9yX3NlcnZpY2UucHJvdG8SDGNvbm5lY3Rvci52MSJ7ChlTdGFydEF1dGhvcml6YXRpb25SZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSDwoHdXNlcl9pZBgDIAEoCRIRCglyZXR1cm5fdG8YBCABKAkSDgoGc2NvcGVzGAUgAygJIngKGlN0YXJ0QXV0aG9yaXphdGlvblJlc3BvbnNlEhkKEWF1dGhvcml6YXRpb25fdXJsGAEgASgJEg4KBnNjb3BlcxgCIAMoCRIvCgtleHBpcmVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiVwocQ29tcGxldGVBdXRob3JpemF0aW9uUmVxdWVzdBINCgVzdGF0ZRgBIAEoCRIMCgRjb2RlGAIgASgJEgsKA2lzcxgDIAEoCRINCgVlcnJvchgEIAEoCSJmCh1Db21wbGV0ZUF1dGhvcml6YXRpb25SZXNwb25zZRIyCg1hdXRob3JpemF0aW9uGAEgASgLMhsuY29ubmVjdG9yLnYxLkF1dGhvcml6YXRpb24SEQoJcmV0dXJuX3RvGAIgASgJIn8KGUxpc3RBdXRob3JpemF0aW9uc1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoBRISCgpwYWdlX3Rva2VuGAUgASgJImoKGkxpc3RBdXRob3JpemF0aW9uc1Jlc3BvbnNlEjMKDmF1dGhvcml6YXRpb25zGAEgAygLMhsuY29ubmVjdG9yLnYxLkF1dGhvcml6YXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIlkKGlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSDwoHdXNlcl9pZBgDIAEoCSI4ChtSZXZva2VBdXRob3JpemF0aW9uUmVzcG9uc2USGQoRcmV2b2tlZF9hdF9zZXJ2ZXIYASABKAgiegoWQ3JlYXRlQ29ubmVjdG9yUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSKgoJY29ubmVjdG9yGAIgASgLMhcuY29ubmVjdG9yLnYxLkNvbm5lY3RvchITCgZhY3RpdmUYAyABKAhIAIgBAUIJCgdfYWN0aXZlIkUKF0NyZWF0ZUNvbm5lY3RvclJlc3BvbnNlEioKCWNvbm5lY3RvchgBIAEoCzIXLmNvbm5lY3Rvci52MS5Db25uZWN0b3IiQQoTR2V0Q29ubmVjdG9yUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJIkIKFEdldENvbm5lY3RvclJlc3BvbnNlEioKCWNvbm5lY3RvchgBIAEoCzIXLmNvbm5lY3Rvci52MS5Db25uZWN0b3IiVAoVTGlzdENvbm5lY3RvcnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJeChZMaXN0Q29ubmVjdG9yc1Jlc3BvbnNlEisKCmNvbm5lY3RvcnMYASADKAsyFy5jb25uZWN0b3IudjEuQ29ubmVjdG9yEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKLAQoWVXBkYXRlQ29ubmVjdG9yUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSKgoJY29ubmVjdG9yGAIgASgLMhcuY29ubmVjdG9yLnYxLkNvbm5lY3RvchIvCgt1cGRhdGVfbWFzaxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siRQoXVXBkYXRlQ29ubmVjdG9yUmVzcG9uc2USKgoJY29ubmVjdG9yGAEgASgLMhcuY29ubmVjdG9yLnYxLkNvbm5lY3RvciJEChZEZWxldGVDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkiGQoXRGVsZXRlQ29ubmVjdG9yUmVzcG9uc2UiRgoYQWN0aXZhdGVDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkiRwoZQWN0aXZhdGVDb25uZWN0b3JSZXNwb25zZRIqCgljb25uZWN0b3IYASABKAsyFy5jb25uZWN0b3IudjEuQ29ubmVjdG9yIkgKGkRlYWN0aXZhdGVDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkiSQobRGVhY3RpdmF0ZUNvbm5lY3RvclJlc3BvbnNlEioKCWNvbm5lY3RvchgBIAEoCzIXLmNvbm5lY3Rvci52MS5Db25uZWN0b3IiZQoQTGlzdFRvb2xzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIk8KEUxpc3RUb29sc1Jlc3BvbnNlEiEKBXRvb2xzGAEgAygLMhIuY29ubmVjdG9yLnYxLlRvb2wSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIuUBChFVcGRhdGVUb29sUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRIUCgdlbmFibGVkGAQgASgISACIAQESHgoRcmVxdWlyZXNfYXBwcm92YWwYBSABKAhIAYgBARI5ChFhcHByb3ZhbF9vdmVycmlkZRgGIAEoDjIeLmNvbm5lY3Rvci52MS5BcHByb3ZhbE92ZXJyaWRlQgoKCF9lbmFibGVkQhQKEl9yZXF1aXJlc19hcHByb3ZhbCI2ChJVcGRhdGVUb29sUmVzcG9uc2USIAoEdG9vbBgBIAEoCzISLmNvbm5lY3Rvci52MS5Ub29sIkEKE1JlZnJlc2hUb29sc1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCSJqChRSZWZyZXNoVG9vbHNSZXNwb25zZRIhCgV0b29scxgBIAMoCzISLmNvbm5lY3Rvci52MS5Ub29sEg0KBWFkZGVkGAIgAygJEg8KB3JlbW92ZWQYAyADKAkSDwoHY2hhbmdlZBgEIAMoCSJDChVDaGVja0Nvbm5lY3RvclJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCSJHChZDaGVja0Nvbm5lY3RvclJlc3BvbnNlEi0KBmhlYWx0aBgBIAEoCzIdLmNvbm5lY3Rvci52MS5Db25uZWN0b3JIZWFsdGgiuAEKD0NhbGxUb29sUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRIqCglhcmd1bWVudHMYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKCnNlc3Npb25faWQYBSABKAkSFQoNdXNlcl9hcHByb3ZlZBgGIAEoCBIPCgd1c2VyX2lkGAcgASgJIskBChBDYWxsVG9vbFJlc3BvbnNlEiYKB2NvbnRlbnQYASADKAsyFS5jb25uZWN0b3IudjEuQ29udGVudBIzChJzdHJ1Y3R1cmVkX2NvbnRlbnQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCGlzX2Vycm9yGAMgASgIEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhkKEXNlc3Npb25fcmVzdGFydGVkGAUgASgIIr4BChVTdHJlYW1DYWxsVG9vbFJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIRCgl0b29sX25hbWUYAyABKAkSKgoJYXJndW1lbnRzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpzZXNzaW9uX2lkGAUgASgJEhUKDXVzZXJfYXBwcm92ZWQYBiABKAgSDwoHdXNlcl9pZBgHIAEoCSJ/ChZTdHJlYW1DYWxsVG9vbFJlc3BvbnNlEioKCHByb2dyZXNzGAEgASgLMhYuY29ubmVjdG9yLnYxLlByb2dyZXNzSAASMAoGcmVzdWx0GAIgASgLMh4uY29ubmVjdG9yLnYxLkNhbGxUb29sUmVzcG9uc2VIAEIHCgVldmVudCKuAQoVUXVlcnlDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSDQoFcXVlcnkYAyABKAkSDwoHY29udGV4dBgEIAEoCRIRCgltYXhfdG9vbHMYBSABKAUSEQoJcGxhbl9vbmx5GAYgASgIEhIKCnNlc3Npb25faWQYByABKAkSDwoHdXNlcl9pZBgIIAEoCSJDChZRdWVyeUNvbm5lY3RvclJlc3BvbnNlEikKBnJlc3VsdBgBIAEoCzIZLmNvbm5lY3Rvci52MS5RdWVyeVJlc3VsdCK0AQobU3RyZWFtUXVlcnlDb25uZWN0b3JSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSDQoFcXVlcnkYAyABKAkSDwoHY29udGV4dBgEIAEoCRIRCgltYXhfdG9vbHMYBSABKAUSEQoJcGxhbl9vbmx5GAYgASgIEhIKCnNlc3Npb25faWQYByABKAkSDwoHdXNlcl9pZBgIIAEoCSLwAwocU3RyZWFtUXVlcnlDb25uZWN0b3JSZXNwb25zZRIxCgxzdGVwX3BsYW5uZWQYASABKAsyGS5jb25uZWN0b3IudjEuU3RlcFBsYW5uZWRIABI6ChF0b29sX2NhbGxfc3RhcnRlZBgCIAEoCzIdLmNvbm5lY3Rvci52MS5Ub29sQ2FsbFN0YXJ0ZWRIABI8ChJ0b29sX2NhbGxfZmluaXNoZWQYAyABKAsyHi5jb25uZWN0b3IudjEuVG9vbENhbGxGaW5pc2hlZEgAEisKBmFuc3dlchgEIAEoCzIZLmNvbm5lY3Rvci52MS5BbnN3ZXJSZWFkeUgAEisKBnJlc3VsdBgFIAEoCzIZLmNvbm5lY3Rvci52MS5RdWVyeVJlc3VsdEgAEjwKEnRvb2xfY2FsbF9wcm9ncmVzcxgGIAEoCzIeLmNvbm5lY3Rvci52MS5Ub29sQ2FsbFByb2dyZXNzSAASOwoRYXBwcm92YWxfcmVxdWlyZWQYByABKAsyHi5jb25uZWN0b3IudjEuQXBwcm92YWxSZXF1aXJlZEgAEkUKFmF1dGhvcml6YXRpb25fcmVxdWlyZWQYCCABKAsyIy5jb25uZWN0b3IudjEuQXV0aG9yaXphdGlvblJlcXVpcmVkSABCBwoFZXZlbnQidwoSUmVzdW1lUXVlcnlSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSKQoJZGVjaXNpb25zGAMgAygLMhYuY29ubmVjdG9yLnYxLkRlY2lzaW9uEhAKCGFjdG9yX2lkGAQgASgJIkAKE1Jlc3VtZVF1ZXJ5UmVzcG9uc2USKQoGcmVzdWx0GAEgASgLMhkuY29ubmVjdG9yLnYxLlF1ZXJ5UmVzdWx0In0KGFN0cmVhbVJlc3VtZVF1ZXJ5UmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJEikKCWRlY2lzaW9ucxgDIAMoCzIWLmNvbm5lY3Rvci52MS5EZWNpc2lvbhIQCghhY3Rvcl9pZBgEIAEoCSJWChlTdHJlYW1SZXN1bWVRdWVyeVJlc3BvbnNlEjkKBWV2ZW50GAEgASgLMiouY29ubmVjdG9yLnYxLlN0cmVhbVF1ZXJ5Q29ubmVjdG9yUmVzcG9uc2UiOgoSR2V0UXVlcnlSdW5SZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkiOgoTR2V0UXVlcnlSdW5SZXNwb25zZRIjCgNydW4YASABKAsyFi5jb25uZWN0b3IudjEuUXVlcnlSdW4i8gEKFExpc3RRdWVyeVJ1bnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSKQoGc3RhdHVzGAMgASgOMhkuY29ubmVjdG9yLnYxLlF1ZXJ5U3RhdHVzEi4KCnN0YXJ0X3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYBiABKAUSEgoKcGFnZV90b2tlbhgHIAEoCSJWChVMaXN0UXVlcnlSdW5zUmVzcG9uc2USJAoEcnVucxgBIAMoCzIWLmNvbm5lY3Rvci52MS5RdWVyeVJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiaAoTTGlzdFNlc3Npb25zUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlgKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUuY29ubmVjdG9yLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIlUKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJIk8KFENsb3NlU2Vzc2lvblJlc3BvbnNlEg4KBmNsb3NlZBgBIAEoBRInCghzZXNzaW9ucxgCIAMoCzIVLmNvbm5lY3Rvci52MS5TZXNzaW9uImQKE0NyZWF0ZUFwaUtleVJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEikKBnNjb3BlcxgCIAMoDjIZLmNvbm5lY3Rvci52MS5BcGlLZXlTY29wZRIMCgRuYW1lGAMgASgJIkwKFENyZWF0ZUFwaUtleVJlc3BvbnNlEiUKB2FwaV9rZXkYASABKAsyFC5jb25uZWN0b3IudjEuQXBpS2V5Eg0KBXRva2VuGAIgASgJIlEKEkxpc3RBcGlLZXlzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiVgoTTGlzdEFwaUtleXNSZXNwb25zZRImCghhcGlfa2V5cxgBIAMoCzIULmNvbm5lY3Rvci52MS5BcGlLZXkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKE1Jldm9rZUFwaUtleVJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEg4KBmtleV9pZBgCIAEoCSI9ChRSZXZva2VBcGlLZXlSZXNwb25zZRIlCgdhcGlfa2V5GAEgASgLMhQuY29ubmVjdG9yLnYxLkFwaUtleTLNFAoQQ29ubmVjdG9yU2VydmljZRJeCg9DcmVhdGVDb25uZWN0b3ISJC5jb25uZWN0b3IudjEuQ3JlYXRlQ29ubmVjdG9yUmVxdWVzdBolLmNvbm5lY3Rvci52MS5DcmVhdGVDb25uZWN0b3JSZXNwb25zZRJVCgxHZXRDb25uZWN0b3ISIS5jb25uZWN0b3IudjEuR2V0Q29ubmVjdG9yUmVxdWVzdBoiLmNvbm5lY3Rvci52MS5HZXRDb25uZWN0b3JSZXNwb25zZRJbCg5MaXN0Q29ubmVjdG9ycxIjLmNvbm5lY3Rvci52MS5MaXN0Q29ubmVjdG9yc1JlcXVlc3QaJC5jb25uZWN0b3IudjEuTGlzdENvbm5lY3RvcnNSZXNwb25zZRJeCg9VcGRhdGVDb25uZWN0b3ISJC5jb25uZWN0b3IudjEuVXBkYXRlQ29ubmVjdG9yUmVxdWVzdBolLmNvbm5lY3Rvci52MS5VcGRhdGVDb25uZWN0b3JSZXNwb25zZRJeCg9EZWxldGVDb25uZWN0b3ISJC5jb25uZWN0b3IudjEuRGVsZXRlQ29ubmVjdG9yUmVxdWVzdBolLmNvbm5lY3Rvci52MS5EZWxldGVDb25uZWN0b3JSZXNwb25zZRJkChFBY3RpdmF0ZUNvbm5lY3RvchImLmNvbm5lY3Rvci52MS5BY3RpdmF0ZUNvbm5lY3RvclJlcXVlc3QaJy5jb25uZWN0b3IudjEuQWN0aXZhdGVDb25uZWN0b3JSZXNwb25zZRJqChNEZWFjdGl2YXRlQ29ubmVjdG9yEiguY29ubmVjdG9yLnYxLkRlYWN0aXZhdGVDb25uZWN0b3JSZXF1ZXN0GikuY29ubmVjdG9yLnYxLkRlYWN0aXZhdGVDb25uZWN0b3JSZXNwb25zZRJMCglMaXN0VG9vbHMSHi5jb25uZWN0b3IudjEuTGlzdFRvb2xzUmVxdWVzdBofLmNvbm5lY3Rvci52MS5MaXN0VG9vbHNSZXNwb25zZRJPCgpVcGRhdGVUb29sEh8uY29ubmVjdG9yLnYxLlVwZGF0ZVRvb2xSZXF1ZXN0GiAuY29ubmVjdG9yLnYxLlVwZGF0ZVRvb2xSZXNwb25zZRJVCgxSZWZyZXNoVG9vbHMSIS5jb25uZWN0b3IudjEuUmVmcmVzaFRvb2xzUmVxdWVzdBoiLmNvbm5lY3Rvci52MS5SZWZyZXNoVG9vbHNSZXNwb25zZRJbCg5DaGVja0Nvbm5lY3RvchIjLmNvbm5lY3Rvci52MS5DaGVja0Nvbm5lY3RvclJlcXVlc3QaJC5jb25uZWN0b3IudjEuQ2hlY2tDb25uZWN0b3JSZXNwb25zZRJJCghDYWxsVG9vbBIdLmNvbm5lY3Rvci52MS5DYWxsVG9vbFJlcXVlc3QaHi5jb25uZWN0b3IudjEuQ2FsbFRvb2xSZXNwb25zZRJdCg5TdHJlYW1DYWxsVG9vbBIjLmNvbm5lY3Rvci52MS5TdHJlYW1DYWxsVG9vbFJlcXVlc3QaJC5jb25uZWN0b3IudjEuU3RyZWFtQ2FsbFRvb2xSZXNwb25zZTABElsKDlF1ZXJ5Q29ubmVjdG9yEiMuY29ubmVjdG9yLnYxLlF1ZXJ5Q29ubmVjdG9yUmVxdWVzdBokLmNvbm5lY3Rvci52MS5RdWVyeUNvbm5lY3RvclJlc3BvbnNlEm8KFFN0cmVhbVF1ZXJ5Q29ubmVjdG9yEikuY29ubmVjdG9yLnYxLlN0cmVhbVF1ZXJ5Q29ubmVjdG9yUmVxdWVzdBoqLmNvbm5lY3Rvci52MS5TdHJlYW1RdWVyeUNvbm5lY3RvclJlc3BvbnNlMAESVQoMTGlzdFNlc3Npb25zEiEuY29ubmVjdG9yLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIi5jb25uZWN0b3IudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USVQoMQ2xvc2VTZXNzaW9uEiEuY29ubmVjdG9yLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIi5jb25uZWN0b3IudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USUgoLUmVzdW1lUXVlcnkSIC5jb25uZWN0b3IudjEuUmVzdW1lUXVlcnlSZXF1ZXN0GiEuY29ubmVjdG9yLnYxLlJlc3VtZVF1ZXJ5UmVzcG9uc2USZgoRU3RyZWFtUmVzdW1lUXVlcnkSJi5jb25uZWN0b3IudjEuU3RyZWFtUmVzdW1lUXVlcnlSZXF1ZXN0GicuY29ubmVjdG9yLnYxLlN0cmVhbVJlc3VtZVF1ZXJ5UmVzcG9uc2UwARJSCgtHZXRRdWVyeVJ1bhIgLmNvbm5lY3Rvci52MS5HZXRRdWVyeVJ1blJlcXVlc3QaIS5jb25uZWN0b3IudjEuR2V0UXVlcnlSdW5SZXNwb25zZRJYCg1MaXN0UXVlcnlSdW5zEiIuY29ubmVjdG9yLnYxLkxpc3RRdWVyeVJ1bnNSZXF1ZXN0GiMuY29ubmVjdG9yLnYxLkxpc3RRdWVyeVJ1bnNSZXNwb25zZRJVCgxDcmVhdGVBcGlLZXkSIS5jb25uZWN0b3IudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBoiLmNvbm5lY3Rvci52MS5DcmVhdGVBcGlLZXlSZXNwb25zZRJSCgtMaXN0QXBpS2V5cxIgLmNvbm5lY3Rvci52MS5MaXN0QXBpS2V5c1JlcXVlc3QaIS5jb25uZWN0b3IudjEuTGlzdEFwaUtleXNSZXNwb25zZRJVCgxSZXZva2VBcGlLZXkSIS5jb25uZWN0b3IudjEuUmV2b2tlQXBpS2V5UmVxdWVzdBoiLmNvbm5lY3Rvci52MS5SZXZva2VBcGlLZXlSZXNwb25zZRJnChJTdGFydEF1dGhvcml6YXRpb24SJy5jb25uZWN0b3IudjEuU3RhcnRBdXRob3JpemF0aW9uUmVxdWVzdBooLmNvbm5lY3Rvci52MS5TdGFydEF1dGhvcml6YXRpb25SZXNwb25zZRJwChVDb21wbGV0ZUF1dGhvcml6YXRpb24SKi5jb25uZWN0b3IudjEuQ29tcGxldGVBdXRob3JpemF0aW9uUmVxdWVzdBorLmNvbm5lY3Rvci52MS5Db21wbGV0ZUF1dGhvcml6YXRpb25SZXNwb25zZRJnChJMaXN0QXV0aG9yaXphdGlvbnMSJy5jb25uZWN0b3IudjEuTGlzdEF1dGhvcml6YXRpb25zUmVxdWVzdBooLmNvbm5lY3Rvci52MS5MaXN0QXV0aG9yaXphdGlvbnNSZXNwb25zZRJqChNSZXZva2VBdXRob3JpemF0aW9uEiguY29ubmVjdG9yLnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0GikuY29ubmVjdG9yLnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXNwb25zZUJFWkNnaXRodWIuY29tL2Nvbm5lY3Rvci1zdmMvY29ubmVjdG9yLXN2Yy9nZW4vY29ubmVjdG9yL3YxO2Nvbm5lY3RvcnYxYgZwcm90bzM", [file_connector_v1_api_key, file_connector_v1_connector, file_connector_v1_query, file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+
+/**
+ * @generated from message connector.v1.StartAuthorizationRequest
+ */
+export type StartAuthorizationRequest = Message<"connector.v1.StartAuthorizationRequest"> & {
+  /**
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string connector_id = 2;
+   */
+  connectorId: string;
+
+  /**
+   * The chat product's end user who will authorize. 1-256 characters.
+   *
+   * @generated from field: string user_id = 3;
+   */
+  userId: string;
+
+  /**
+   * Where the callback sends the user's browser when done; must start with
+   * one of OAUTH_RETURN_TO_ALLOWED. Empty: a plain page that says the
+   * user may close the window.
+   *
+   * @generated from field: string return_to = 4;
+   */
+  returnTo: string;
+
+  /**
+   * Scopes to ask for in addition to the connector's (a step-up).
+   *
+   * @generated from field: repeated string scopes = 5;
+   */
+  scopes: string[];
+};
+
+/**
+ * Describes the message connector.v1.StartAuthorizationRequest.
+ * Use `create(StartAuthorizationRequestSchema)` to create a new message.
+ */
+export const StartAuthorizationRequestSchema: GenMessage<StartAuthorizationRequest> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 0);
+
+/**
+ * @generated from message connector.v1.StartAuthorizationResponse
+ */
+export type StartAuthorizationResponse = Message<"connector.v1.StartAuthorizationResponse"> & {
+  /**
+   * @generated from field: string authorization_url = 1;
+   */
+  authorizationUrl: string;
+
+  /**
+   * The scopes asked for.
+   *
+   * @generated from field: repeated string scopes = 2;
+   */
+  scopes: string[];
+
+  /**
+   * The URL is good until then (OAUTH_STATE_TTL).
+   *
+   * @generated from field: google.protobuf.Timestamp expire_time = 3;
+   */
+  expireTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message connector.v1.StartAuthorizationResponse.
+ * Use `create(StartAuthorizationResponseSchema)` to create a new message.
+ */
+export const StartAuthorizationResponseSchema: GenMessage<StartAuthorizationResponse> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 1);
+
+/**
+ * @generated from message connector.v1.CompleteAuthorizationRequest
+ */
+export type CompleteAuthorizationRequest = Message<"connector.v1.CompleteAuthorizationRequest"> & {
+  /**
+   * The state, code and iss parameters of the redirect, as received.
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * @generated from field: string code = 2;
+   */
+  code: string;
+
+  /**
+   * @generated from field: string iss = 3;
+   */
+  iss: string;
+
+  /**
+   * The redirect's error parameter, when the user or the server refused.
+   *
+   * @generated from field: string error = 4;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message connector.v1.CompleteAuthorizationRequest.
+ * Use `create(CompleteAuthorizationRequestSchema)` to create a new message.
+ */
+export const CompleteAuthorizationRequestSchema: GenMessage<CompleteAuthorizationRequest> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 2);
+
+/**
+ * @generated from message connector.v1.CompleteAuthorizationResponse
+ */
+export type CompleteAuthorizationResponse = Message<"connector.v1.CompleteAuthorizationResponse"> & {
+  /**
+   * @generated from field: connector.v1.Authorization authorization = 1;
+   */
+  authorization?: Authorization | undefined;
+
+  /**
+   * The return_to the authorization was started with.
+   *
+   * @generated from field: string return_to = 2;
+   */
+  returnTo: string;
+};
+
+/**
+ * Describes the message connector.v1.CompleteAuthorizationResponse.
+ * Use `create(CompleteAuthorizationResponseSchema)` to create a new message.
+ */
+export const CompleteAuthorizationResponseSchema: GenMessage<CompleteAuthorizationResponse> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 3);
+
+/**
+ * @generated from message connector.v1.ListAuthorizationsRequest
+ */
+export type ListAuthorizationsRequest = Message<"connector.v1.ListAuthorizationsRequest"> & {
+  /**
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * Optional filters.
+   *
+   * @generated from field: string connector_id = 2;
+   */
+  connectorId: string;
+
+  /**
+   * @generated from field: string user_id = 3;
+   */
+  userId: string;
+
+  /**
+   * At most 1000; default 100.
+   *
+   * @generated from field: int32 page_size = 4;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message connector.v1.ListAuthorizationsRequest.
+ * Use `create(ListAuthorizationsRequestSchema)` to create a new message.
+ */
+export const ListAuthorizationsRequestSchema: GenMessage<ListAuthorizationsRequest> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 4);
+
+/**
+ * @generated from message connector.v1.ListAuthorizationsResponse
+ */
+export type ListAuthorizationsResponse = Message<"connector.v1.ListAuthorizationsResponse"> & {
+  /**
+   * @generated from field: repeated connector.v1.Authorization authorizations = 1;
+   */
+  authorizations: Authorization[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message connector.v1.ListAuthorizationsResponse.
+ * Use `create(ListAuthorizationsResponseSchema)` to create a new message.
+ */
+export const ListAuthorizationsResponseSchema: GenMessage<ListAuthorizationsResponse> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 5);
+
+/**
+ * @generated from message connector.v1.RevokeAuthorizationRequest
+ */
+export type RevokeAuthorizationRequest = Message<"connector.v1.RevokeAuthorizationRequest"> & {
+  /**
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string connector_id = 2;
+   */
+  connectorId: string;
+
+  /**
+   * Empty revokes the machine identity of a client credentials connector.
+   *
+   * @generated from field: string user_id = 3;
+   */
+  userId: string;
+};
+
+/**
+ * Describes the message connector.v1.RevokeAuthorizationRequest.
+ * Use `create(RevokeAuthorizationRequestSchema)` to create a new message.
+ */
+export const RevokeAuthorizationRequestSchema: GenMessage<RevokeAuthorizationRequest> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 6);
+
+/**
+ * @generated from message connector.v1.RevokeAuthorizationResponse
+ */
+export type RevokeAuthorizationResponse = Message<"connector.v1.RevokeAuthorizationResponse"> & {
+  /**
+   * The authorization server confirmed the revocation; false when it
+   * offers none (the tokens are deleted here all the same).
+   *
+   * @generated from field: bool revoked_at_server = 1;
+   */
+  revokedAtServer: boolean;
+};
+
+/**
+ * Describes the message connector.v1.RevokeAuthorizationResponse.
+ * Use `create(RevokeAuthorizationResponseSchema)` to create a new message.
+ */
+export const RevokeAuthorizationResponseSchema: GenMessage<RevokeAuthorizationResponse> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector_service, 7);
 
 /**
  * @generated from message connector.v1.CreateConnectorRequest
@@ -47,7 +297,7 @@ export type CreateConnectorRequest = Message<"connector.v1.CreateConnectorReques
  * Use `create(CreateConnectorRequestSchema)` to create a new message.
  */
 export const CreateConnectorRequestSchema: GenMessage<CreateConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 0);
+  messageDesc(file_connector_v1_connector_service, 8);
 
 /**
  * @generated from message connector.v1.CreateConnectorResponse
@@ -64,7 +314,7 @@ export type CreateConnectorResponse = Message<"connector.v1.CreateConnectorRespo
  * Use `create(CreateConnectorResponseSchema)` to create a new message.
  */
 export const CreateConnectorResponseSchema: GenMessage<CreateConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 1);
+  messageDesc(file_connector_v1_connector_service, 9);
 
 /**
  * @generated from message connector.v1.GetConnectorRequest
@@ -86,7 +336,7 @@ export type GetConnectorRequest = Message<"connector.v1.GetConnectorRequest"> & 
  * Use `create(GetConnectorRequestSchema)` to create a new message.
  */
 export const GetConnectorRequestSchema: GenMessage<GetConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 2);
+  messageDesc(file_connector_v1_connector_service, 10);
 
 /**
  * @generated from message connector.v1.GetConnectorResponse
@@ -103,7 +353,7 @@ export type GetConnectorResponse = Message<"connector.v1.GetConnectorResponse"> 
  * Use `create(GetConnectorResponseSchema)` to create a new message.
  */
 export const GetConnectorResponseSchema: GenMessage<GetConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 3);
+  messageDesc(file_connector_v1_connector_service, 11);
 
 /**
  * @generated from message connector.v1.ListConnectorsRequest
@@ -134,7 +384,7 @@ export type ListConnectorsRequest = Message<"connector.v1.ListConnectorsRequest"
  * Use `create(ListConnectorsRequestSchema)` to create a new message.
  */
 export const ListConnectorsRequestSchema: GenMessage<ListConnectorsRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 4);
+  messageDesc(file_connector_v1_connector_service, 12);
 
 /**
  * @generated from message connector.v1.ListConnectorsResponse
@@ -158,7 +408,7 @@ export type ListConnectorsResponse = Message<"connector.v1.ListConnectorsRespons
  * Use `create(ListConnectorsResponseSchema)` to create a new message.
  */
 export const ListConnectorsResponseSchema: GenMessage<ListConnectorsResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 5);
+  messageDesc(file_connector_v1_connector_service, 13);
 
 /**
  * @generated from message connector.v1.UpdateConnectorRequest
@@ -192,7 +442,7 @@ export type UpdateConnectorRequest = Message<"connector.v1.UpdateConnectorReques
  * Use `create(UpdateConnectorRequestSchema)` to create a new message.
  */
 export const UpdateConnectorRequestSchema: GenMessage<UpdateConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 6);
+  messageDesc(file_connector_v1_connector_service, 14);
 
 /**
  * @generated from message connector.v1.UpdateConnectorResponse
@@ -209,7 +459,7 @@ export type UpdateConnectorResponse = Message<"connector.v1.UpdateConnectorRespo
  * Use `create(UpdateConnectorResponseSchema)` to create a new message.
  */
 export const UpdateConnectorResponseSchema: GenMessage<UpdateConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 7);
+  messageDesc(file_connector_v1_connector_service, 15);
 
 /**
  * @generated from message connector.v1.DeleteConnectorRequest
@@ -231,7 +481,7 @@ export type DeleteConnectorRequest = Message<"connector.v1.DeleteConnectorReques
  * Use `create(DeleteConnectorRequestSchema)` to create a new message.
  */
 export const DeleteConnectorRequestSchema: GenMessage<DeleteConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 8);
+  messageDesc(file_connector_v1_connector_service, 16);
 
 /**
  * @generated from message connector.v1.DeleteConnectorResponse
@@ -244,7 +494,7 @@ export type DeleteConnectorResponse = Message<"connector.v1.DeleteConnectorRespo
  * Use `create(DeleteConnectorResponseSchema)` to create a new message.
  */
 export const DeleteConnectorResponseSchema: GenMessage<DeleteConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 9);
+  messageDesc(file_connector_v1_connector_service, 17);
 
 /**
  * @generated from message connector.v1.ActivateConnectorRequest
@@ -266,7 +516,7 @@ export type ActivateConnectorRequest = Message<"connector.v1.ActivateConnectorRe
  * Use `create(ActivateConnectorRequestSchema)` to create a new message.
  */
 export const ActivateConnectorRequestSchema: GenMessage<ActivateConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 10);
+  messageDesc(file_connector_v1_connector_service, 18);
 
 /**
  * @generated from message connector.v1.ActivateConnectorResponse
@@ -283,7 +533,7 @@ export type ActivateConnectorResponse = Message<"connector.v1.ActivateConnectorR
  * Use `create(ActivateConnectorResponseSchema)` to create a new message.
  */
 export const ActivateConnectorResponseSchema: GenMessage<ActivateConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 11);
+  messageDesc(file_connector_v1_connector_service, 19);
 
 /**
  * @generated from message connector.v1.DeactivateConnectorRequest
@@ -305,7 +555,7 @@ export type DeactivateConnectorRequest = Message<"connector.v1.DeactivateConnect
  * Use `create(DeactivateConnectorRequestSchema)` to create a new message.
  */
 export const DeactivateConnectorRequestSchema: GenMessage<DeactivateConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 12);
+  messageDesc(file_connector_v1_connector_service, 20);
 
 /**
  * @generated from message connector.v1.DeactivateConnectorResponse
@@ -322,7 +572,7 @@ export type DeactivateConnectorResponse = Message<"connector.v1.DeactivateConnec
  * Use `create(DeactivateConnectorResponseSchema)` to create a new message.
  */
 export const DeactivateConnectorResponseSchema: GenMessage<DeactivateConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 13);
+  messageDesc(file_connector_v1_connector_service, 21);
 
 /**
  * @generated from message connector.v1.ListToolsRequest
@@ -356,7 +606,7 @@ export type ListToolsRequest = Message<"connector.v1.ListToolsRequest"> & {
  * Use `create(ListToolsRequestSchema)` to create a new message.
  */
 export const ListToolsRequestSchema: GenMessage<ListToolsRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 14);
+  messageDesc(file_connector_v1_connector_service, 22);
 
 /**
  * @generated from message connector.v1.ListToolsResponse
@@ -378,7 +628,7 @@ export type ListToolsResponse = Message<"connector.v1.ListToolsResponse"> & {
  * Use `create(ListToolsResponseSchema)` to create a new message.
  */
 export const ListToolsResponseSchema: GenMessage<ListToolsResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 15);
+  messageDesc(file_connector_v1_connector_service, 23);
 
 /**
  * @generated from message connector.v1.UpdateToolRequest
@@ -428,7 +678,7 @@ export type UpdateToolRequest = Message<"connector.v1.UpdateToolRequest"> & {
  * Use `create(UpdateToolRequestSchema)` to create a new message.
  */
 export const UpdateToolRequestSchema: GenMessage<UpdateToolRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 16);
+  messageDesc(file_connector_v1_connector_service, 24);
 
 /**
  * @generated from message connector.v1.UpdateToolResponse
@@ -445,7 +695,7 @@ export type UpdateToolResponse = Message<"connector.v1.UpdateToolResponse"> & {
  * Use `create(UpdateToolResponseSchema)` to create a new message.
  */
 export const UpdateToolResponseSchema: GenMessage<UpdateToolResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 17);
+  messageDesc(file_connector_v1_connector_service, 25);
 
 /**
  * @generated from message connector.v1.RefreshToolsRequest
@@ -467,7 +717,7 @@ export type RefreshToolsRequest = Message<"connector.v1.RefreshToolsRequest"> & 
  * Use `create(RefreshToolsRequestSchema)` to create a new message.
  */
 export const RefreshToolsRequestSchema: GenMessage<RefreshToolsRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 18);
+  messageDesc(file_connector_v1_connector_service, 26);
 
 /**
  * @generated from message connector.v1.RefreshToolsResponse
@@ -499,7 +749,7 @@ export type RefreshToolsResponse = Message<"connector.v1.RefreshToolsResponse"> 
  * Use `create(RefreshToolsResponseSchema)` to create a new message.
  */
 export const RefreshToolsResponseSchema: GenMessage<RefreshToolsResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 19);
+  messageDesc(file_connector_v1_connector_service, 27);
 
 /**
  * @generated from message connector.v1.CheckConnectorRequest
@@ -521,7 +771,7 @@ export type CheckConnectorRequest = Message<"connector.v1.CheckConnectorRequest"
  * Use `create(CheckConnectorRequestSchema)` to create a new message.
  */
 export const CheckConnectorRequestSchema: GenMessage<CheckConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 20);
+  messageDesc(file_connector_v1_connector_service, 28);
 
 /**
  * @generated from message connector.v1.CheckConnectorResponse
@@ -538,7 +788,7 @@ export type CheckConnectorResponse = Message<"connector.v1.CheckConnectorRespons
  * Use `create(CheckConnectorResponseSchema)` to create a new message.
  */
 export const CheckConnectorResponseSchema: GenMessage<CheckConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 21);
+  messageDesc(file_connector_v1_connector_service, 29);
 
 /**
  * @generated from message connector.v1.CallToolRequest
@@ -580,6 +830,17 @@ export type CallToolRequest = Message<"connector.v1.CallToolRequest"> & {
    * @generated from field: bool user_approved = 6;
    */
   userApproved: boolean;
+
+  /**
+   * The chat product's end user the call is for: required by
+   * AUTH_MODE_OAUTH_USER connectors, whose calls run with that user's own
+   * token (FAILED_PRECONDITION, AUTHORIZATION_REQUIRED, with an
+   * AuthorizationRequired in the details, while they have none); ignored
+   * by the others. 1-256 characters.
+   *
+   * @generated from field: string user_id = 7;
+   */
+  userId: string;
 };
 
 /**
@@ -587,7 +848,7 @@ export type CallToolRequest = Message<"connector.v1.CallToolRequest"> & {
  * Use `create(CallToolRequestSchema)` to create a new message.
  */
 export const CallToolRequestSchema: GenMessage<CallToolRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 22);
+  messageDesc(file_connector_v1_connector_service, 30);
 
 /**
  * @generated from message connector.v1.CallToolResponse
@@ -631,7 +892,7 @@ export type CallToolResponse = Message<"connector.v1.CallToolResponse"> & {
  * Use `create(CallToolResponseSchema)` to create a new message.
  */
 export const CallToolResponseSchema: GenMessage<CallToolResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 23);
+  messageDesc(file_connector_v1_connector_service, 31);
 
 /**
  * As CallToolRequest.
@@ -668,6 +929,11 @@ export type StreamCallToolRequest = Message<"connector.v1.StreamCallToolRequest"
    * @generated from field: bool user_approved = 6;
    */
   userApproved: boolean;
+
+  /**
+   * @generated from field: string user_id = 7;
+   */
+  userId: string;
 };
 
 /**
@@ -675,7 +941,7 @@ export type StreamCallToolRequest = Message<"connector.v1.StreamCallToolRequest"
  * Use `create(StreamCallToolRequestSchema)` to create a new message.
  */
 export const StreamCallToolRequestSchema: GenMessage<StreamCallToolRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 24);
+  messageDesc(file_connector_v1_connector_service, 32);
 
 /**
  * @generated from message connector.v1.StreamCallToolResponse
@@ -709,7 +975,7 @@ export type StreamCallToolResponse = Message<"connector.v1.StreamCallToolRespons
  * Use `create(StreamCallToolResponseSchema)` to create a new message.
  */
 export const StreamCallToolResponseSchema: GenMessage<StreamCallToolResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 25);
+  messageDesc(file_connector_v1_connector_service, 33);
 
 /**
  * @generated from message connector.v1.QueryConnectorRequest
@@ -759,6 +1025,15 @@ export type QueryConnectorRequest = Message<"connector.v1.QueryConnectorRequest"
    * @generated from field: string session_id = 7;
    */
   sessionId: string;
+
+  /**
+   * The end user: required by AUTH_MODE_OAUTH_USER connectors. A query for
+   * a user who has not authorized the connector pauses as
+   * AWAITING_AUTHORIZATION.
+   *
+   * @generated from field: string user_id = 8;
+   */
+  userId: string;
 };
 
 /**
@@ -766,7 +1041,7 @@ export type QueryConnectorRequest = Message<"connector.v1.QueryConnectorRequest"
  * Use `create(QueryConnectorRequestSchema)` to create a new message.
  */
 export const QueryConnectorRequestSchema: GenMessage<QueryConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 26);
+  messageDesc(file_connector_v1_connector_service, 34);
 
 /**
  * @generated from message connector.v1.QueryConnectorResponse
@@ -783,7 +1058,7 @@ export type QueryConnectorResponse = Message<"connector.v1.QueryConnectorRespons
  * Use `create(QueryConnectorResponseSchema)` to create a new message.
  */
 export const QueryConnectorResponseSchema: GenMessage<QueryConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 27);
+  messageDesc(file_connector_v1_connector_service, 35);
 
 /**
  * @generated from message connector.v1.StreamQueryConnectorRequest
@@ -825,6 +1100,11 @@ export type StreamQueryConnectorRequest = Message<"connector.v1.StreamQueryConne
    * @generated from field: string session_id = 7;
    */
   sessionId: string;
+
+  /**
+   * @generated from field: string user_id = 8;
+   */
+  userId: string;
 };
 
 /**
@@ -832,7 +1112,7 @@ export type StreamQueryConnectorRequest = Message<"connector.v1.StreamQueryConne
  * Use `create(StreamQueryConnectorRequestSchema)` to create a new message.
  */
 export const StreamQueryConnectorRequestSchema: GenMessage<StreamQueryConnectorRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 28);
+  messageDesc(file_connector_v1_connector_service, 36);
 
 /**
  * @generated from message connector.v1.StreamQueryConnectorResponse
@@ -887,6 +1167,15 @@ export type StreamQueryConnectorResponse = Message<"connector.v1.StreamQueryConn
      */
     value: ApprovalRequired;
     case: "approvalRequired";
+  } | {
+    /**
+     * The run paused for the user's authorization; the result follows,
+     * AWAITING_AUTHORIZATION.
+     *
+     * @generated from field: connector.v1.AuthorizationRequired authorization_required = 8;
+     */
+    value: AuthorizationRequired;
+    case: "authorizationRequired";
   } | { case: undefined; value?: undefined };
 };
 
@@ -895,7 +1184,7 @@ export type StreamQueryConnectorResponse = Message<"connector.v1.StreamQueryConn
  * Use `create(StreamQueryConnectorResponseSchema)` to create a new message.
  */
 export const StreamQueryConnectorResponseSchema: GenMessage<StreamQueryConnectorResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 29);
+  messageDesc(file_connector_v1_connector_service, 37);
 
 /**
  * @generated from message connector.v1.ResumeQueryRequest
@@ -907,14 +1196,17 @@ export type ResumeQueryRequest = Message<"connector.v1.ResumeQueryRequest"> & {
   workspaceId: string;
 
   /**
-   * QueryResult.run_id of a run that is AWAITING_APPROVAL.
+   * QueryResult.run_id of a run that is AWAITING_APPROVAL or
+   * AWAITING_AUTHORIZATION.
    *
    * @generated from field: string run_id = 2;
    */
   runId: string;
 
   /**
-   * Exactly one per pending call of the run.
+   * AWAITING_APPROVAL: exactly one per pending call of the run.
+   * AWAITING_AUTHORIZATION: none; the run goes on once the user has
+   * authorized (FAILED_PRECONDITION, AUTHORIZATION_REQUIRED, until then).
    *
    * @generated from field: repeated connector.v1.Decision decisions = 3;
    */
@@ -934,7 +1226,7 @@ export type ResumeQueryRequest = Message<"connector.v1.ResumeQueryRequest"> & {
  * Use `create(ResumeQueryRequestSchema)` to create a new message.
  */
 export const ResumeQueryRequestSchema: GenMessage<ResumeQueryRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 30);
+  messageDesc(file_connector_v1_connector_service, 38);
 
 /**
  * @generated from message connector.v1.ResumeQueryResponse
@@ -951,7 +1243,7 @@ export type ResumeQueryResponse = Message<"connector.v1.ResumeQueryResponse"> & 
  * Use `create(ResumeQueryResponseSchema)` to create a new message.
  */
 export const ResumeQueryResponseSchema: GenMessage<ResumeQueryResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 31);
+  messageDesc(file_connector_v1_connector_service, 39);
 
 /**
  * As ResumeQueryRequest.
@@ -985,7 +1277,7 @@ export type StreamResumeQueryRequest = Message<"connector.v1.StreamResumeQueryRe
  * Use `create(StreamResumeQueryRequestSchema)` to create a new message.
  */
 export const StreamResumeQueryRequestSchema: GenMessage<StreamResumeQueryRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 32);
+  messageDesc(file_connector_v1_connector_service, 40);
 
 /**
  * @generated from message connector.v1.StreamResumeQueryResponse
@@ -1005,7 +1297,7 @@ export type StreamResumeQueryResponse = Message<"connector.v1.StreamResumeQueryR
  * Use `create(StreamResumeQueryResponseSchema)` to create a new message.
  */
 export const StreamResumeQueryResponseSchema: GenMessage<StreamResumeQueryResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 33);
+  messageDesc(file_connector_v1_connector_service, 41);
 
 /**
  * @generated from message connector.v1.GetQueryRunRequest
@@ -1027,7 +1319,7 @@ export type GetQueryRunRequest = Message<"connector.v1.GetQueryRunRequest"> & {
  * Use `create(GetQueryRunRequestSchema)` to create a new message.
  */
 export const GetQueryRunRequestSchema: GenMessage<GetQueryRunRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 34);
+  messageDesc(file_connector_v1_connector_service, 42);
 
 /**
  * @generated from message connector.v1.GetQueryRunResponse
@@ -1044,7 +1336,7 @@ export type GetQueryRunResponse = Message<"connector.v1.GetQueryRunResponse"> & 
  * Use `create(GetQueryRunResponseSchema)` to create a new message.
  */
 export const GetQueryRunResponseSchema: GenMessage<GetQueryRunResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 35);
+  messageDesc(file_connector_v1_connector_service, 43);
 
 /**
  * @generated from message connector.v1.ListQueryRunsRequest
@@ -1099,7 +1391,7 @@ export type ListQueryRunsRequest = Message<"connector.v1.ListQueryRunsRequest"> 
  * Use `create(ListQueryRunsRequestSchema)` to create a new message.
  */
 export const ListQueryRunsRequestSchema: GenMessage<ListQueryRunsRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 36);
+  messageDesc(file_connector_v1_connector_service, 44);
 
 /**
  * @generated from message connector.v1.ListQueryRunsResponse
@@ -1125,7 +1417,7 @@ export type ListQueryRunsResponse = Message<"connector.v1.ListQueryRunsResponse"
  * Use `create(ListQueryRunsResponseSchema)` to create a new message.
  */
 export const ListQueryRunsResponseSchema: GenMessage<ListQueryRunsResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 37);
+  messageDesc(file_connector_v1_connector_service, 45);
 
 /**
  * @generated from message connector.v1.ListSessionsRequest
@@ -1159,7 +1451,7 @@ export type ListSessionsRequest = Message<"connector.v1.ListSessionsRequest"> & 
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 38);
+  messageDesc(file_connector_v1_connector_service, 46);
 
 /**
  * @generated from message connector.v1.ListSessionsResponse
@@ -1183,7 +1475,7 @@ export type ListSessionsResponse = Message<"connector.v1.ListSessionsResponse"> 
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 39);
+  messageDesc(file_connector_v1_connector_service, 47);
 
 /**
  * @generated from message connector.v1.CloseSessionRequest
@@ -1212,7 +1504,7 @@ export type CloseSessionRequest = Message<"connector.v1.CloseSessionRequest"> & 
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 40);
+  messageDesc(file_connector_v1_connector_service, 48);
 
 /**
  * @generated from message connector.v1.CloseSessionResponse
@@ -1239,7 +1531,7 @@ export type CloseSessionResponse = Message<"connector.v1.CloseSessionResponse"> 
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 41);
+  messageDesc(file_connector_v1_connector_service, 49);
 
 /**
  * @generated from message connector.v1.CreateApiKeyRequest
@@ -1270,7 +1562,7 @@ export type CreateApiKeyRequest = Message<"connector.v1.CreateApiKeyRequest"> & 
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 42);
+  messageDesc(file_connector_v1_connector_service, 50);
 
 /**
  * @generated from message connector.v1.CreateApiKeyResponse
@@ -1294,7 +1586,7 @@ export type CreateApiKeyResponse = Message<"connector.v1.CreateApiKeyResponse"> 
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 43);
+  messageDesc(file_connector_v1_connector_service, 51);
 
 /**
  * @generated from message connector.v1.ListApiKeysRequest
@@ -1323,7 +1615,7 @@ export type ListApiKeysRequest = Message<"connector.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 44);
+  messageDesc(file_connector_v1_connector_service, 52);
 
 /**
  * @generated from message connector.v1.ListApiKeysResponse
@@ -1347,7 +1639,7 @@ export type ListApiKeysResponse = Message<"connector.v1.ListApiKeysResponse"> & 
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 45);
+  messageDesc(file_connector_v1_connector_service, 53);
 
 /**
  * @generated from message connector.v1.RevokeApiKeyRequest
@@ -1369,7 +1661,7 @@ export type RevokeApiKeyRequest = Message<"connector.v1.RevokeApiKeyRequest"> & 
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 46);
+  messageDesc(file_connector_v1_connector_service, 54);
 
 /**
  * @generated from message connector.v1.RevokeApiKeyResponse
@@ -1386,7 +1678,7 @@ export type RevokeApiKeyResponse = Message<"connector.v1.RevokeApiKeyResponse"> 
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector_service, 47);
+  messageDesc(file_connector_v1_connector_service, 55);
 
 /**
  * ConnectorService manages MCP connectors and answers queries through each
@@ -1654,6 +1946,58 @@ export const ConnectorService: GenService<{
     methodKind: "unary";
     input: typeof RevokeApiKeyRequestSchema;
     output: typeof RevokeApiKeyResponseSchema;
+  },
+  /**
+   * Starts a user's authorization of an AUTH_MODE_OAUTH_USER connector:
+   * returns the URL of the authorization server's consent page for the
+   * chat backend to show that user. The user's browser comes back to the
+   * service's callback (OAUTH_REDIRECT_URL), which stores the tokens and
+   * sends the browser on to return_to. FAILED_PRECONDITION when the server
+   * cannot be authorized as the MCP specification asks (no protected
+   * resource metadata, no PKCE S256, a refused address), naming why.
+   *
+   * @generated from rpc connector.v1.ConnectorService.StartAuthorization
+   */
+  startAuthorization: {
+    methodKind: "unary";
+    input: typeof StartAuthorizationRequestSchema;
+    output: typeof StartAuthorizationResponseSchema;
+  },
+  /**
+   * Finishes an authorization for a backend that receives the
+   * authorization server's redirect itself instead of the service's
+   * callback: the same checks (state single use and unexpired, iss), code
+   * exchange and storage.
+   *
+   * @generated from rpc connector.v1.ConnectorService.CompleteAuthorization
+   */
+  completeAuthorization: {
+    methodKind: "unary";
+    input: typeof CompleteAuthorizationRequestSchema;
+    output: typeof CompleteAuthorizationResponseSchema;
+  },
+  /**
+   * Lists the standing authorizations of a workspace, of one connector or
+   * of one user: who, which scopes, until when. Never tokens.
+   *
+   * @generated from rpc connector.v1.ConnectorService.ListAuthorizations
+   */
+  listAuthorizations: {
+    methodKind: "unary";
+    input: typeof ListAuthorizationsRequestSchema;
+    output: typeof ListAuthorizationsResponseSchema;
+  },
+  /**
+   * Revokes a user's authorization: the tokens are revoked at the
+   * authorization server where it offers revocation (RFC 7009), then
+   * deleted, and the user's connection closes. NOT_FOUND if there is none.
+   *
+   * @generated from rpc connector.v1.ConnectorService.RevokeAuthorization
+   */
+  revokeAuthorization: {
+    methodKind: "unary";
+    input: typeof RevokeAuthorizationRequestSchema;
+    output: typeof RevokeAuthorizationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_connector_v1_connector_service, 0);

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file connector/v1/query.proto.
  */
 export const file_connector_v1_query: GenFile = /*@__PURE__*/
-  fileDesc("Chhjb25uZWN0b3IvdjEvcXVlcnkucHJvdG8SDGNvbm5lY3Rvci52MSKBAgoHQ29udGVudBIpCgR0ZXh0GAEgASgLMhkuY29ubmVjdG9yLnYxLlRleHRDb250ZW50SAASLAoFaW1hZ2UYAiABKAsyGy5jb25uZWN0b3IudjEuQmluYXJ5Q29udGVudEgAEiwKBWF1ZGlvGAMgASgLMhsuY29ubmVjdG9yLnYxLkJpbmFyeUNvbnRlbnRIABIzCg1yZXNvdXJjZV9saW5rGAQgASgLMhouY29ubmVjdG9yLnYxLlJlc291cmNlTGlua0gAEjIKCHJlc291cmNlGAUgASgLMh4uY29ubmVjdG9yLnYxLkVtYmVkZGVkUmVzb3VyY2VIAEIGCgRraW5kIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiMAoNQmluYXJ5Q29udGVudBIRCgltaW1lX3R5cGUYASABKAkSDAoEZGF0YRgCIAEoDCJRCgxSZXNvdXJjZUxpbmsSCwoDdXJpGAEgASgJEgwKBG5hbWUYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEQoJbWltZV90eXBlGAQgASgJIk4KEEVtYmVkZGVkUmVzb3VyY2USCwoDdXJpGAEgASgJEhEKCW1pbWVfdHlwZRgCIAEoCRIMCgR0ZXh0GAMgASgJEgwKBGJsb2IYBCABKAwiPAoIUHJvZ3Jlc3MSEAoIcHJvZ3Jlc3MYASABKAESDQoFdG90YWwYAiABKAESDwoHbWVzc2FnZRgDIAEoCSKJAQoIRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIoCgRraW5kGAIgASgOMhouY29ubmVjdG9yLnYxLkRlY2lzaW9uS2luZBIxChBlZGl0ZWRfYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdtZXNzYWdlGAQgASgJIs0BCgtQZW5kaW5nQ2FsbBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIYChB0b29sX2Rlc2NyaXB0aW9uGAQgASgJEjIKC2Fubm90YXRpb25zGAUgASgLMh0uY29ubmVjdG9yLnYxLlRvb2xBbm5vdGF0aW9ucxIRCglyZWFzb25pbmcYBiABKAkSEgoKc3RlcF9pbmRleBgHIAEoBSLVAQoMQ2FsbERlY2lzaW9uEigKBGtpbmQYASABKA4yGi5jb25uZWN0b3IudjEuRGVjaXNpb25LaW5kEjMKEm9yaWdpbmFsX2FyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHbWVzc2FnZRgDIAEoCRIQCghhY3Rvcl9pZBgEIAEoCRIvCgtkZWNpZGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKYXBpX2tleV9pZBgGIAEoCSL/AQoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhYKDnJlc3VsdF9leGNlcnB0GAQgASgJEhAKCGlzX2Vycm9yGAUgASgIEhcKD3JlamVjdGVkX3JlYXNvbhgGIAEoCRIrCghkdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCghkZWNpc2lvbhgIIAEoCzIaLmNvbm5lY3Rvci52MS5DYWxsRGVjaXNpb24SDwoHcGVuZGluZxgJIAEoCCJPCgRTdGVwEg0KBWluZGV4GAEgASgFEiUKBWNhbGxzGAIgAygLMhYuY29ubmVjdG9yLnYxLlRvb2xDYWxsEhEKCXJlYXNvbmluZxgDIAEoCSIsCgtQbGFubmVkVG9vbBIMCgR0b29sGAEgASgJEg8KB3B1cnBvc2UYAiABKAkihQEKDFF1ZXJ5Q29udGV4dBIMCgR0b29sGAEgASgJEjMKEnN0cnVjdHVyZWRfY29udGVudBgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMgoOcmVzb3VyY2VfbGlua3MYAyADKAsyGi5jb25uZWN0b3IudjEuUmVzb3VyY2VMaW5rIlQKClRva2VuVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoAxIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoAxIUCgx0b3RhbF90b2tlbnMYAyABKAMiiwQKC1F1ZXJ5UmVzdWx0EikKBnN0YXR1cxgBIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIOCgZhbnN3ZXIYAiABKAkSFAoMY29ubmVjdG9yX2lkGAMgASgJEhYKDmNvbm5lY3Rvcl9uYW1lGAQgASgJEhIKCnRvb2xzX3VzZWQYBSADKAkSIQoFc3RlcHMYBiADKAsyEi5jb25uZWN0b3IudjEuU3RlcBInCgRwbGFuGAcgAygLMhkuY29ubmVjdG9yLnYxLlBsYW5uZWRUb29sEiwKCGNvbnRleHRzGAggAygLMhouY29ubmVjdG9yLnYxLlF1ZXJ5Q29udGV4dBInCgV1c2FnZRgJIAEoCzIYLmNvbm5lY3Rvci52MS5Ub2tlblVzYWdlEisKCGR1cmF0aW9uGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Rvb2xzX3RvdGFsGAsgASgFEhUKDXRvb2xzX29mZmVyZWQYDCADKAkSEAoIbmFycm93ZWQYDSABKAgSDgoGcnVuX2lkGA4gASgJEjAKDXBlbmRpbmdfY2FsbHMYDyADKAsyGS5jb25uZWN0b3IudjEuUGVuZGluZ0NhbGwSLwoLZXhwaXJlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoUBChBBcHByb3ZhbFJlcXVpcmVkEg4KBnJ1bl9pZBgBIAEoCRIwCg1wZW5kaW5nX2NhbGxzGAIgAygLMhkuY29ubmVjdG9yLnYxLlBlbmRpbmdDYWxsEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLvAgoIUXVlcnlSdW4SDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg0KBXF1ZXJ5GAQgASgJEg8KB2NvbnRleHQYBSABKAkSEQoJbWF4X3Rvb2xzGAYgASgFEikKBnN0YXR1cxgHIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIpCgZyZXN1bHQYCCABKAsyGS5jb25uZWN0b3IudjEuUXVlcnlSZXN1bHQSDQoFZXJyb3IYCSABKAkSLwoLY3JlYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLwoLU3RlcFBsYW5uZWQSIAoEc3RlcBgBIAEoCzISLmNvbm5lY3Rvci52MS5TdGVwIksKD1Rvb2xDYWxsU3RhcnRlZBISCgpzdGVwX2luZGV4GAEgASgFEiQKBGNhbGwYAiABKAsyFi5jb25uZWN0b3IudjEuVG9vbENhbGwibwoQVG9vbENhbGxQcm9ncmVzcxISCgpzdGVwX2luZGV4GAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIoCghwcm9ncmVzcxgEIAEoCzIWLmNvbm5lY3Rvci52MS5Qcm9ncmVzcyJMChBUb29sQ2FsbEZpbmlzaGVkEhIKCnN0ZXBfaW5kZXgYASABKAUSJAoEY2FsbBgCIAEoCzIWLmNvbm5lY3Rvci52MS5Ub29sQ2FsbCIdCgtBbnN3ZXJSZWFkeRIOCgZhbnN3ZXIYASABKAkq9QEKC1F1ZXJ5U3RhdHVzEhwKGFFVRVJZX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFlFVRVJZX1NUQVRVU19DT01QTEVURUQQARIhCh1RVUVSWV9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBACEhgKFFFVRVJZX1NUQVRVU19QTEFOTkVEEAMSIgoeUVVFUllfU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAQSGAoUUVVFUllfU1RBVFVTX0VYUElSRUQQBRIXChNRVUVSWV9TVEFUVVNfRkFJTEVEEAYSGAoUUVVFUllfU1RBVFVTX1JVTk5JTkcQByqCAQoMRGVjaXNpb25LaW5kEh0KGURFQ0lTSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIZChVERUNJU0lPTl9LSU5EX0FQUFJPVkUQARIgChxERUNJU0lPTl9LSU5EX0FQUFJPVkVfRURJVEVEEAISFgoSREVDSVNJT05fS0lORF9ERU5ZEANCRVpDZ2l0aHViLmNvbS9jb25uZWN0b3Itc3ZjL2Nvbm5lY3Rvci1zdmMvZ2VuL2Nvbm5lY3Rvci92MTtjb25uZWN0b3J2MWIGcHJvdG8z", [file_connector_v1_connector, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chhjb25uZWN0b3IvdjEvcXVlcnkucHJvdG8SDGNvbm5lY3Rvci52MSKBAgoHQ29udGVudBIpCgR0ZXh0GAEgASgLMhkuY29ubmVjdG9yLnYxLlRleHRDb250ZW50SAASLAoFaW1hZ2UYAiABKAsyGy5jb25uZWN0b3IudjEuQmluYXJ5Q29udGVudEgAEiwKBWF1ZGlvGAMgASgLMhsuY29ubmVjdG9yLnYxLkJpbmFyeUNvbnRlbnRIABIzCg1yZXNvdXJjZV9saW5rGAQgASgLMhouY29ubmVjdG9yLnYxLlJlc291cmNlTGlua0gAEjIKCHJlc291cmNlGAUgASgLMh4uY29ubmVjdG9yLnYxLkVtYmVkZGVkUmVzb3VyY2VIAEIGCgRraW5kIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiMAoNQmluYXJ5Q29udGVudBIRCgltaW1lX3R5cGUYASABKAkSDAoEZGF0YRgCIAEoDCJRCgxSZXNvdXJjZUxpbmsSCwoDdXJpGAEgASgJEgwKBG5hbWUYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEQoJbWltZV90eXBlGAQgASgJIk4KEEVtYmVkZGVkUmVzb3VyY2USCwoDdXJpGAEgASgJEhEKCW1pbWVfdHlwZRgCIAEoCRIMCgR0ZXh0GAMgASgJEgwKBGJsb2IYBCABKAwiPAoIUHJvZ3Jlc3MSEAoIcHJvZ3Jlc3MYASABKAESDQoFdG90YWwYAiABKAESDwoHbWVzc2FnZRgDIAEoCSKJAQoIRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIoCgRraW5kGAIgASgOMhouY29ubmVjdG9yLnYxLkRlY2lzaW9uS2luZBIxChBlZGl0ZWRfYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdtZXNzYWdlGAQgASgJIs0BCgtQZW5kaW5nQ2FsbBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIYChB0b29sX2Rlc2NyaXB0aW9uGAQgASgJEjIKC2Fubm90YXRpb25zGAUgASgLMh0uY29ubmVjdG9yLnYxLlRvb2xBbm5vdGF0aW9ucxIRCglyZWFzb25pbmcYBiABKAkSEgoKc3RlcF9pbmRleBgHIAEoBSLVAQoMQ2FsbERlY2lzaW9uEigKBGtpbmQYASABKA4yGi5jb25uZWN0b3IudjEuRGVjaXNpb25LaW5kEjMKEm9yaWdpbmFsX2FyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHbWVzc2FnZRgDIAEoCRIQCghhY3Rvcl9pZBgEIAEoCRIvCgtkZWNpZGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKYXBpX2tleV9pZBgGIAEoCSL/AQoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhYKDnJlc3VsdF9leGNlcnB0GAQgASgJEhAKCGlzX2Vycm9yGAUgASgIEhcKD3JlamVjdGVkX3JlYXNvbhgGIAEoCRIrCghkdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCghkZWNpc2lvbhgIIAEoCzIaLmNvbm5lY3Rvci52MS5DYWxsRGVjaXNpb24SDwoHcGVuZGluZxgJIAEoCCJPCgRTdGVwEg0KBWluZGV4GAEgASgFEiUKBWNhbGxzGAIgAygLMhYuY29ubmVjdG9yLnYxLlRvb2xDYWxsEhEKCXJlYXNvbmluZxgDIAEoCSIsCgtQbGFubmVkVG9vbBIMCgR0b29sGAEgASgJEg8KB3B1cnBvc2UYAiABKAkihQEKDFF1ZXJ5Q29udGV4dBIMCgR0b29sGAEgASgJEjMKEnN0cnVjdHVyZWRfY29udGVudBgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMgoOcmVzb3VyY2VfbGlua3MYAyADKAsyGi5jb25uZWN0b3IudjEuUmVzb3VyY2VMaW5rIlQKClRva2VuVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoAxIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoAxIUCgx0b3RhbF90b2tlbnMYAyABKAMixwQKC1F1ZXJ5UmVzdWx0EikKBnN0YXR1cxgBIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIOCgZhbnN3ZXIYAiABKAkSFAoMY29ubmVjdG9yX2lkGAMgASgJEhYKDmNvbm5lY3Rvcl9uYW1lGAQgASgJEhIKCnRvb2xzX3VzZWQYBSADKAkSIQoFc3RlcHMYBiADKAsyEi5jb25uZWN0b3IudjEuU3RlcBInCgRwbGFuGAcgAygLMhkuY29ubmVjdG9yLnYxLlBsYW5uZWRUb29sEiwKCGNvbnRleHRzGAggAygLMhouY29ubmVjdG9yLnYxLlF1ZXJ5Q29udGV4dBInCgV1c2FnZRgJIAEoCzIYLmNvbm5lY3Rvci52MS5Ub2tlblVzYWdlEisKCGR1cmF0aW9uGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Rvb2xzX3RvdGFsGAsgASgFEhUKDXRvb2xzX29mZmVyZWQYDCADKAkSEAoIbmFycm93ZWQYDSABKAgSDgoGcnVuX2lkGA4gASgJEjAKDXBlbmRpbmdfY2FsbHMYDyADKAsyGS5jb25uZWN0b3IudjEuUGVuZGluZ0NhbGwSLwoLZXhwaXJlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjoKDWF1dGhvcml6YXRpb24YESABKAsyIy5jb25uZWN0b3IudjEuQXV0aG9yaXphdGlvblJlcXVpcmVkIroBChVBdXRob3JpemF0aW9uUmVxdWlyZWQSDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhkKEWF1dGhvcml6YXRpb25fdXJsGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIOCgZyZWFzb24YBiABKAkSLwoLZXhwaXJlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoUBChBBcHByb3ZhbFJlcXVpcmVkEg4KBnJ1bl9pZBgBIAEoCRIwCg1wZW5kaW5nX2NhbGxzGAIgAygLMhkuY29ubmVjdG9yLnYxLlBlbmRpbmdDYWxsEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLvAgoIUXVlcnlSdW4SDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg0KBXF1ZXJ5GAQgASgJEg8KB2NvbnRleHQYBSABKAkSEQoJbWF4X3Rvb2xzGAYgASgFEikKBnN0YXR1cxgHIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIpCgZyZXN1bHQYCCABKAsyGS5jb25uZWN0b3IudjEuUXVlcnlSZXN1bHQSDQoFZXJyb3IYCSABKAkSLwoLY3JlYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLwoLU3RlcFBsYW5uZWQSIAoEc3RlcBgBIAEoCzISLmNvbm5lY3Rvci52MS5TdGVwIksKD1Rvb2xDYWxsU3RhcnRlZBISCgpzdGVwX2luZGV4GAEgASgFEiQKBGNhbGwYAiABKAsyFi5jb25uZWN0b3IudjEuVG9vbENhbGwibwoQVG9vbENhbGxQcm9ncmVzcxISCgpzdGVwX2luZGV4GAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIoCghwcm9ncmVzcxgEIAEoCzIWLmNvbm5lY3Rvci52MS5Qcm9ncmVzcyJMChBUb29sQ2FsbEZpbmlzaGVkEhIKCnN0ZXBfaW5kZXgYASABKAUSJAoEY2FsbBgCIAEoCzIWLmNvbm5lY3Rvci52MS5Ub29sQ2FsbCIdCgtBbnN3ZXJSZWFkeRIOCgZhbnN3ZXIYASABKAkqngIKC1F1ZXJ5U3RhdHVzEhwKGFFVRVJZX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFlFVRVJZX1NUQVRVU19DT01QTEVURUQQARIhCh1RVUVSWV9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBACEhgKFFFVRVJZX1NUQVRVU19QTEFOTkVEEAMSIgoeUVVFUllfU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAQSGAoUUVVFUllfU1RBVFVTX0VYUElSRUQQBRIXChNRVUVSWV9TVEFUVVNfRkFJTEVEEAYSGAoUUVVFUllfU1RBVFVTX1JVTk5JTkcQBxInCiNRVUVSWV9TVEFUVVNfQVdBSVRJTkdfQVVUSE9SSVpBVElPThAIKoIBCgxEZWNpc2lvbktpbmQSHQoZREVDSVNJT05fS0lORF9VTlNQRUNJRklFRBAAEhkKFURFQ0lTSU9OX0tJTkRfQVBQUk9WRRABEiAKHERFQ0lTSU9OX0tJTkRfQVBQUk9WRV9FRElURUQQAhIWChJERUNJU0lPTl9LSU5EX0RFTlkQA0JFWkNnaXRodWIuY29tL2Nvbm5lY3Rvci1zdmMvY29ubmVjdG9yLXN2Yy9nZW4vY29ubmVjdG9yL3YxO2Nvbm5lY3RvcnYxYgZwcm90bzM", [file_connector_v1_connector, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Content is one item of a tool result.
@@ -643,11 +643,19 @@ export type QueryResult = Message<"connector.v1.QueryResult"> & {
   pendingCalls: PendingCall[];
 
   /**
-   * AWAITING_APPROVAL: when the run expires if nobody decides.
+   * AWAITING_APPROVAL and AWAITING_AUTHORIZATION: when the run expires if
+   * nobody decides or authorizes.
    *
    * @generated from field: google.protobuf.Timestamp expire_time = 16;
    */
   expireTime?: Timestamp | undefined;
+
+  /**
+   * AWAITING_AUTHORIZATION: what the user must do.
+   *
+   * @generated from field: connector.v1.AuthorizationRequired authorization = 17;
+   */
+  authorization?: AuthorizationRequired | undefined;
 };
 
 /**
@@ -656,6 +664,70 @@ export type QueryResult = Message<"connector.v1.QueryResult"> & {
  */
 export const QueryResultSchema: GenMessage<QueryResult> = /*@__PURE__*/
   messageDesc(file_connector_v1_query, 14);
+
+/**
+ * AuthorizationRequired says a user must authorize the service on a
+ * connector's server before the call or run can go on. The chat backend
+ * shows authorization_url to that user; after they have authorized it, the
+ * call is retried or the run resumed.
+ *
+ * @generated from message connector.v1.AuthorizationRequired
+ */
+export type AuthorizationRequired = Message<"connector.v1.AuthorizationRequired"> & {
+  /**
+   * The run that waits; empty for a direct tool call.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: string connector_id = 2;
+   */
+  connectorId: string;
+
+  /**
+   * @generated from field: string user_id = 3;
+   */
+  userId: string;
+
+  /**
+   * Where the user's browser goes: the authorization server's consent page.
+   * Single use; valid until expire_time.
+   *
+   * @generated from field: string authorization_url = 4;
+   */
+  authorizationUrl: string;
+
+  /**
+   * The scopes asked for (for a step-up: those held and those the server
+   * asked for).
+   *
+   * @generated from field: repeated string scopes = 5;
+   */
+  scopes: string[];
+
+  /**
+   * Why: NO_TOKEN (never authorized, or revoked), REAUTHORIZE (the
+   * authorization server refused the refresh token), INSUFFICIENT_SCOPE
+   * (the server asked for more scopes).
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expire_time = 7;
+   */
+  expireTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message connector.v1.AuthorizationRequired.
+ * Use `create(AuthorizationRequiredSchema)` to create a new message.
+ */
+export const AuthorizationRequiredSchema: GenMessage<AuthorizationRequired> = /*@__PURE__*/
+  messageDesc(file_connector_v1_query, 15);
 
 /**
  * ApprovalRequired is sent when a run pauses for approval.
@@ -684,7 +756,7 @@ export type ApprovalRequired = Message<"connector.v1.ApprovalRequired"> & {
  * Use `create(ApprovalRequiredSchema)` to create a new message.
  */
 export const ApprovalRequiredSchema: GenMessage<ApprovalRequired> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 15);
+  messageDesc(file_connector_v1_query, 16);
 
 /**
  * QueryRun is the record of one query run.
@@ -764,7 +836,7 @@ export type QueryRun = Message<"connector.v1.QueryRun"> & {
  * Use `create(QueryRunSchema)` to create a new message.
  */
 export const QueryRunSchema: GenMessage<QueryRun> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 16);
+  messageDesc(file_connector_v1_query, 17);
 
 /**
  * StepPlanned is sent when the model asks for a turn of tool calls.
@@ -783,7 +855,7 @@ export type StepPlanned = Message<"connector.v1.StepPlanned"> & {
  * Use `create(StepPlannedSchema)` to create a new message.
  */
 export const StepPlannedSchema: GenMessage<StepPlanned> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 17);
+  messageDesc(file_connector_v1_query, 18);
 
 /**
  * ToolCallStarted is sent when a tool call begins.
@@ -807,7 +879,7 @@ export type ToolCallStarted = Message<"connector.v1.ToolCallStarted"> & {
  * Use `create(ToolCallStartedSchema)` to create a new message.
  */
 export const ToolCallStartedSchema: GenMessage<ToolCallStarted> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 18);
+  messageDesc(file_connector_v1_query, 19);
 
 /**
  * ToolCallProgress is sent for each progress notification the MCP server
@@ -845,7 +917,7 @@ export type ToolCallProgress = Message<"connector.v1.ToolCallProgress"> & {
  * Use `create(ToolCallProgressSchema)` to create a new message.
  */
 export const ToolCallProgressSchema: GenMessage<ToolCallProgress> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 19);
+  messageDesc(file_connector_v1_query, 20);
 
 /**
  * ToolCallFinished is sent when a tool call ends.
@@ -869,7 +941,7 @@ export type ToolCallFinished = Message<"connector.v1.ToolCallFinished"> & {
  * Use `create(ToolCallFinishedSchema)` to create a new message.
  */
 export const ToolCallFinishedSchema: GenMessage<ToolCallFinished> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 20);
+  messageDesc(file_connector_v1_query, 21);
 
 /**
  * AnswerReady is sent when the answer is known, before the final result.
@@ -888,7 +960,7 @@ export type AnswerReady = Message<"connector.v1.AnswerReady"> & {
  * Use `create(AnswerReadySchema)` to create a new message.
  */
 export const AnswerReadySchema: GenMessage<AnswerReady> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 21);
+  messageDesc(file_connector_v1_query, 22);
 
 /**
  * QueryStatus is how a query run ended.
@@ -952,6 +1024,15 @@ export enum QueryStatus {
    * @generated from enum value: QUERY_STATUS_RUNNING = 7;
    */
   RUNNING = 7,
+
+  /**
+   * The run paused because the user has not authorized the connector (or
+   * must authorize again, or grant more scopes): authorization says where
+   * to send them. ResumeQuery goes on with it once they have.
+   *
+   * @generated from enum value: QUERY_STATUS_AWAITING_AUTHORIZATION = 8;
+   */
+  AWAITING_AUTHORIZATION = 8,
 }
 
 /**
