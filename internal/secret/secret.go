@@ -36,10 +36,15 @@ type Values struct {
 	// Query is the query string of an HTTP connector's URL, in order.
 	// Values sealed before it existed open with none.
 	Query []Param `json:"query,omitempty"`
+	// ClientSecret is the OAuth client secret of the connector's
+	// pre-registered client.
+	ClientSecret string `json:"client_secret,omitempty"`
 }
 
 // IsEmpty reports whether there is nothing to seal.
-func (v Values) IsEmpty() bool { return len(v.Headers) == 0 && len(v.Env) == 0 && len(v.Query) == 0 }
+func (v Values) IsEmpty() bool {
+	return len(v.Headers) == 0 && len(v.Env) == 0 && len(v.Query) == 0 && v.ClientSecret == ""
+}
 
 // String names the keys only, so a stray %v never prints a secret.
 func (v Values) String() string {
@@ -47,7 +52,8 @@ func (v Values) String() string {
 	for i, p := range v.Query {
 		names[i] = p.Name
 	}
-	return fmt.Sprintf("secret.Values{Headers: %v, Env: %v, Query: %v}", keys(v.Headers), keys(v.Env), names)
+	return fmt.Sprintf("secret.Values{Headers: %v, Env: %v, Query: %v, ClientSecret: %t}", keys(v.Headers), keys(v.Env), names,
+		v.ClientSecret != "")
 }
 
 // GoString is String, for %#v.
@@ -156,15 +162,7 @@ func (b *Box) Seal(v Values, context string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	aead := b.aeads[0]
-	out := make([]byte, 1, 1+aead.NonceSize()+len(plain)+aead.Overhead())
-	out[0] = version
-	nonce := make([]byte, aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, fmt.Errorf("seal: %w", err)
-	}
-	out = append(out, nonce...)
-	return aead.Seal(out, nonce, plain, []byte(context)), nil
+	return b.SealBytes(plain, context)
 }
 
 // Open decrypts what Seal sealed with the same context, under any of the
@@ -209,4 +207,47 @@ func (b *Box) Reseal(sealed []byte, context string) ([]byte, error) {
 		return nil, err
 	}
 	return b.Seal(v, context)
+}
+
+// SealBytes encrypts plain bound to context, like Seal, for secrets that
+// are not a connector's Values (OAuth tokens, PKCE verifiers). Empty plain
+// seals to nil.
+func (b *Box) SealBytes(plain []byte, context string) ([]byte, error) {
+	if len(plain) == 0 {
+		return nil, nil
+	}
+	if b == nil {
+		return nil, ErrNoKey
+	}
+	aead := b.aeads[0]
+	out := make([]byte, 1, 1+aead.NonceSize()+len(plain)+aead.Overhead())
+	out[0] = version
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("seal: %w", err)
+	}
+	out = append(out, nonce...)
+	return aead.Seal(out, nonce, plain, []byte(context)), nil
+}
+
+// OpenBytes decrypts what SealBytes sealed with the same context, under
+// any of the Box's keys. nil opens to nil. Returns ErrNoKey without a key
+// and ErrOpen if the value does not decrypt.
+func (b *Box) OpenBytes(sealed []byte, context string) ([]byte, error) {
+	if len(sealed) == 0 {
+		return nil, nil
+	}
+	if b == nil {
+		return nil, ErrNoKey
+	}
+	for _, aead := range b.aeads {
+		n := aead.NonceSize()
+		if sealed[0] != version || len(sealed) < 1+n+aead.Overhead() {
+			continue
+		}
+		if plain, err := aead.Open(nil, sealed[1:1+n], sealed[1+n:], []byte(context)); err == nil {
+			return plain, nil
+		}
+	}
+	return nil, ErrOpen
 }

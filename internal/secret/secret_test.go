@@ -208,3 +208,24 @@ func TestDecodeKeys(t *testing.T) {
 		t.Error("a 16-byte key was accepted")
 	}
 }
+
+func TestSealBytesRoundTripAndContext(t *testing.T) {
+	b, err := secret.NewBox(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := b.SealBytes([]byte("canary-token"), "ctx-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(sealed, []byte("canary-token")) {
+		t.Fatal("sealed bytes hold the plain text")
+	}
+	got, err := b.OpenBytes(sealed, "ctx-a")
+	if err != nil || string(got) != "canary-token" {
+		t.Fatalf("OpenBytes = %q, %v", got, err)
+	}
+	if _, err := b.OpenBytes(sealed, "ctx-b"); !errors.Is(err, secret.ErrOpen) {
+		t.Fatalf("another context opened it: %v", err)
+	}
+}
