@@ -14,6 +14,8 @@ run: .dev/secret_key
 	$(GO) build -buildvcs=auto -o .dev/bin/connector-svc ./cmd/connector-svc
 	SECRET_KEY="$${SECRET_KEY:-$$(cat .dev/secret_key)}" \
 	STDIO_ALLOWED_COMMANDS="$${STDIO_ALLOWED_COMMANDS-npx}" \
+	OAUTH_REDIRECT_URL="$${OAUTH_REDIRECT_URL-http://localhost:8081/oauth/callback}" \
+	OAUTH_CALLBACK_ADDR="$${OAUTH_CALLBACK_ADDR-127.0.0.1:8081}" \
 	exec .dev/bin/connector-svc
 
 .dev/secret_key:

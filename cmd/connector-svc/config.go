@@ -67,6 +67,10 @@ type config struct {
 	// Cluster is how this replica takes part among those on one database.
 	Cluster clusterConfig
 
+	// OAuth is how end users authorize the service on MCP servers that
+	// need OAuth, and where their browsers come back to.
+	OAuth oauthConfig
+
 	// Conn is how the gRPC server treats its clients' connections: their
 	// age (so clients balancing over replicas re-resolve), keepalive, and
 	// the wait between NOT_SERVING and the drain on SIGTERM.
@@ -104,7 +108,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	fs.Usage = func() {}
 	var cfg config
 	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
-	var approvalTimeout, runRetention, replicaTTL, reconcile string
+	var approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo string
 	var conn connFlags
 	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
@@ -136,6 +140,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	tlsFlags(fs, &cfg)
 	adminFlags(fs, &cfg)
 	clusterFlags(fs, &cfg.Cluster, &replicaTTL, &reconcile)
+	oauthFlags(fs, &cfg.OAuth, &oauthStateTTL, &oauthReturnTo)
 	conn.register(fs)
 	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
 	rest, err := parseArgs(fs, args)
@@ -211,6 +216,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, nil, err
 	}
 	if err := cfg.Cluster.read(replicaTTL, reconcile); err != nil {
+		return config{}, nil, err
+	}
+	if err := cfg.OAuth.read(oauthStateTTL, oauthReturnTo); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.Conn, err = conn.read(max(cfg.QueryTimeout, cfg.RPCTimeout)); err != nil {
