@@ -138,6 +138,13 @@ func (st *store) CreateRefreshTokenSession(ctx context.Context, signature, acces
 	return st.MemoryStore.CreateRefreshTokenSession(ctx, signature, accessSignature, req)
 }
 
+func (st *store) RotateRefreshToken(ctx context.Context, grantID, refreshSignature string) error {
+	if st.s.opts.KeepAccessOnRefresh {
+		return st.MemoryStore.RevokeRefreshToken(ctx, grantID)
+	}
+	return st.MemoryStore.RotateRefreshToken(ctx, grantID, refreshSignature)
+}
+
 // fetchClientMetadata fetches the client ID metadata document at id.
 func (s *Server) fetchClientMetadata(ctx context.Context, id string) (*clientRecord, error) {
 	if s.opts.CIMDClient == nil {

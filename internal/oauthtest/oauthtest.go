@@ -7,8 +7,10 @@
 // library behind Ory Hydra) over its in-memory store, with HMAC tokens:
 // authorization code with PKCE (enforced, S256 only), refresh token
 // rotation (a refresh token works once; presenting a used one revokes the
-// whole grant, as RFC 6819 recommends), client credentials and RFC 7009
-// revocation are fosite's. What fosite does not do is done thinly here
+// whole grant, as RFC 6819 recommends; a refresh also ends the grant's
+// previous access token unless Options.KeepAccessOnRefresh), a replayed
+// code revoking what it gave, client credentials and RFC 7009 revocation
+// are fosite's. What fosite does not do is done thinly here
 // around it: RFC 8414 / OpenID authorization server metadata, RFC 9728
 // protected resource metadata, RFC 7591 dynamic client registration, client
 // ID metadata documents, the RFC 8707 resource parameter (tokens are bound
@@ -61,6 +63,10 @@ const WrongIssuer = "https://issuer.invalid"
 type Options struct {
 	AccessTTL time.Duration // lifetime of access tokens; default 1h
 	NoRefresh bool          // issue no refresh tokens
+	// KeepAccessOnRefresh keeps a grant's access token valid when its
+	// refresh token is used. By default a refresh ends it at once, as Ory
+	// Hydra does: a client must use the new access token from then on.
+	KeepAccessOnRefresh bool
 
 	// PRMAt says where the protected resource metadata is served:
 	// "path" (default) at /.well-known/oauth-protected-resource/mcp,

@@ -6,10 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -619,5 +623,290 @@ func TestCodeWorksOnce(t *testing.T) {
 	// The replay ends what the code gave (RFC 6749 section 4.1.2).
 	if code, _ := probe(t, s, http.MethodPost, first.AccessToken, initBody); code != http.StatusUnauthorized {
 		t.Fatalf("access token after the code's replay: %d", code)
+	}
+}
+
+func TestDiscoveryShapes(t *testing.T) {
+	origin := func(u string) string {
+		p, _ := url.Parse(u)
+		return p.Scheme + "://" + p.Host
+	}
+	t.Run("issuer path, RFC 8414", func(t *testing.T) {
+		s := oauthtest.Start(t, oauthtest.Options{IssuerPath: "/tenant1"})
+		as := origin(s.Issuer)
+		if s.Issuer != as+"/tenant1" {
+			t.Fatalf("issuer %s", s.Issuer)
+		}
+		md := getJSON(t, as+"/.well-known/oauth-authorization-server/tenant1")
+		if md["issuer"] != s.Issuer || md["token_endpoint"] != s.Issuer+"/token" {
+			t.Fatalf("metadata %v", md)
+		}
+		for _, u := range []string{as + "/.well-known/oauth-authorization-server", as + "/.well-known/openid-configuration",
+			as + "/tenant1/.well-known/openid-configuration", as + "/.well-known/openid-configuration/tenant1"} {
+			if code := status(t, http.MethodGet, u); code != http.StatusNotFound {
+				t.Errorf("%s: %d", u, code)
+			}
+		}
+		// The whole flow works under the path.
+		s.RegisterClient("app", "")
+		if got := whoami(t, s, login(t, s, md, "app", "alice", "mcp:tools").AccessToken); got != "user=alice scopes=mcp:tools" {
+			t.Fatal(got)
+		}
+	})
+	t.Run("issuer path, OpenID only", func(t *testing.T) {
+		s := oauthtest.Start(t, oauthtest.Options{IssuerPath: "/tenant1", OIDCOnly: true})
+		as := origin(s.Issuer)
+		if md := getJSON(t, s.Issuer+"/.well-known/openid-configuration"); md["issuer"] != s.Issuer {
+			t.Fatalf("metadata %v", md)
+		}
+		if code := status(t, http.MethodGet, as+"/.well-known/oauth-authorization-server/tenant1"); code != http.StatusNotFound {
+			t.Fatalf("RFC 8414 metadata: %d", code)
+		}
+	})
+	t.Run("OpenID only", func(t *testing.T) {
+		s := oauthtest.Start(t, oauthtest.Options{OIDCOnly: true})
+		if md := getJSON(t, s.Issuer+"/.well-known/openid-configuration"); md["issuer"] != s.Issuer {
+			t.Fatalf("metadata %v", md)
+		}
+		if code := status(t, http.MethodGet, s.Issuer+"/.well-known/oauth-authorization-server"); code != http.StatusNotFound {
+			t.Fatalf("RFC 8414 metadata: %d", code)
+		}
+		if n := s.Counts().MetadataFetches; n != 1 {
+			t.Fatalf("metadata fetches %d", n)
+		}
+	})
+	t.Run("features off", func(t *testing.T) {
+		s := oauthtest.Start(t, oauthtest.Options{NoS256: true, NoDCR: true, NoIssParam: true, NoRevocation: true, Scopes: []string{"read"}})
+		md := asMetadata(t, s)
+		for _, k := range []string{"code_challenge_methods_supported", "registration_endpoint", "revocation_endpoint",
+			"authorization_response_iss_parameter_supported", "client_id_metadata_document_supported"} {
+			if v, ok := md[k]; ok {
+				t.Errorf("%s: %v", k, v)
+			}
+		}
+		if sc := md["scopes_supported"].([]any); len(sc) != 1 || sc[0] != "read" {
+			t.Errorf("scopes %v", sc)
+		}
+		for _, p := range []string{"/register", "/revoke"} {
+			if code := status(t, http.MethodPost, s.Issuer+p); code != http.StatusNotFound {
+				t.Errorf("%s: %d", p, code)
+			}
+		}
+		s.RegisterClient("app", "")
+		_, challenge := pkce(t)
+		loc, err := s.Authorize(context.Background(), authURL(md, map[string]string{
+			"response_type": "code", "client_id": "app", "redirect_uri": redirectURI, "scope": "read",
+			"state": "the-state-0123456789", "code_challenge": challenge, "code_challenge_method": "S256",
+			"resource": s.MCPURL,
+		}), "alice")
+		if err != nil || loc.Query().Has("iss") {
+			t.Fatalf("redirect %v %v", loc, err)
+		}
+	})
+	t.Run("wrong iss", func(t *testing.T) {
+		s := oauthtest.Start(t, oauthtest.Options{WrongIss: true})
+		s.RegisterClient("app", "")
+		md := asMetadata(t, s)
+		if md["authorization_response_iss_parameter_supported"] != true {
+			t.Fatalf("metadata %v", md)
+		}
+		_, challenge := pkce(t)
+		loc, err := s.Authorize(context.Background(), authURL(md, map[string]string{
+			"response_type": "code", "client_id": "app", "redirect_uri": redirectURI,
+			"state": "the-state-0123456789", "code_challenge": challenge, "code_challenge_method": "S256",
+			"resource": s.MCPURL,
+		}), "alice")
+		if err != nil || loc.Query().Get("iss") != oauthtest.WrongIssuer || loc.Query().Get("code") == "" {
+			t.Fatalf("redirect %v %v", loc, err)
+		}
+	})
+	for _, tc := range []struct {
+		at, path string
+	}{
+		{"root", "/.well-known/oauth-protected-resource"},
+		{"header-only", "/prm-x"},
+	} {
+		t.Run("PRM at "+tc.at, func(t *testing.T) {
+			s := oauthtest.Start(t, oauthtest.Options{PRMAt: tc.at})
+			rs := origin(s.MCPURL)
+			if s.PRMURL() != rs+tc.path {
+				t.Fatalf("PRM URL %s", s.PRMURL())
+			}
+			_, ch := probe(t, s, http.MethodPost, "", initBody)
+			if !strings.Contains(ch, `resource_metadata="`+rs+tc.path+`"`) {
+				t.Fatalf("challenge %q", ch)
+			}
+			if prm := getJSON(t, s.PRMURL()); prm["resource"] != s.MCPURL {
+				t.Fatalf("PRM %v", prm)
+			}
+			for _, p := range []string{"/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource", "/prm-x"} {
+				if p != tc.path {
+					if code := status(t, http.MethodGet, rs+p); code != http.StatusNotFound {
+						t.Errorf("%s: %d", p, code)
+					}
+				}
+			}
+		})
+	}
+	t.Run("no challenge metadata", func(t *testing.T) {
+		s := oauthtest.Start(t, oauthtest.Options{NoChallengeMetadata: true, ChallengeScope: "mcp:tools admin"})
+		if _, ch := probe(t, s, http.MethodPost, "", initBody); ch != `Bearer scope="mcp:tools admin"` {
+			t.Fatalf("challenge %q", ch)
+		}
+	})
+}
+
+func TestObserve(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	s := oauthtest.Start(t, oauthtest.Options{Observe: func(endpoint string, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[endpoint+" "+r.Method]++
+	}})
+	asMetadata(t, s)
+	getJSON(t, s.PRMURL())
+	status(t, http.MethodGet, s.Issuer+"/.well-known/openid-configuration")
+	probe(t, s, http.MethodPost, "", initBody)
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"metadata GET": 1, "prm GET": 1, " GET": 1, "mcp POST": 1}
+	if !reflect.DeepEqual(seen, want) {
+		t.Fatalf("seen %v, want %v", seen, want)
+	}
+}
+
+func TestClientIDMetadataDocument(t *testing.T) {
+	var docURL string
+	var docClientID string
+	docs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"client_id": docClientID, "client_name": "connector-svc", "redirect_uris": []string{redirectURI},
+			"grant_types": []string{"authorization_code", "refresh_token"}, "token_endpoint_auth_method": "none",
+		})
+	}))
+	t.Cleanup(docs.Close)
+	docURL = docs.URL + "/client.json"
+
+	s := oauthtest.Start(t, oauthtest.Options{CIMD: true, CIMDClient: docs.Client()})
+	md := asMetadata(t, s)
+	if md["client_id_metadata_document_supported"] != true {
+		t.Fatalf("metadata %v", md)
+	}
+
+	// A document whose client_id is not its URL is refused.
+	docClientID = "https://elsewhere.example/client.json"
+	_, challenge := pkce(t)
+	params := map[string]string{
+		"response_type": "code", "client_id": docURL, "redirect_uri": redirectURI,
+		"state": "the-state-0123456789", "code_challenge": challenge, "code_challenge_method": "S256",
+		"resource": s.MCPURL,
+	}
+	if _, err := s.Authorize(context.Background(), authURL(md, params), "alice"); err == nil || !strings.Contains(err.Error(), "invalid_client") {
+		t.Fatalf("mismatched document: %v", err)
+	}
+
+	docClientID = docURL
+	// A redirect_uri the document does not list is refused.
+	params["redirect_uri"] = "http://127.0.0.1:9/other"
+	if _, err := s.Authorize(context.Background(), authURL(md, params), "alice"); err == nil {
+		t.Fatal("unlisted redirect_uri accepted")
+	}
+	if got := whoami(t, s, login(t, s, md, docURL, "alice", "mcp:tools").AccessToken); got != "user=alice scopes=mcp:tools" {
+		t.Fatal(got)
+	}
+	if n := s.Counts().CIMDFetches; n != 2 {
+		t.Fatalf("document fetches %d (the good one is kept)", n)
+	}
+}
+
+func TestConfidentialDCRClient(t *testing.T) {
+	s := oauthtest.Start(t, oauthtest.Options{})
+	md := asMetadata(t, s)
+	// Without token_endpoint_auth_method, RFC 7591's default: client_secret_basic.
+	reg := register(t, md, map[string]any{"redirect_uris": []string{redirectURI}, "application_type": "web"})
+	id, secret := reg["client_id"].(string), reg["client_secret"].(string)
+	if reg["token_endpoint_auth_method"] != "client_secret_basic" || secret == "" {
+		t.Fatalf("registration %v", reg)
+	}
+	verifier, challenge := pkce(t)
+	loc, err := s.Authorize(context.Background(), authURL(md, map[string]string{
+		"response_type": "code", "client_id": id, "redirect_uri": redirectURI,
+		"state": "the-state-0123456789", "code_challenge": challenge, "code_challenge_method": "S256",
+		"resource": s.MCPURL,
+	}), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := url.Values{"grant_type": {"authorization_code"}, "code": {loc.Query().Get("code")}, "redirect_uri": {redirectURI},
+		"code_verifier": {verifier}, "resource": {s.MCPURL}}
+	// Without the secret: refused.
+	noSecret := url.Values{"client_id": {id}}
+	for k, v := range form {
+		noSecret[k] = v
+	}
+	if r := post(t, md["token_endpoint"].(string), noSecret, "", ""); r.Error != "invalid_client" {
+		t.Fatalf("without the secret: %+v", r)
+	}
+	if r := post(t, md["token_endpoint"].(string), form, id, secret); r.status != http.StatusOK || r.RefreshToken == "" {
+		t.Fatalf("with the secret: %+v", r)
+	}
+}
+
+func TestConcurrentUsers(t *testing.T) {
+	s := oauthtest.Start(t, oauthtest.Options{})
+	s.RegisterClient("app", "")
+	md := asMetadata(t, s)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := fmt.Sprintf("user%d", i)
+			tr := login(t, s, md, "app", user, "mcp:tools")
+			for range 3 {
+				res, err := callTool(dial(t, s, tr.AccessToken), "whoami")
+				if err != nil || text(res) != "user="+user+" scopes=mcp:tools" {
+					t.Errorf("%s: whoami %v %v", user, res, err)
+					return
+				}
+				r := post(t, md["token_endpoint"].(string), url.Values{"grant_type": {"refresh_token"},
+					"refresh_token": {tr.RefreshToken}, "client_id": {"app"}}, "", "")
+				if r.status != http.StatusOK {
+					t.Errorf("%s: refresh %+v", user, r)
+					return
+				}
+				tr = r
+			}
+		}()
+	}
+	wg.Wait()
+	if c := s.Counts(); c.Authorizations != 8 || c.Refreshes != 24 || c.Unauthorized401 != 0 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+func TestRefreshEndsTheOldAccessToken(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprint("keep=", keep), func(t *testing.T) {
+			s := oauthtest.Start(t, oauthtest.Options{KeepAccessOnRefresh: keep})
+			s.RegisterClient("app", "")
+			md := asMetadata(t, s)
+			tr := login(t, s, md, "app", "alice", "mcp:tools")
+			c := dial(t, s, tr.AccessToken)
+			r := post(t, md["token_endpoint"].(string), url.Values{"grant_type": {"refresh_token"},
+				"refresh_token": {tr.RefreshToken}, "client_id": {"app"}}, "", "")
+			if r.status != http.StatusOK {
+				t.Fatalf("refresh %+v", r)
+			}
+			_, err := callTool(c, "whoami")
+			if keep != (err == nil) {
+				t.Fatalf("the old access token after a refresh: %v", err)
+			}
+			if got := whoami(t, s, r.AccessToken); got != "user=alice scopes=mcp:tools" {
+				t.Fatal(got)
+			}
+		})
 	}
 }
