@@ -197,11 +197,11 @@ func Start(t testing.TB, opts Options) *Server {
 		refreshGrants: map[string]string{},
 	}
 
+	// Both listen from here on, and serve once everything is set.
 	as := httptest.NewUnstartedServer(http.HandlerFunc(s.serveAS))
 	rs := httptest.NewUnstartedServer(nil)
-	as.Start()
-	s.asOrigin = as.URL
-	s.Issuer = as.URL + opts.IssuerPath
+	s.asOrigin = "http://" + as.Listener.Addr().String()
+	s.Issuer = s.asOrigin + opts.IssuerPath
 	s.rsOrigin = "http://" + rs.Listener.Addr().String()
 	s.MCPURL = s.rsOrigin + "/mcp"
 
@@ -235,6 +235,7 @@ func Start(t testing.TB, opts Options) *Server {
 	)
 
 	rs.Config.Handler = s.resourceHandler()
+	as.Start()
 	rs.Start()
 	t.Cleanup(func() {
 		rs.CloseClientConnections()

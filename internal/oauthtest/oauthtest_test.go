@@ -79,6 +79,18 @@ type tokenResponse struct {
 	Description  string `json:"error_description"`
 }
 
+// String shows tr without its tokens, for failure messages.
+func (tr tokenResponse) String() string {
+	set := func(v string) string {
+		if v == "" {
+			return "none"
+		}
+		return "set"
+	}
+	return fmt.Sprintf("%d access_token:%s refresh_token:%s type:%s expires_in:%d scope:%q error:%s %s",
+		tr.status, set(tr.AccessToken), set(tr.RefreshToken), tr.TokenType, tr.ExpiresIn, tr.Scope, tr.Error, tr.Description)
+}
+
 // post POSTs form to u, with basic auth if user is set.
 func post(t *testing.T, u string, form url.Values, user, pass string) tokenResponse {
 	t.Helper()
