@@ -260,7 +260,7 @@ func (db *DB) LockOAuthToken(ctx context.Context, connectorID int64, userID stri
 	var out *OAuthToken
 	var fnErr error
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('oauth_tokens/' || $1::text || '/' || $2, 0))`,
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('oauth_tokens/' || $1::bigint || '/' || $2::text, 0))`,
 			connectorID, userID); err != nil {
 			return err
 		}
