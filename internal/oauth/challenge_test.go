@@ -91,7 +91,7 @@ func TestDiscoveryURLs(t *testing.T) {
 	}
 
 	for issuer, want := range map[string][]string{
-		"https://as.example": {"https://as.example/.well-known/oauth-authorization-server", "https://as.example/.well-known/openid-configuration"},
+		"https://as.example":  {"https://as.example/.well-known/oauth-authorization-server", "https://as.example/.well-known/openid-configuration"},
 		"https://as.example/": {"https://as.example/.well-known/oauth-authorization-server", "https://as.example/.well-known/openid-configuration"},
 		"https://as.example/tenant/1": {
 			"https://as.example/.well-known/oauth-authorization-server/tenant/1",

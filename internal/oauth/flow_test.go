@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,5 +346,44 @@ func TestRevokeWithoutRevocationEndpoint(t *testing.T) {
 	}
 	if _, err := e.db.OAuthToken(ctx, c.ID, "alice"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the token is still stored: %v", err)
+	}
+}
+
+// A refresh the authorization server does not answer is an error that may
+// pass: the user is not asked to authorize again, and the next call
+// refreshes.
+func TestRefreshUnreachableIsRetryable(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	as := oauthtest.Start(t, oauthtest.Options{})
+	var down atomic.Bool
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if down.Load() && strings.HasSuffix(r.URL.Path, "/token") {
+			return nil, errors.New("connect: connection refused")
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	m := e.manager(func(c *Config) { c.HTTPClient = hc })
+	c := e.connector("ws", "files", as.MCPURL, ModeUser)
+	e.authorize(ctx, m, as, c, "alice")
+	e.mustWhoami(ctx, m, c, "alice")
+
+	down.Store(true)
+	as.ExpireTokens()
+	_, err := e.whoami(ctx, m, c, "alice")
+	var re *RequiredError
+	if err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("whoami while the token endpoint is down: %v; want a plain error saying why", err)
+	}
+	if row, _ := e.db.OAuthToken(ctx, c.ID, "alice"); row.NeedsReauth {
+		t.Error("an unreachable authorization server marked the user for authorization")
+	}
+	if ok, _ := m.Usable(ctx, c, "alice"); !ok {
+		t.Error("Usable false while the authorization server is down")
+	}
+	down.Store(false)
+	e.mustWhoami(ctx, m, c, "alice")
+	if n := as.Counts().Refreshes; n != 1 {
+		t.Errorf("%d refreshes, want 1", n)
 	}
 }

@@ -76,6 +76,10 @@ const (
 	// tokenCacheTTL is how long a token read from Postgres is used without
 	// reading it again.
 	tokenCacheTTL = 5 * time.Second
+	// refreshRetryPause is how long a token that could not be refreshed
+	// ahead of its expiry (the server did not answer) is used as it is
+	// before the next try.
+	refreshRetryPause = 5 * time.Second
 	// revokeAllTimeout bounds RevokeAll's requests to the server.
 	revokeAllTimeout = 20 * time.Second
 	// staleKeep is how long expired pending authorizations are kept.
@@ -100,6 +104,9 @@ type Manager struct {
 	discoveries map[string]*discovered // by connector URL
 	servers     map[string]*serverEntry
 	tokens      map[tokenKey]*liveToken
+	// refreshFailed is when a refresh ahead of expiry last failed for
+	// want of an answer, by principal.
+	refreshFailed map[tokenKey]time.Time
 
 	lastSweep atomic.Int64 // unix seconds of the last sweep of stale pending rows
 }
@@ -143,6 +150,8 @@ func New(cfg Config) (*Manager, error) {
 		discoveries: map[string]*discovered{},
 		servers:     map[string]*serverEntry{},
 		tokens:      map[tokenKey]*liveToken{},
+
+		refreshFailed: map[tokenKey]time.Time{},
 	}
 	m.hc = m.httpClient(cfg.HTTPClient)
 	return m, nil

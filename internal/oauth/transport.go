@@ -170,12 +170,40 @@ func (m *Manager) current(ctx context.Context, c Connector, userID string) (*liv
 		return tok, nil
 	}
 	if tok.refreshable || c.Mode == ModeClientCredentials {
-		return m.refresh(ctx, c, userID, tok.sealed)
+		valid := time.Now().Before(tok.expiresAt)
+		if valid && m.refreshFailedRecently(key) {
+			return tok, nil
+		}
+		fresh, err := m.refresh(ctx, c, userID, tok.sealed)
+		var re *RequiredError
+		if err != nil && !errors.As(err, &re) && valid {
+			// The authorization server could not be reached: the token
+			// is good a little longer, and a request after a pause
+			// tries again.
+			m.mu.Lock()
+			m.refreshFailed[key] = time.Now()
+			m.mu.Unlock()
+			return tok, nil
+		}
+		return fresh, err
 	}
 	if time.Now().Before(tok.expiresAt) {
 		return tok, nil // good a little longer; then the user must authorize again
 	}
 	return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+}
+
+// refreshFailedRecently says whether a refresh ahead of expiry of key
+// failed in the last refreshRetryPause.
+func (m *Manager) refreshFailedRecently(key tokenKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.refreshFailed[key]
+	if ok && time.Since(at) >= refreshRetryPause {
+		delete(m.refreshFailed, key)
+		ok = false
+	}
+	return ok
 }
 
 // expiring says whether tok should be refreshed now: it expires within
