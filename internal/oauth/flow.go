@@ -325,7 +325,6 @@ func (m *Manager) Revoke(ctx context.Context, c Connector, userID string) (atSer
 	rctx, cancel := context.WithTimeout(ctx, 2*requestTimeout)
 	atServer = m.revokeAtServer(rctx, c, t)
 	cancel()
-	m.forgetToken(c.ID, userID)
 	if _, err := m.db.DeleteOAuthToken(ctx, c.ID, userID); err != nil {
 		return atServer, err
 	}

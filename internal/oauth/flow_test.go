@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/oauthtest"
+	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -386,4 +388,38 @@ func TestRefreshUnreachableIsRetryable(t *testing.T) {
 	if n := as.Counts().Refreshes; n != 1 {
 		t.Errorf("%d refreshes, want 1", n)
 	}
+}
+
+// Rotating SECRET_KEY: Reseal seals every OAuth secret under the new key,
+// after which the old one can go; CheckKey tells a key that cannot open
+// the stored tokens.
+func TestResealAndCheckKey(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	as := oauthtest.Start(t, oauthtest.Options{})
+	m := e.manager(nil)
+	c := e.connector("ws", "files", as.MCPURL, ModeUser)
+	if err := CheckKey(ctx, e.db, e.box); err != nil {
+		t.Fatalf("CheckKey with nothing stored: %v", err)
+	}
+	e.authorize(ctx, m, as, c, "alice")
+	if _, err := m.Start(ctx, c, "bob", "", nil); err != nil { // a pending verifier
+		t.Fatal(err)
+	}
+	newRaw := bytes.Repeat([]byte{7}, 32)
+	newKey, _ := secret.NewBox(newRaw)
+	rotating, _ := secret.NewBox(newRaw, e.key) // SECRET_KEY=new,old
+	if err := CheckKey(ctx, e.db, newKey); !errors.Is(err, secret.ErrOpen) {
+		t.Errorf("CheckKey with a key that did not seal them: %v, want ErrOpen", err)
+	}
+	n, err := Reseal(ctx, e.db, rotating)
+	if err != nil || n != 3 {
+		t.Fatalf("Reseal = %d, %v; want 3 values (access, refresh, verifier)", n, err)
+	}
+	if err := CheckKey(ctx, e.db, newKey); err != nil {
+		t.Errorf("CheckKey with the new key after Reseal: %v", err)
+	}
+	e.box = newKey
+	m2 := e.manager(nil)
+	e.mustWhoami(ctx, m2, c, "alice")
 }

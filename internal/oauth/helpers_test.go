@@ -38,6 +38,7 @@ type env struct {
 	t    *testing.T
 	url  string
 	db   *store.DB
+	key  []byte // box's key
 	box  *secret.Box
 	logs *syncBuffer
 
@@ -59,7 +60,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, url: u, db: db, box: box, logs: &syncBuffer{}}
+	return &env{t: t, url: u, db: db, key: key, box: box, logs: &syncBuffer{}}
 }
 
 // manager is a new Manager (replica) on e's database; mod changes its

@@ -104,6 +104,7 @@ type Manager struct {
 	discoveries map[string]*discovered // by connector URL
 	servers     map[string]*serverEntry
 	tokens      map[tokenKey]*liveToken
+	cacheSwept  time.Time // when remember last dropped stale tokens
 	// refreshFailed is when a refresh ahead of expiry last failed for
 	// want of an answer, by principal.
 	refreshFailed map[tokenKey]time.Time

@@ -216,6 +216,18 @@ func TestPKCEAndResourceChecked(t *testing.T) {
 // completes on another.
 func TestRegistrationSharedByReplicas(t *testing.T) {
 	ctx := context.Background()
+	t.Run("one after the other", func(t *testing.T) {
+		e := newEnv(t)
+		as := oauthtest.Start(t, oauthtest.Options{})
+		c := e.connector("ws", "files", as.MCPURL, ModeUser)
+		e.authorize(ctx, e.manager(nil), as, c, "alice")
+		e.authorize(ctx, e.manager(nil), as, c, "bob")   // a second replica
+		e.authorize(ctx, e.manager(nil), as, c, "carol") // a restart
+		if n := as.Counts().Registrations; n != 1 {
+			t.Errorf("%d registrations, want 1", n)
+		}
+	})
+
 	e := newEnv(t)
 	as := oauthtest.Start(t, oauthtest.Options{})
 	c := e.connector("ws", "files", as.MCPURL, ModeUser)

@@ -233,11 +233,26 @@ func (m *Manager) live(row *store.OAuthToken) (*liveToken, error) {
 	return tok, nil
 }
 
+// remember caches tok for key. Past cacheSweepSize entries it first drops
+// those too old to be used (at most once per tokenCacheTTL), so the cache holds about the principals
+// active in the last few seconds, not every one ever seen.
 func (m *Manager) remember(key tokenKey, tok *liveToken) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.tokens) >= cacheSweepSize && time.Since(m.cacheSwept) > tokenCacheTTL {
+		m.cacheSwept = time.Now()
+		for k, t := range m.tokens {
+			if time.Since(t.loaded) > tokenCacheTTL {
+				delete(m.tokens, k)
+			}
+		}
+	}
 	m.tokens[key] = tok
-	m.mu.Unlock()
 }
+
+// cacheSweepSize is the token cache's size past which remember drops
+// stale entries.
+const cacheSweepSize = 1024
 
 func (m *Manager) forgetToken(connectorID int64, userID string) {
 	m.mu.Lock()
