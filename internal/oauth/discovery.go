@@ -66,7 +66,7 @@ func (m *Manager) discover(ctx context.Context, c Connector) (*discovered, error
 	d := m.discoveries[c.URL]
 	m.mu.Unlock()
 	if d == nil || time.Since(d.at) >= discoveryTTL {
-		v, err, _ := m.flights.Do("discover\x00"+c.URL, func() (any, error) {
+		v, err := m.shared(ctx, "discover\x00"+c.URL, func() (any, error) {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*requestTimeout)
 			defer cancel()
 			return m.discoverNow(ctx, c.URL)
@@ -264,7 +264,7 @@ func (m *Manager) serverMetadata(ctx context.Context, issuer string, insecure bo
 	if e != nil && time.Since(e.at) < discoveryTTL {
 		return e.meta, nil
 	}
-	v, err, _ := m.flights.Do("server\x00"+key, func() (any, error) {
+	v, err := m.shared(ctx, "server\x00"+key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*requestTimeout)
 		defer cancel()
 		return m.fetchServerMetadata(ctx, issuer, insecure)

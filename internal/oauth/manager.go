@@ -158,6 +158,18 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// shared runs fn once for all the callers of key at a time (each flight
+// runs detached from its callers' contexts, with a timeout of its own), and
+// returns its result; a caller whose ctx ends stops waiting.
+func (m *Manager) shared(ctx context.Context, key string, fn func() (any, error)) (any, error) {
+	select {
+	case r := <-m.flights.DoChan(key, fn):
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // checkRedirectURL applies the specification's rule for redirect URIs.
 func checkRedirectURL(raw string) error {
 	u, err := url.Parse(raw)

@@ -41,7 +41,7 @@ func (m *Manager) clientFor(ctx context.Context, c Connector, s *serverMetadata,
 		}
 		return nil, &DiscoveryError{Reason: reason + "; give the connector a pre-registered client (auth.client_id)"}
 	}
-	v, err, _ := m.flights.Do("register\x00"+s.Issuer, func() (any, error) {
+	v, err := m.shared(ctx, "register\x00"+s.Issuer, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*requestTimeout)
 		defer cancel()
 		return m.register(ctx, s, insecure)

@@ -271,7 +271,7 @@ func (m *Manager) forgetToken(connectorID int64, userID string) {
 func (m *Manager) refresh(ctx context.Context, c Connector, userID string, seen []byte) (*liveToken, error) {
 	h := sha256.Sum256(seen)
 	key := fmt.Sprintf("refresh\x00%d\x00%s\x00%x", c.ID, userID, h[:8])
-	v, err, _ := m.flights.Do(key, func() (any, error) {
+	v, err := m.shared(ctx, key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
 		defer cancel()
 		return m.refreshLocked(ctx, c, userID, seen)
