@@ -44,6 +44,9 @@ type CallOptions struct {
 	// Session is the caller's session id (Request.Session): a per_session
 	// connector runs the call on that session's own connection.
 	Session string
+	// UserID is the end user the run is for (Request.UserID): an
+	// oauth_user connector runs the call with that user's token.
+	UserID string
 	// Progress, when set, asks the call's server for progress: every
 	// update reaches it, in order, before CallTool returns and never
 	// after.
@@ -127,6 +130,9 @@ type Request struct {
 	// Session is the caller's session id, passed with every tool call of
 	// the run (CallOptions.Session); empty for none.
 	Session string
+	// UserID is the end user the run is for, passed with every tool call
+	// of the run (CallOptions.UserID); empty for none.
+	UserID string
 	// Throttle, when set, is called before each tool call of the run
 	// reaches the ToolCaller, and may wait (the connector's rate limit);
 	// an error fails that call as the ToolCaller's would.

@@ -169,7 +169,7 @@ func decodeArguments(raw string) (map[string]any, error) {
 // update. The ToolCaller calls back before the call returns, so every
 // update comes before the call's finished event.
 func (r *run) callOptions(index int, call Call) CallOptions {
-	opts := CallOptions{Session: r.req.Session}
+	opts := CallOptions{Session: r.req.Session, UserID: r.req.UserID}
 	if r.progress {
 		opts.Progress = func(p Progress) {
 			r.emit(Event{Kind: EventToolCallProgress, Index: index, Call: call, Progress: p})

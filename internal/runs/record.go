@@ -73,7 +73,8 @@ func Record(base *store.Run, name string, res *orchestrator.Result, runErr error
 // Keep records a run. A run whose id its caller gets (one that ended with
 // a result or paused, and every resumed one) is written before the caller
 // hears of it, so GetQueryRun finds it at once, on every replica. A paused
-// run that cannot be written fails (it could never be resumed); a finished
+// run (for approval or authorization) that cannot be written fails (it
+// could never be resumed); a finished
 // one is queued for the background writer instead, and its caller still
 // gets the answer. A new run that failed gives its caller no id: it is
 // queued.
@@ -83,7 +84,7 @@ func (l *Log) Keep(ctx context.Context, rec *store.Run, resumed bool) error {
 		return nil
 	}
 	err := l.Save(ctx, rec)
-	if err != nil && rec.Status != store.RunAwaitingApproval {
+	if err != nil && rec.Status != store.RunAwaitingApproval && rec.Status != store.RunAwaitingAuthorization {
 		l.Add(rec)
 	}
 	return err

@@ -88,6 +88,15 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.FailedPrecondition, ReasonEgressDenied, msg)
 	case errors.Is(err, registry.ErrSessionRequired):
 		return invalidStatus(sessionRequired())
+	case errors.Is(err, registry.ErrUserRequired):
+		return invalidStatus(&invalidError{violations: []violation{{field: "user_id", problem: err.Error()}}})
+	case errors.Is(err, registry.ErrNoUserConnection):
+		return newStatus(codes.FailedPrecondition, ReasonConnectorUnavailable, msg)
+	case registry.IsAuthError(err):
+		// Not a user's missing token (the handlers answer that), but the
+		// authorizing itself failing: the authorization server is down,
+		// say. The connection to the MCP server is fine.
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, "authorizing the request failed: "+msg)
 	case errors.As(err, &sessionLimit):
 		return newStatus(codes.ResourceExhausted, ReasonSessionLimit, fmt.Sprintf(
 			"the connector has %d open sessions, the most MAX_SESSIONS_PER_CONNECTOR allows; close one with CloseSession, or wait for an idle one to close",
