@@ -45,7 +45,7 @@ func accessRules() auth.Rules {
 		connectorv1.ConnectorService_CloseSession_FullMethodName:         query,
 		// A chat backend runs its end users' authorizations, lists and
 		// revokes them ("connected accounts"), as it closes their sessions.
-		connectorv1.ConnectorService_StartAuthorization_FullMethodName:    query,
+		connectorv1.ConnectorService_StartAuthorization_FullMethodName: query,
 		// It names no workspace: its state, single use and bound to one
 		// user of one connector, says which; any valid key may hand in a
 		// redirect it received, and learns nothing of another workspace's.
