@@ -1,0 +1,105 @@
+package oauth
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrStateInvalid means a callback's state is unknown, was used
+	// already or expired: the user must start again.
+	ErrStateInvalid = errors.New("the authorization state is unknown, used already or expired: start the authorization again")
+	// ErrIssuerMismatch means a callback's iss parameter is not the
+	// authorization server the flow was started with, or is missing where
+	// that server promised to send it (RFC 9207): a mix-up attack, or a
+	// misconfigured server.
+	ErrIssuerMismatch = errors.New("the authorization response's issuer (iss) does not match the authorization server")
+	// ErrReturnToNotAllowed means a return_to does not start with any of
+	// the allowed prefixes.
+	ErrReturnToNotAllowed = errors.New("return_to does not start with any allowed prefix (OAUTH_RETURN_TO_ALLOWED)")
+	// ErrNoGrant means the user has no standing authorization of the
+	// connector.
+	ErrNoGrant = errors.New("no authorization of this connector by this user")
+)
+
+// DiscoveryError means the connector's server cannot be authorized as the
+// MCP specification asks: no usable protected resource metadata or
+// authorization server metadata, no PKCE S256, no way to register, or a
+// metadata URL the egress policy refuses. Reason says which; Tried lists
+// the URLs requested and what each answered.
+type DiscoveryError struct {
+	Reason string
+	Tried  []string
+	Err    error // the underlying error, if one caused it (an *egress.DeniedError)
+}
+
+func (e *DiscoveryError) Error() string {
+	var b strings.Builder
+	b.WriteString("OAuth discovery: ")
+	b.WriteString(e.Reason)
+	if len(e.Tried) > 0 {
+		b.WriteString(" (tried: ")
+		b.WriteString(strings.Join(e.Tried, "; "))
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying error.
+func (e *DiscoveryError) Unwrap() error { return e.Err }
+
+// AuthServerError is a refusal by the authorization server: an error
+// redirect (access_denied when the user declined) or a token endpoint's
+// error answer (invalid_grant, invalid_client...). Description is the
+// server's error_description, with any value the service sent it (a code,
+// a token, a secret) cut out.
+type AuthServerError struct {
+	Code        string
+	Description string
+	Status      int // the token endpoint's HTTP status; 0 for a redirect
+}
+
+func (e *AuthServerError) Error() string {
+	msg := "the authorization server refused: " + e.Code
+	if e.Description != "" {
+		msg += ": " + e.Description
+	}
+	if e.Status != 0 {
+		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	return msg
+}
+
+// maxDescription bounds how much of a server's error_description an error
+// carries.
+const maxDescription = 300
+
+// newAuthServerError builds an AuthServerError from a server's answer,
+// scrubbing every one of sent (values the service sent: codes, tokens,
+// secrets, verifiers) from the description and keeping it short and
+// printable.
+func newAuthServerError(code, description string, status int, sent ...string) *AuthServerError {
+	for _, s := range sent {
+		if len(s) >= 4 {
+			description = strings.ReplaceAll(description, s, "[redacted]")
+			code = strings.ReplaceAll(code, s, "[redacted]")
+		}
+	}
+	return &AuthServerError{Code: printable(code, 64), Description: printable(description, maxDescription), Status: status}
+}
+
+// printable keeps at most n printable ASCII characters of s.
+func printable(s string, n int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= n {
+			b.WriteString("…")
+			break
+		}
+		if r >= 0x20 && r < 0x7f {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,445 @@
+package oauth
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// tokenKey names one principal's tokens.
+type tokenKey struct {
+	connector int64
+	user      string
+}
+
+// liveToken is a principal's token as this process holds it.
+type liveToken struct {
+	access      string
+	sealed      []byte // the row's sealed access token: its version
+	expiresAt   time.Time
+	issuedAt    time.Time
+	refreshable bool
+	scopes      []string
+	loaded      time.Time
+}
+
+// Transport returns a RoundTripper for the connection of one principal
+// (userID; "" for a client credentials connector) to connector c. It puts
+// that principal's bearer token on the requests to c's origin, and on no
+// others, over any Authorization header there; refreshes the token before
+// it expires and when the server refuses it (once per request); and
+// fails requests that cannot carry a usable token with a *RequiredError
+// (the user must authorize) without sending them. Other errors it returns
+// may pass (the authorization server was unreachable). A connector
+// without OAuth gets base itself.
+func (m *Manager) Transport(base http.RoundTripper, c Connector, userID string) http.RoundTripper {
+	if c.Mode != ModeUser && c.Mode != ModeClientCredentials {
+		return base
+	}
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	t := &tokenTransport{m: m, base: base, c: c, user: userID}
+	if u, err := url.Parse(c.URL); err == nil {
+		t.origin = origin(u)
+	}
+	return t
+}
+
+type tokenTransport struct {
+	m      *Manager
+	base   http.RoundTripper
+	c      Connector
+	user   string
+	origin string
+}
+
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.origin == "" || origin(req.URL) != t.origin {
+		return t.base.RoundTrip(req)
+	}
+	ctx := req.Context()
+	tok, err := t.m.current(ctx, t.c, t.user)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	resp, err := t.send(req, req.Body, tok)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		drain(resp)
+		body, err := replayBody(req)
+		if err != nil {
+			return nil, err
+		}
+		fresh, err := t.m.refresh(ctx, t.c, t.user, tok.sealed)
+		if err != nil {
+			closeReader(body)
+			return nil, err
+		}
+		if resp, err = t.send(req, body, fresh); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			drain(resp)
+			return nil, t.m.refused(ctx, t.c, t.user, fresh)
+		}
+		tok = fresh
+	}
+	if resp.StatusCode == http.StatusForbidden {
+		if ch := bearerChallenge(resp.Header); ch.err == "insufficient_scope" {
+			drain(resp)
+			return nil, &RequiredError{ConnectorID: t.c.ID, UserID: t.user, Reason: ReasonInsufficientScope,
+				Scopes: union(tok.scopes, ch.scope)}
+		}
+	}
+	return resp, nil
+}
+
+// send sends a copy of req with body and tok's bearer token.
+func (t *tokenTransport) send(req *http.Request, body io.ReadCloser, tok *liveToken) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Body = body
+	r.Header.Set("Authorization", "Bearer "+tok.access)
+	return t.base.RoundTrip(r)
+}
+
+// replayBody is a fresh copy of req's body for sending it again.
+func replayBody(req *http.Request) (io.ReadCloser, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req.Body, nil
+	}
+	if req.GetBody == nil {
+		return nil, errors.New("the server refused the token, and the request cannot be sent again (its body cannot be replayed)")
+	}
+	return req.GetBody()
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+func closeReader(r io.ReadCloser) {
+	if r != nil {
+		_ = r.Close()
+	}
+}
+
+// current returns the principal's token, read from Postgres at most every
+// few seconds, refreshed first when it expires soon. Client credentials
+// connectors get one from the server when they have none.
+func (m *Manager) current(ctx context.Context, c Connector, userID string) (*liveToken, error) {
+	key := tokenKey{c.ID, userID}
+	m.mu.Lock()
+	tok := m.tokens[key]
+	m.mu.Unlock()
+	if tok == nil || time.Since(tok.loaded) > tokenCacheTTL {
+		row, err := m.db.OAuthToken(ctx, c.ID, userID)
+		switch {
+		case errors.Is(err, store.ErrNotFound) && c.Mode == ModeClientCredentials:
+			return m.refresh(ctx, c, userID, nil)
+		case errors.Is(err, store.ErrNotFound):
+			m.forgetToken(c.ID, userID)
+			return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonNoToken}
+		case err != nil:
+			return nil, err
+		case row.NeedsReauth && c.Mode == ModeUser:
+			m.forgetToken(c.ID, userID)
+			return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+		}
+		if tok, err = m.live(row); err != nil {
+			return nil, err
+		}
+		m.remember(key, tok)
+	}
+	if !m.expiring(tok, time.Now()) {
+		return tok, nil
+	}
+	if tok.refreshable || c.Mode == ModeClientCredentials {
+		valid := time.Now().Before(tok.expiresAt)
+		if valid && m.refreshFailedRecently(key) {
+			return tok, nil
+		}
+		fresh, err := m.refresh(ctx, c, userID, tok.sealed)
+		var re *RequiredError
+		if err != nil && !errors.As(err, &re) && valid {
+			// The authorization server could not be reached: the token
+			// is good a little longer, and a request after a pause
+			// tries again.
+			m.mu.Lock()
+			m.refreshFailed[key] = time.Now()
+			m.mu.Unlock()
+			return tok, nil
+		}
+		return fresh, err
+	}
+	if time.Now().Before(tok.expiresAt) {
+		return tok, nil // good a little longer; then the user must authorize again
+	}
+	return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+}
+
+// refreshFailedRecently says whether a refresh ahead of expiry of key
+// failed in the last refreshRetryPause.
+func (m *Manager) refreshFailedRecently(key tokenKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.refreshFailed[key]
+	if ok && time.Since(at) >= refreshRetryPause {
+		delete(m.refreshFailed, key)
+		ok = false
+	}
+	return ok
+}
+
+// expiring says whether tok should be refreshed now: it expires within
+// RefreshAhead, or within half its lifetime for short-lived tokens.
+func (m *Manager) expiring(tok *liveToken, now time.Time) bool {
+	if tok.expiresAt.IsZero() {
+		return false
+	}
+	ahead := m.cfg.RefreshAhead
+	if life := tok.expiresAt.Sub(tok.issuedAt); life > 0 && life/2 < ahead {
+		ahead = life / 2
+	}
+	return !now.Add(ahead).Before(tok.expiresAt)
+}
+
+// live opens a stored token.
+func (m *Manager) live(row *store.OAuthToken) (*liveToken, error) {
+	access, err := m.box.OpenBytes(row.SealedAccess, tokenContext("access", row.ConnectorID, row.UserID))
+	if err != nil {
+		return nil, fmt.Errorf("open the stored access token: %w", err)
+	}
+	tok := &liveToken{access: string(access), sealed: row.SealedAccess, issuedAt: row.UpdatedAt,
+		refreshable: row.SealedRefresh != nil, scopes: row.Scopes, loaded: time.Now()}
+	if row.ExpiresAt != nil {
+		tok.expiresAt = *row.ExpiresAt
+	}
+	return tok, nil
+}
+
+func (m *Manager) remember(key tokenKey, tok *liveToken) {
+	m.mu.Lock()
+	m.tokens[key] = tok
+	m.mu.Unlock()
+}
+
+func (m *Manager) forgetToken(connectorID int64, userID string) {
+	m.mu.Lock()
+	delete(m.tokens, tokenKey{connectorID, userID})
+	m.mu.Unlock()
+}
+
+// refresh replaces the principal's token seen (its sealed form; nil for
+// none) with a new one: by the refresh token grant for a user, by the
+// client credentials grant for a client credentials connector. Callers in
+// this process that replace the same token share one refresh; across
+// replicas, the row is held while refreshing, and one that finds the
+// token already replaced uses the new one. A refused refresh marks the
+// user's row (they must authorize again) and returns a *RequiredError;
+// an unreachable server returns another error and leaves the row be.
+func (m *Manager) refresh(ctx context.Context, c Connector, userID string, seen []byte) (*liveToken, error) {
+	h := sha256.Sum256(seen)
+	key := fmt.Sprintf("refresh\x00%d\x00%s\x00%x", c.ID, userID, h[:8])
+	v, err, _ := m.flights.Do(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+		defer cancel()
+		return m.refreshLocked(ctx, c, userID, seen)
+	})
+	if err != nil {
+		return nil, err
+	}
+	tok := v.(*liveToken)
+	m.remember(tokenKey{c.ID, userID}, tok)
+	return tok, nil
+}
+
+func (m *Manager) refreshLocked(ctx context.Context, c Connector, userID string, seen []byte) (*liveToken, error) {
+	log := m.log.With(slog.Int64("connector_row", c.ID), slog.String("user_id", userID))
+	row, err := m.db.LockOAuthToken(ctx, c.ID, userID, func(cur *store.OAuthToken) (*store.OAuthToken, error) {
+		if c.Mode == ModeClientCredentials {
+			if cur != nil && !bytes.Equal(cur.SealedAccess, seen) {
+				return nil, nil // another replica got one meanwhile
+			}
+			return m.clientCredentials(ctx, c, cur)
+		}
+		switch {
+		case cur == nil:
+			return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonNoToken}
+		case cur.NeedsReauth:
+			return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+		case !bytes.Equal(cur.SealedAccess, seen):
+			return nil, nil // refreshed (or authorized again) meanwhile
+		}
+		next, err := m.refreshGrant(ctx, c, cur)
+		if err == nil {
+			log.DebugContext(ctx, "refreshed an OAuth token")
+			return next, nil
+		}
+		var required *RequiredError
+		if !errors.As(err, &required) {
+			log.WarnContext(ctx, "could not refresh an OAuth token; will try again", slog.Any("error", err))
+			return nil, err
+		}
+		reason := err.Error()
+		var ase *AuthServerError
+		if errors.As(err, &ase) {
+			reason = ase.Error()
+		}
+		log.WarnContext(ctx, "the user must authorize again", slog.String("reason", reason))
+		marked := *cur
+		marked.NeedsReauth, marked.ReauthReason = true, reason
+		return &marked, required
+	})
+	if row != nil && row.NeedsReauth {
+		m.forgetToken(c.ID, userID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if row == nil {
+		return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonNoToken}
+	}
+	if row.NeedsReauth && c.Mode == ModeUser {
+		return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+	}
+	return m.live(row)
+}
+
+// reauthError is a refused refresh: a *RequiredError that also carries
+// why, for the row's reauth_reason.
+type reauthError struct {
+	*RequiredError
+	why error
+}
+
+func (e *reauthError) Error() string { return e.why.Error() }
+func (e *reauthError) Unwrap() []error {
+	return []error{e.RequiredError, e.why}
+}
+
+// refreshGrant runs the refresh token grant for cur, asking for the same
+// resource and scopes. A refusal by the server, or tokens that cannot be
+// refreshed at all, is a *reauthError.
+func (m *Manager) refreshGrant(ctx context.Context, c Connector, cur *store.OAuthToken) (*store.OAuthToken, error) {
+	required := &RequiredError{ConnectorID: c.ID, UserID: cur.UserID, Reason: ReasonReauthorize}
+	refreshToken, err := m.box.OpenBytes(cur.SealedRefresh, tokenContext("refresh", cur.ConnectorID, cur.UserID))
+	if err != nil {
+		return nil, fmt.Errorf("open the stored refresh token: %w", err)
+	}
+	if len(refreshToken) == 0 {
+		return nil, &reauthError{required, errors.New("the server refused the access token and issued no refresh token")}
+	}
+	insecure := insecureOK(cur.Resource)
+	s, err := m.serverMetadata(ctx, cur.Issuer, insecure)
+	if err != nil {
+		return nil, err // the server's metadata may come back: not the user's to fix
+	}
+	cl, err := m.clientByID(ctx, c, cur.Issuer, cur.ClientID, s)
+	if err != nil {
+		return nil, &reauthError{required, err}
+	}
+	form := url.Values{"grant_type": {grantRenew}, "refresh_token": {string(refreshToken)}, "resource": {cur.Resource}}
+	if len(cur.Scopes) > 0 {
+		form.Set("scope", strings.Join(cur.Scopes, " "))
+	}
+	tr, err := m.tokenRequest(ctx, s.TokenEndpoint, cl, form, insecure)
+	if permanent(err) {
+		return nil, &reauthError{required, err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	next, err := m.sealTokens(cur.ConnectorID, cur.UserID, tr, cur.SealedRefresh)
+	if err != nil {
+		return nil, err
+	}
+	next.WorkspaceID, next.Issuer, next.Resource, next.ClientID = cur.WorkspaceID, cur.Issuer, cur.Resource, cur.ClientID
+	next.Scopes = cur.Scopes
+	if tr.Scope != "" {
+		next.Scopes = strings.Fields(tr.Scope)
+	}
+	return next, nil
+}
+
+// clientCredentials gets a client credentials connector its token (RFC
+// 6749 §4.4) for its resource and scopes.
+func (m *Manager) clientCredentials(ctx context.Context, c Connector, cur *store.OAuthToken) (*store.OAuthToken, error) {
+	if c.ClientID == "" {
+		return nil, errors.New("the connector has no client_id for the client credentials grant")
+	}
+	d, err := m.discover(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	insecure := insecureOK(c.URL)
+	cl := preRegistered(c, d.server)
+	scopes := c.Scopes
+	if len(scopes) == 0 {
+		scopes = d.challengeScopes
+	}
+	form := url.Values{"grant_type": {grantCC}, "resource": {d.resource}}
+	if len(scopes) > 0 {
+		form.Set("scope", strings.Join(scopes, " "))
+	}
+	tr, err := m.tokenRequest(ctx, d.server.TokenEndpoint, cl, form, insecure)
+	if err != nil {
+		return nil, err
+	}
+	next, err := m.sealTokens(c.ID, "", tr, nil)
+	if err != nil {
+		return nil, err
+	}
+	if tr.RefreshToken == "" {
+		next.SealedRefresh = nil
+	}
+	next.WorkspaceID, next.Issuer, next.Resource, next.ClientID, next.Scopes = c.WorkspaceID, d.server.Issuer, d.resource, cl.ID, scopes
+	if tr.Scope != "" {
+		next.Scopes = strings.Fields(tr.Scope)
+	}
+	if cur != nil {
+		m.log.DebugContext(ctx, "renewed a client credentials token", slog.Int64("connector_row", c.ID))
+	}
+	return next, nil
+}
+
+// refused handles a server that refuses a token just refreshed: a user
+// must authorize again (the row is marked, unless it changed meanwhile);
+// a client credentials connector's server refuses its own client.
+func (m *Manager) refused(ctx context.Context, c Connector, userID string, tok *liveToken) error {
+	m.forgetToken(c.ID, userID)
+	if c.Mode == ModeClientCredentials {
+		return errors.New("the server refuses the token the client credentials grant issued (HTTP 401 again after a new token)")
+	}
+	reason := "the server refuses the access token even after a refresh"
+	_, err := m.db.LockOAuthToken(ctx, c.ID, userID, func(cur *store.OAuthToken) (*store.OAuthToken, error) {
+		if cur == nil || !bytes.Equal(cur.SealedAccess, tok.sealed) {
+			return nil, nil
+		}
+		marked := *cur
+		marked.NeedsReauth, marked.ReauthReason = true, reason
+		return &marked, nil
+	})
+	if err != nil {
+		m.log.WarnContext(ctx, "could not record that the user must authorize again", slog.Any("error", err))
+	} else {
+		m.log.WarnContext(ctx, "the user must authorize again", slog.Int64("connector_row", c.ID), slog.String("user_id", userID),
+			slog.String("reason", reason))
+	}
+	return &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+}
