@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,9 +52,9 @@ type GrantFilter struct {
 	Limit       int
 }
 
-// GrantCursor is the key grants are listed in order of: a page starts
-// after the last one's.
-func GrantCursor(g oauth.Grant) string { return g.ConnectorExternalID + "\x00" + g.UserID }
+// GrantCursor is the key grants are listed in order of (connector, then
+// user): a page starts after the last one's.
+func GrantCursor(g oauth.Grant) string { return strconv.FormatInt(g.ConnectorID, 10) + ":" + g.UserID }
 
 // ReasonAuthorizationRequired is the ErrorInfo reason of a call whose user
 // must authorize the connector first.
@@ -66,6 +67,7 @@ const (
 	ReasonAuthorizationInvalid = "AUTHORIZATION_INVALID"
 	ReasonAuthorizationMissing = "AUTHORIZATION_NOT_FOUND"
 	ReasonStepUpLimit          = "STEP_UP_LIMIT"
+	ReasonOAuthDiscovery       = "OAUTH_DISCOVERY_FAILED"
 	ReasonNotOAuthUser         = "CONNECTOR_NOT_OAUTH_USER"
 )
 

@@ -134,6 +134,9 @@ func (f *fakeOAuth) ListGrants(_ context.Context, flt server.GrantFilter) ([]oau
 func (f *fakeOAuth) Revoke(_ context.Context, c oauth.Connector, user string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.grants[c.ID][user]; !ok {
+		return false, oauth.ErrNoGrant
+	}
 	delete(f.grants[c.ID], user)
 	return true, nil
 }
@@ -441,6 +444,8 @@ func TestOAuthUserCallsAndAuthorizations(t *testing.T) {
 	if who, err := f.whoami(t, "p", "alice"); err != nil || who != "alice" {
 		t.Errorf("alice after bob's revocation: %q, %v", who, err)
 	}
+	_, err = f.client.RevokeAuthorization(ctx(t), &connectorv1.RevokeAuthorizationRequest{WorkspaceId: "ws", ConnectorId: "p", UserId: "bob"})
+	wantStatus(t, err, codes.NotFound, server.ReasonAuthorizationMissing, "")
 
 	// Deleting the connector revokes every token, even if the
 	// authorization server fails.

@@ -35,6 +35,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -100,6 +101,9 @@ type options struct {
 	// oauth, when set, runs the authorizations (Deps.OAuth) and puts the
 	// tokens on OAuth connectors' requests (the registry's Authorize).
 	oauth oauthSide
+	// realOAuth gives the server and the registry an oauth.Manager on the
+	// test's database (oauth is then ignored).
+	realOAuth bool
 }
 
 // oauthSide is what the server and the registry use of an oauth.Manager.
@@ -127,6 +131,16 @@ func setup(t testing.TB, opts ...options) *fixture {
 	logs := &syncBuffer{}
 	// As in main: errors of MCP connections carry their URLs.
 	logger := slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if o.realOAuth {
+		// As main wires it: one Manager both runs the authorizations and
+		// authorizes the registry's requests.
+		m, err := oauth.New(oauth.Config{DB: db, Box: box, RedirectURL: "http://127.0.0.1:9/oauth/callback",
+			ReturnToAllowed: []string{"https://chat.test/"}, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.oauth = server.NewAuthorizer(m)
+	}
 	src := live.NewSource(db, box, logger)
 	reg := registry.New(src, registry.Config{
 		HealthInterval: 200 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
