@@ -30,10 +30,11 @@ type Trace struct {
 }
 
 var statuses = map[orchestrator.Status]string{
-	orchestrator.StatusCompleted:        store.RunCompleted,
-	orchestrator.StatusBudgetExhausted:  store.RunBudgetExhausted,
-	orchestrator.StatusPlanned:          store.RunPlanned,
-	orchestrator.StatusAwaitingApproval: store.RunAwaitingApproval,
+	orchestrator.StatusCompleted:             store.RunCompleted,
+	orchestrator.StatusBudgetExhausted:       store.RunBudgetExhausted,
+	orchestrator.StatusPlanned:               store.RunPlanned,
+	orchestrator.StatusAwaitingApproval:      store.RunAwaitingApproval,
+	orchestrator.StatusAwaitingAuthorization: store.RunAwaitingAuthorization,
 }
 
 // Record is the row of a run of the connector named name that ended with
@@ -57,8 +58,8 @@ func Record(base *store.Run, name string, res *orchestrator.Result, runErr error
 	switch {
 	case runErr != nil:
 		rec.Status, rec.Error, rec.FinishedAt = store.RunFailed, errMsg, &now
-	case res.Status == orchestrator.StatusAwaitingApproval:
-		rec.Status = store.RunAwaitingApproval
+	case res.Status == orchestrator.StatusAwaitingApproval, res.Status == orchestrator.StatusAwaitingAuthorization:
+		rec.Status = statuses[res.Status]
 		if rec.State, err = orchestrator.EncodeState(res.State); err != nil {
 			return nil, err
 		}

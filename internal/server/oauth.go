@@ -514,7 +514,18 @@ func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *s
 	if err != nil {
 		return nil, err
 	}
-	trace, err := runs.TraceJSON(row.Name, &orchestrator.Result{})
+	// A run that paused before it started runs from the start; one that
+	// paused at a call runs that call again and goes on.
+	var st *orchestrator.State
+	traced := &orchestrator.Result{}
+	if len(run.State) > 0 {
+		if st, err = orchestrator.DecodeState(run.State); err != nil {
+			return nil, err
+		}
+		st.Authorized()
+		traced = &st.Result
+	}
+	trace, err := runs.TraceJSON(row.Name, traced)
 	if err != nil {
 		return nil, err
 	}
@@ -529,10 +540,16 @@ func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *s
 	defer s.runs.Hold(run.ID)()
 	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
-	res, err := s.agent.Run(runCtx, orchestrator.Request{
+	req2 := orchestrator.Request{
 		Connector: la.Connector(cat), Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
 		Session: run.SessionID, UserID: run.UserID, Throttle: s.limits.throttle(row.ID, row.Config.RateLimit),
-	}, emit)
+	}
+	var res *orchestrator.Result
+	if st != nil {
+		res, err = s.agent.Resume(runCtx, req2, st, emit)
+	} else {
+		res, err = s.agent.Run(runCtx, req2, emit)
+	}
 	s.countQuery(row, res, err, false)
 	return s.endRun(runCtx, run, row, res, err, true)
 }

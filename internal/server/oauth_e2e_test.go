@@ -119,9 +119,44 @@ func TestOAuthEndToEnd(t *testing.T) {
 		t.Fatalf("carol's resumed query = %v", r)
 	}
 
+	// Dave's query meets a tool that needs more scopes: the run pauses at
+	// that call, and runs it again once he has granted them.
+	st, err = f.client.StartAuthorization(ctx(t), &connectorv1.StartAuthorizationRequest{WorkspaceId: "ws", ConnectorId: "p", UserId: "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.authorizeAs(t, as, st.GetAuthorizationUrl(), "dave")
+	model.Then(llmtest.CallTools(llmtest.Call{Tool: "admin_action", Args: `{}`}), llmtest.Answer("Done, dave."))
+	resp, err = f.client.QueryConnector(ctx(t), &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "p",
+		Query: "do the admin thing", UserId: "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := resp.GetResult()
+	if mid.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION ||
+		mid.GetAuthorization().GetReason() != oauth.ReasonInsufficientScope ||
+		!slices.Contains(mid.GetAuthorization().GetScopes(), oauthtest.AdminScope) || len(mid.GetSteps()) != 1 ||
+		!mid.GetSteps()[0].GetCalls()[0].GetPending() {
+		t.Fatalf("dave's query = %v", mid)
+	}
+	run, err := f.client.GetQueryRun(ctx(t), &connectorv1.GetQueryRunRequest{WorkspaceId: "ws", RunId: mid.GetRunId()})
+	if err != nil || run.GetRun().GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION ||
+		run.GetRun().GetResult().GetAuthorization().GetReason() != oauth.ReasonInsufficientScope {
+		t.Fatalf("GetQueryRun of dave's paused run = %v, %v", run, err)
+	}
+	f.authorizeAs(t, as, mid.GetAuthorization().GetAuthorizationUrl(), "dave")
+	resumed, err = f.client.ResumeQuery(ctx(t), &connectorv1.ResumeQueryRequest{WorkspaceId: "ws", RunId: mid.GetRunId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resumed.GetResult(); r.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED || r.GetAnswer() != "Done, dave." ||
+		r.GetSteps()[0].GetCalls()[0].GetResultExcerpt() != "admin done for dave" || !slices.Equal(r.GetToolsUsed(), []string{"admin_action"}) {
+		t.Fatalf("dave's resumed query = %v", r)
+	}
+
 	// Listed, without tokens; revoked, then the next call must authorize.
 	list, err := f.client.ListAuthorizations(ctx(t), &connectorv1.ListAuthorizationsRequest{WorkspaceId: "ws", ConnectorId: "p"})
-	if err != nil || len(list.GetAuthorizations()) != 3 {
+	if err != nil || len(list.GetAuthorizations()) != 4 {
 		t.Fatalf("ListAuthorizations = %v, %v", list, err)
 	}
 	rv, err := f.client.RevokeAuthorization(ctx(t), &connectorv1.RevokeAuthorizationRequest{WorkspaceId: "ws", ConnectorId: "p", UserId: "bob"})

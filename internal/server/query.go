@@ -182,7 +182,7 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	if err == nil {
 		err = s.runs.Keep(ctx, rec, resumed)
 	}
-	if err != nil && rec != nil && rec.Status == store.RunAwaitingApproval {
+	if err != nil && rec != nil && (rec.Status == store.RunAwaitingApproval || rec.Status == store.RunAwaitingAuthorization) {
 		// Without its record the run could never be resumed.
 		return nil, err
 	}
@@ -196,6 +196,16 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	p.RunId = run.ID
 	if rec != nil && rec.ExpiresAt != nil {
 		p.ExpireTime = timestamppb.New(*rec.ExpiresAt)
+	}
+	if res.Status == orchestrator.StatusAwaitingAuthorization && res.Authorization != nil {
+		// A call met the user's missing (or too narrow) authorization:
+		// where to send them.
+		ar, err := s.startFor(ctx, c, run.UserID, res.Authorization.Reason, res.Authorization.Scopes)
+		if err != nil {
+			return nil, err
+		}
+		ar.RunId, ar.ExpireTime = run.ID, p.ExpireTime
+		p.Authorization = ar
 	}
 	return p, nil
 }
@@ -242,10 +252,11 @@ func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr
 }
 
 var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
-	orchestrator.StatusCompleted:        connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
-	orchestrator.StatusBudgetExhausted:  connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
-	orchestrator.StatusPlanned:          connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
-	orchestrator.StatusAwaitingApproval: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
+	orchestrator.StatusCompleted:             connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
+	orchestrator.StatusBudgetExhausted:       connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
+	orchestrator.StatusPlanned:               connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+	orchestrator.StatusAwaitingApproval:      connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
+	orchestrator.StatusAwaitingAuthorization: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION,
 }
 
 // resultToProto converts a run's result, of the connector callers know

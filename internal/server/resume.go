@@ -13,6 +13,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -358,7 +359,11 @@ func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, err
 	if r.Status == store.RunAwaitingAuthorization {
 		// The URL it paused with is single use: ResumeQuery says the
 		// current one.
-		res.Authorization = &connectorv1.AuthorizationRequired{RunId: r.ID, ConnectorId: r.ConnectorExternalID, UserId: r.UserID}
+		res.Authorization = &connectorv1.AuthorizationRequired{RunId: r.ID, ConnectorId: r.ConnectorExternalID, UserId: r.UserID,
+			Reason: oauth.ReasonNoToken}
+		if need := tr.Result.Authorization; need != nil {
+			res.Authorization.Reason, res.Authorization.Scopes = need.Reason, need.Scopes
+		}
 	}
 	if r.ExpiresAt != nil && (r.Status == store.RunAwaitingApproval || r.Status == store.RunAwaitingAuthorization) {
 		res.ExpireTime = timestamppb.New(*r.ExpiresAt)
