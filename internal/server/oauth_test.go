@@ -467,6 +467,12 @@ func TestOAuthStepUp(t *testing.T) {
 	f.waitReachable(t, "ws", "p")
 	id, _ := f.reg.Lookup("ws", "p")
 	fake.grant(id, "alice", "read")
+	// No user's connection is open to list the tools over yet.
+	_, err := f.client.RefreshTools(ctx(t), &connectorv1.RefreshToolsRequest{WorkspaceId: "ws", ConnectorId: "p"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonConnectorUnavailable, "")
+	if !strings.Contains(err.Error(), "no user's connection is open") {
+		t.Errorf("RefreshTools refusal %q does not say why", err)
+	}
 	admin := func() error {
 		_, err := f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "p", ToolName: "admin_action", UserId: "alice"})
 		return err
@@ -480,6 +486,10 @@ func TestOAuthStepUp(t *testing.T) {
 	wantStatus(t, admin(), codes.PermissionDenied, server.ReasonStepUpLimit, "")
 	if who, err := f.whoami(t, "p", "alice"); err != nil || who != "alice" {
 		t.Errorf("whoami after refused step-ups: %q, %v (the connection must be fine)", who, err)
+	}
+	refreshed, err := f.client.RefreshTools(ctx(t), &connectorv1.RefreshToolsRequest{WorkspaceId: "ws", ConnectorId: "p"})
+	if err != nil || len(refreshed.GetTools()) != 2 {
+		t.Errorf("RefreshTools over alice's connection = %v, %v", refreshed, err)
 	}
 }
 

@@ -233,6 +233,8 @@ func (c *checker) userID(connectorID, v string) {
 		c.add("user_id", "required: connector %q is AUTH_MODE_OAUTH_USER, and its calls run with the token of the end user they are for", connectorID)
 	case len(v) > maxUserIDLen:
 		c.add("user_id", "longer than %d characters", maxUserIDLen)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		c.add("user_id", "contains a control character")
 	}
 }
 
