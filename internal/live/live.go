@@ -441,5 +441,6 @@ func connectionChanged(old, row *store.Connector) bool {
 		a.URL != b.URL || a.Command != b.Command || !reflect.DeepEqual(a.Args, b.Args) ||
 		!reflect.DeepEqual(a.HeaderNames, b.HeaderNames) || !reflect.DeepEqual(a.EnvKeys, b.EnvKeys) ||
 		a.ConnectTimeout != b.ConnectTimeout || a.CallTimeout != b.CallTimeout ||
-		a.SessionMode != b.SessionMode || a.ProtocolPreference != b.ProtocolPreference
+		a.SessionMode != b.SessionMode || a.ProtocolPreference != b.ProtocolPreference ||
+		!reflect.DeepEqual(a.Auth, b.Auth)
 }

@@ -54,7 +54,7 @@ func NewSessions(db *store.DB, reg *registry.Registry, box *secret.Box, members 
 // whose MCP session cannot be adopted reports session_restarted on its
 // first call here (registry.Registry.Restarted).
 func (s *Sessions) Route(ctx context.Context, row *store.Connector, sessionID string) (conn *grpc.ClientConn, err error) {
-	if s == nil || sessionID == "" || row.Config.SessionMode != registry.SessionPerSession || s.reg.HasSession(row.ID, sessionID) {
+	if s == nil || sessionID == "" || !OwnConnections(row) || s.reg.HasSession(row.ID, sessionID) {
 		return nil, nil
 	}
 	if !s.reg.Has(row.ID) {
@@ -110,7 +110,7 @@ func (s *Sessions) Opened(id int64, sessionID string, h registry.SessionHandle) 
 // nothing (refused before it ran: approval, an unknown tool, the rate
 // limit), so that a refused call holds no place under the cap.
 func (s *Sessions) Settle(row *store.Connector, sessionID string) {
-	if s == nil || sessionID == "" || row.Config.SessionMode != registry.SessionPerSession || s.reg.HasSession(row.ID, sessionID) {
+	if s == nil || sessionID == "" || !OwnConnections(row) || s.reg.HasSession(row.ID, sessionID) {
 		return
 	}
 	s.Closed(row.ID, sessionID)

@@ -69,7 +69,7 @@ func (s *Source) Spec(c *store.Connector) (registry.Spec, error) {
 	if err != nil {
 		return registry.Spec{}, fmt.Errorf("open secrets of %q: %w", c.ExternalID, err)
 	}
-	return registry.Spec{
+	spec := registry.Spec{
 		ID:             c.ID,
 		WorkspaceID:    c.WorkspaceID,
 		ConnectorID:    c.ExternalID,
@@ -83,7 +83,13 @@ func (s *Source) Spec(c *store.Connector) (registry.Spec, error) {
 		Protocol:       cmp.Or(c.Config.ProtocolPreference, registry.ProtocolAuto),
 		ConnectTimeout: cmp.Or(time.Duration(c.Config.ConnectTimeout), DefaultConnectTimeout),
 		CallTimeout:    cmp.Or(time.Duration(c.Config.CallTimeout), DefaultCallTimeout),
-	}, nil
+		Auth:           c.Config.AuthMode(),
+		ClientSecret:   vals.ClientSecret,
+	}
+	if a := c.Config.Auth; a != nil {
+		spec.ClientID, spec.Scopes = a.ClientID, a.Scopes
+	}
+	return spec, nil
 }
 
 // SyncTools implements registry.ConnectorSource.

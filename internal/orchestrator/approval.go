@@ -103,7 +103,7 @@ func (r *run) pause(ctx context.Context, msgs []openai.ChatCompletionMessage, tu
 	step := r.res.Steps[len(r.res.Steps)-1]
 	r.res.Pending = nil
 	for _, c := range step.Calls {
-		if !c.Pending {
+		if !c.Pending || c.AwaitsAuthorization {
 			continue
 		}
 		t := r.conn.tools[c.Tool]
@@ -111,15 +111,40 @@ func (r *run) pause(ctx context.Context, msgs []openai.ChatCompletionMessage, tu
 			Annotations: t.Annotations, Reasoning: step.Reasoning})
 	}
 	r.res.Status, r.res.Answer = StatusAwaitingApproval, ""
+	if r.res.Authorization != nil {
+		// The caller says where the user authorizes (it starts that).
+		r.res.Status = StatusAwaitingAuthorization
+	}
 	state := &State{Messages: msgs, Turn: turn, Used: r.used, Outputs: outputs}
 	r.res.State = state
-	r.emit(Event{Kind: EventApprovalRequired, Pending: r.res.Pending})
+	if r.res.Status == StatusAwaitingApproval {
+		r.emit(Event{Kind: EventApprovalRequired, Pending: r.res.Pending})
+	}
 	// The state holds the result as it is now, without itself.
 	state.Result = *r.res
 	state.Result.State = nil
-	r.agent.logger.InfoContext(ctx, "query run waits for approval", "workspace_id", r.conn.WorkspaceID,
-		"connector_id", r.conn.ExternalID, "pending", len(r.res.Pending))
+	r.agent.logger.InfoContext(ctx, "query run waits for approval or authorization", "workspace_id", r.conn.WorkspaceID,
+		"connector_id", r.conn.ExternalID, "pending", len(step.Calls), "authorization", r.res.Authorization != nil)
 	return r.res
+}
+
+// Authorized readies a run paused for its user's authorization
+// (StatusAwaitingAuthorization) to go on once they have authorized: its
+// calls that met the AuthorizationError run again on Resume, with their
+// share of the budget.
+func (st *State) Authorized() {
+	step := &st.Result.Steps[len(st.Result.Steps)-1]
+	st.Outputs = padded(st.Outputs, len(step.Calls))
+	st.Approved = nil
+	for i := range step.Calls {
+		c := &step.Calls[i]
+		if c.Pending && c.AwaitsAuthorization {
+			c.Pending, c.AwaitsAuthorization = false, false
+			st.Approved = append(st.Approved, i)
+		}
+	}
+	st.Result.Authorization = nil
+	st.Decided = true
 }
 
 // Validate checks arguments for a call of the connector's tool name

@@ -44,6 +44,9 @@ type CallOptions struct {
 	// Session is the caller's session id (Request.Session): a per_session
 	// connector runs the call on that session's own connection.
 	Session string
+	// UserID is the end user the run is for (Request.UserID): an
+	// oauth_user connector runs the call with that user's token.
+	UserID string
 	// Progress, when set, asks the call's server for progress: every
 	// update reaches it, in order, before CallTool returns and never
 	// after.
@@ -127,6 +130,9 @@ type Request struct {
 	// Session is the caller's session id, passed with every tool call of
 	// the run (CallOptions.Session); empty for none.
 	Session string
+	// UserID is the end user the run is for, passed with every tool call
+	// of the run (CallOptions.UserID); empty for none.
+	UserID string
 	// Throttle, when set, is called before each tool call of the run
 	// reaches the ToolCaller, and may wait (the connector's rate limit);
 	// an error fails that call as the ToolCaller's would.
@@ -142,7 +148,30 @@ const (
 	StatusBudgetExhausted                    // the answer was forced after the budget or turn limit
 	StatusPlanned                            // plan_only
 	StatusAwaitingApproval                   // paused before calls that need approval (Result.Pending)
+	// StatusAwaitingAuthorization: paused because calls of the last step
+	// met an AuthorizationError (Result.Authorization says why); they run
+	// again when the run is resumed (State.Authorized).
+	StatusAwaitingAuthorization
 )
+
+// AuthorizationError is what a ToolCaller returns for a call that cannot
+// run until the run's user authorizes the connector (again, or for more
+// scopes): the run pauses with StatusAwaitingAuthorization instead of
+// telling the model the call failed.
+type AuthorizationError struct {
+	Err    error
+	Reason string   // why, as the authorization layer says it
+	Scopes []string // what to ask for
+}
+
+func (e *AuthorizationError) Error() string { return e.Err.Error() }
+func (e *AuthorizationError) Unwrap() error { return e.Err }
+
+// AuthorizationNeed is why a run awaits its user's authorization.
+type AuthorizationNeed struct {
+	Reason string
+	Scopes []string `json:",omitempty"`
+}
 
 // Call is one tool call of a run.
 type Call struct {
@@ -157,6 +186,9 @@ type Call struct {
 	Pending bool
 	// Decision is the decision a call that needed approval got.
 	Decision *Decision
+	// AwaitsAuthorization marks a pending call that met an
+	// AuthorizationError: it runs again when the run is resumed.
+	AwaitsAuthorization bool `json:",omitempty"`
 }
 
 // Step is one model turn with tool calls.
@@ -204,6 +236,9 @@ type Result struct {
 	// on, and State what Resume needs to go on with it.
 	Pending []PendingCall
 	State   *State
+	// Authorization says why a run awaits authorization
+	// (StatusAwaitingAuthorization).
+	Authorization *AuthorizationNeed `json:",omitempty"`
 }
 
 // EventKind says what an Event reports.

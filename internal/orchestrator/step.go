@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,8 +59,60 @@ func (r *run) step(ctx context.Context, index int, msg openai.ChatCompletionMess
 	if err := r.runCalls(ctx, &step, outputs, runnable); err != nil {
 		return nil, nil, err
 	}
+	pending = r.awaitAuthorization(&step, outputs, pending)
 	r.res.Steps = append(r.res.Steps, step)
 	return outputs, pending, nil
+}
+
+// awaitAuthorization makes the calls of step that met an
+// AuthorizationError pending, so that the run pauses for its user's
+// authorization and they run again on resume, and returns the step's
+// pending calls. A step with calls pending for approval pauses for that
+// already: its calls that met one fail into the model's context instead,
+// as other errors do.
+func (r *run) awaitAuthorization(step *Step, outputs []string, pending []int) []int {
+	if len(pending) > 0 {
+		for i := range step.Calls {
+			step.Calls[i].AwaitsAuthorization = false
+		}
+		r.res.Authorization = nil
+		return pending
+	}
+	for i := range step.Calls {
+		c := &step.Calls[i]
+		if !c.AwaitsAuthorization {
+			continue
+		}
+		c.Pending, c.IsError, c.ResultExcerpt, outputs[i] = true, false, "", ""
+		pending = append(pending, i)
+		// It did not run: it counts as used when it runs on resume.
+		for j := len(r.res.ToolsUsed) - 1; j >= 0; j-- {
+			if r.res.ToolsUsed[j] == c.Tool {
+				r.res.ToolsUsed = slices.Delete(r.res.ToolsUsed, j, j+1)
+				break
+			}
+		}
+	}
+	if len(pending) == 0 {
+		r.res.Authorization = nil
+	}
+	return pending
+}
+
+// needAuthorization records why the run must await its user's
+// authorization: the first reason met, and every scope asked for. Calls
+// of a step run concurrently.
+func (r *run) needAuthorization(e *AuthorizationError) {
+	r.ctxMu.Lock()
+	defer r.ctxMu.Unlock()
+	if r.res.Authorization == nil {
+		r.res.Authorization = &AuthorizationNeed{Reason: e.Reason}
+	}
+	for _, s := range e.Scopes {
+		if !slices.Contains(r.res.Authorization.Scopes, s) {
+			r.res.Authorization.Scopes = append(r.res.Authorization.Scopes, s)
+		}
+	}
 }
 
 // runCalls runs the calls of step at indexes, concurrently, and puts what
@@ -169,7 +222,7 @@ func decodeArguments(raw string) (map[string]any, error) {
 // update. The ToolCaller calls back before the call returns, so every
 // update comes before the call's finished event.
 func (r *run) callOptions(index int, call Call) CallOptions {
-	opts := CallOptions{Session: r.req.Session}
+	opts := CallOptions{Session: r.req.Session, UserID: r.req.UserID}
 	if r.progress {
 		opts.Progress = func(p Progress) {
 			r.emit(Event{Kind: EventToolCallProgress, Index: index, Call: call, Progress: p})
@@ -191,7 +244,12 @@ func (r *run) runCall(ctx context.Context, call Call, opts CallOptions) (string,
 	}
 	call.Duration = time.Since(start)
 	var text string
+	var authErr *AuthorizationError
 	switch {
+	case errors.As(err, &authErr):
+		call.IsError, call.AwaitsAuthorization = true, true
+		text = "Error: the tool call failed: " + err.Error()
+		r.needAuthorization(authErr)
 	case err != nil:
 		call.IsError = true
 		// The registry's errors carry no secret value (it redacts them).

@@ -5,6 +5,8 @@ package registry
 // only: the server keeps the session under its Mcp-Session-Id).
 
 import (
+	"net/http"
+
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -74,7 +76,7 @@ func (r *Registry) SessionHandle(id int64, sessionID string) (SessionHandle, boo
 // session counts towards MaxSessions: false at the cap.
 func (r *Registry) Adopt(id int64, sessionID string, h SessionHandle) bool {
 	c, err := r.get(id)
-	if err != nil || !c.perSession() || c.spec.Transport != TransportStreamableHTTP || !h.adoptable() || sessionID == "" {
+	if err != nil || !c.ownConnections() || c.spec.Transport != TransportStreamableHTTP || !h.adoptable() || sessionID == "" {
 		return false
 	}
 	c.mu.Lock()
@@ -103,8 +105,8 @@ func (r *Registry) Adopt(id int64, sessionID string, h SessionHandle) bool {
 
 // attach starts a session on the live MCP session of h, as another
 // replica left it: no handshake, and so nothing sent yet.
-func (c *conn) attach(spec Spec, h SessionHandle) (*session, error) {
-	own, end := sessionClient(c.hc)
+func (c *conn) attach(spec Spec, hc *http.Client, h SessionHandle) (*session, error) {
+	own, end := sessionClient(hc)
 	opts := []client.ClientOption{client.WithSession(), client.WithProtocolVersion(h.ProtocolVersion)}
 	s, err := newSession(c.reg.life, spec, own, opts, c.spec.ConnectTimeout, messageLimit(c.reg.cfg.MaxResultBytes),
 		c.mcpLogger(), c.reg.metrics, h)
@@ -142,7 +144,7 @@ func (r *Registry) HasSession(id int64, sessionID string) bool {
 // the connector or the session is live here already.
 func (r *Registry) Restarted(id int64, sessionID string) bool {
 	c, err := r.get(id)
-	if err != nil || !c.perSession() || sessionID == "" {
+	if err != nil || !c.ownConnections() || sessionID == "" {
 		return false
 	}
 	sc, err := c.sessionFor(sessionID)

@@ -142,8 +142,9 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 	switch why := c.closedCause(); {
 	case err == nil:
 		return res, nil
-	case errors.Is(err, ErrResultTooLarge):
-		// Refused as it was read: the session goes on.
+	case errors.Is(err, ErrResultTooLarge), IsAuthError(err):
+		// Refused as it was read, or by the authorizing transport before
+		// it went out: the session goes on.
 		return nil, err
 	case why != nil && why != errReplaced:
 		return nil, why // deleted, deactivated or shut down under the call

@@ -146,7 +146,14 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 		return ToolChanges{}, err
 	}
 	seq := c.syncSeq.Add(1)
-	if s == nil {
+	switch {
+	case c.perUser():
+		// Its own connection has no user: list over a user's.
+		if s = c.anyUserSession(); s == nil {
+			return ToolChanges{}, ErrNoUserConnection
+		}
+		defer s.release()
+	case s == nil:
 		// A per_session connector keeps no connection of its own: list
 		// over a short-lived one.
 		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
@@ -156,7 +163,7 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 	}
 	list, err := c.listTools(ctx, s, gen)
 	if err != nil {
-		if ctx.Err() == nil && (isConnectionBroken(err) || isSessionLost(err)) {
+		if ctx.Err() == nil && !IsAuthError(err) && (isConnectionBroken(err) || isSessionLost(err)) {
 			c.drop(s, err)
 			return ToolChanges{}, unavailable(c.redact.err(err))
 		}
@@ -268,7 +275,15 @@ func (c *conn) resync(ctx context.Context) error {
 		return err
 	}
 	seq := c.syncSeq.Add(1)
-	if s == nil {
+	switch {
+	case c.perUser():
+		// Nothing to list over but a user's connection; with none open,
+		// the next one to open lists.
+		if s = c.anyUserSession(); s == nil {
+			return nil
+		}
+		defer s.release()
+	case s == nil:
 		// A per_session connector keeps no connection of its own.
 		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
 			return unavailable(c.redact.err(err))
@@ -277,7 +292,7 @@ func (c *conn) resync(ctx context.Context) error {
 	}
 	list, err := c.listTools(ctx, s, gen)
 	if err != nil {
-		if ctx.Err() == nil && (isConnectionBroken(err) || isSessionLost(err)) {
+		if ctx.Err() == nil && !IsAuthError(err) && (isConnectionBroken(err) || isSessionLost(err)) {
 			c.drop(s, err)
 			return unavailable(c.redact.err(err))
 		}

@@ -100,6 +100,11 @@ func newConn(reg *Registry, spec Spec) *conn {
 	p, hc := newPool(reg.transports, spec.URL, messageLimit(reg.cfg.MaxResultBytes))
 	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting},
 		phase: rand.N(reg.cfg.HealthInterval), owner: true}
+	if spec.Auth == AuthClientCredentials {
+		// Every request of the connector's, its sessions' too, as its
+		// own identity.
+		c.hc = c.authorizedClient("")
+	}
 	reg.metrics.startCounters(c)
 	return c
 }
@@ -268,6 +273,9 @@ func (c *conn) connect(link trace.Link, replacing *session) (err error) {
 	defer func() { endSpan(span, err) }()
 	ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
 	defer cancel()
+	if c.perUser() {
+		return c.connectProbe(ctx, replacing)
+	}
 	start := time.Now()
 
 	s, version, tools, err := c.open(ctx)
@@ -439,6 +447,9 @@ func (c *conn) setDown(cause error) {
 // check probes the connection with tools/list, reconnecting a connector
 // that is down, and re-syncs the catalog if the tool list changed.
 func (c *conn) check() Health {
+	if c.perUser() {
+		return c.checkProbe()
+	}
 	c.mu.Lock()
 	s, gen := c.sess, c.gen
 	c.mu.Unlock()
@@ -481,7 +492,7 @@ func (c *conn) perSession() bool { return c.spec.SessionMode == SessionPerSessio
 
 // down reports whether the connector needs a connect. c.mu must be held.
 func (c *conn) down() bool {
-	return c.sess == nil && !(c.perSession() && c.health.State == StateReady)
+	return c.sess == nil && !(c.ownConnections() && c.health.State == StateReady)
 }
 
 // saveHealth writes h to the source when it says something new: a state,

@@ -193,8 +193,8 @@ func (c *conn) dueAt() (time.Time, bool) {
 		return time.Time{}, false
 	case c.down():
 		return c.nextTry, true
-	case c.sess != nil && c.owner:
-		return c.nextCheck, true
+	case c.sess != nil && c.owner, c.perUser() && c.owner:
+		return c.nextCheck, true // the probe of an oauth_user connector
 	}
 	// A follower (see SetOwner), or a per_session connector: nothing of
 	// its own to check.

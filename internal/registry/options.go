@@ -7,6 +7,10 @@ type CallOptions struct {
 	// connector runs on that session's own connection (ErrSessionRequired
 	// without one). Shared connectors ignore it.
 	Session string
+	// UserID is the end user the call is for: an oauth_user connector
+	// runs it on that user's own connection, with that user's token
+	// (ErrUserRequired without one). Other connectors ignore it.
+	UserID string
 	// Progress, when set, asks the call for progress: the call sends a
 	// progress token of its own, and every notifications/progress the
 	// server sends with that token reaches Progress, in the order sent, on

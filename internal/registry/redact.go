@@ -27,6 +27,9 @@ func newRedactor(spec Spec) *redactor {
 	for _, v := range spec.Env {
 		secrets = append(secrets, v)
 	}
+	if spec.ClientSecret != "" {
+		secrets = append(secrets, spec.ClientSecret)
+	}
 	if u, err := url.Parse(spec.URL); err == nil {
 		for _, vs := range u.Query() {
 			for _, v := range vs {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,13 @@ type Spec struct {
 	Env         map[string]string
 	SessionMode string // SessionShared (or empty) or SessionPerSession
 	Protocol    string // ProtocolAuto (or empty), ProtocolClassic or ProtocolSessionless
+	// Auth is how HTTP requests are authorized: AuthNone (or empty),
+	// AuthClientCredentials or AuthUser (see Config.Authorize). The
+	// other auth fields are for Config.Authorize; ClientSecret is held in
+	// memory only.
+	Auth                   string
+	ClientID, ClientSecret string
+	Scopes                 []string
 
 	ConnectTimeout time.Duration
 	CallTimeout    time.Duration
@@ -175,6 +183,15 @@ type Config struct {
 	// detached at shutdown (see DetachSessions), whose MCP session lives on
 	// for another replica.
 	OnSessionClosed func(id int64, sessionID string)
+
+	// Authorize, if set, wraps base, a connector's pooled HTTP transport,
+	// with one that authorizes its requests: as the connector's own
+	// identity (user "") for an AuthClientCredentials connector, as user
+	// for the connection of one end user of an AuthUser connector. Errors
+	// its RoundTrip makes itself (not base's) reach callers as *AuthError,
+	// wrapping them, and never count as the connection failing. Without
+	// it, OAuth connectors' requests fail.
+	Authorize func(base http.RoundTripper, spec Spec, user string) http.RoundTripper
 
 	// ownTransports gives each connector an HTTP transport of its own,
 	// as before connectors shared them; for benchmarks that compare.
@@ -475,7 +492,9 @@ func (r *Registry) remove(id int64, why error) {
 // CallTool runs a tool of connector id over its persistent session, or,
 // for a per_session connector, over the connection of opts.Session
 // (ErrSessionRequired without one, *SessionLimitError at the connector's
-// cap). A call that arrives while the connector connects waits for that
+// cap), or, for an oauth_user connector, over the connection of
+// opts.UserID (ErrUserRequired without one; an *AuthError when the user
+// has no usable token). A call that arrives while the connector connects waits for that
 // connect (within ctx); one that arrives during an update runs on the new
 // connection. Tools annotated read-only or idempotent are retried once on
 // a rebuilt connection if the connection broke mid-call. With
@@ -495,6 +514,11 @@ func (r *Registry) CallTool(ctx context.Context, id int64, name string, args map
 		}
 		var res *mcp.CallToolResult
 		switch {
+		case c.perUser() && opts.UserID == "":
+			return nil, ErrUserRequired
+		case c.perUser():
+			opts.Session = UserSession(opts.UserID)
+			res, err = c.callSession(ctx, name, args, opts)
 		case !c.perSession():
 			res, err = c.call(ctx, name, args, opts)
 		case opts.Session == "":

@@ -68,6 +68,9 @@ type sessConn struct {
 	// had says the caller session has had an MCP session (opened here or
 	// adopted): a new one is a restart (see CallOptions.Restarted).
 	had bool
+	// hc is the HTTP client of an oauth_user connector's user connection
+	// (see client); nil until first needed.
+	hc *http.Client
 
 	flight   singleflight.Group
 	lastUsed atomic.Int64 // unix nanos
@@ -124,6 +127,13 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 	if err != nil {
 		return nil, err
 	}
+	if cat == nil && c.perUser() {
+		// No user's connection has listed the tools yet: this user's,
+		// opened first, lists them.
+		if cat, err = c.openUserFirst(ctx, opts.Session); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := cat.callable(name); err != nil {
 		return nil, err
 	}
@@ -131,7 +141,12 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 	if err != nil {
 		return nil, err
 	}
-	defer sc.done()
+	defer func() {
+		sc.done()
+		if IsAuthError(err) {
+			c.forgetUnopened(sc)
+		}
+	}()
 	defer func() {
 		if errors.Is(err, errReplaced) {
 			return // counted where it runs
@@ -171,7 +186,9 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 		switch {
 		case err == nil:
 			return res, nil
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, IsAuthError(err):
+			// An authorization refused is the user's to mend, not the
+			// connection's.
 			return nil, err
 		case isSessionLost(err) && attempt == 0:
 			sc.dropConn(s, err)
@@ -202,6 +219,9 @@ func (sc *sessConn) current(ctx context.Context) (*session, error) {
 		ch := sc.flight.DoChan("connect", func() (any, error) { return nil, sc.connect() })
 		select {
 		case r := <-ch:
+			if r.Err != nil && IsAuthError(r.Err) {
+				return nil, r.Err
+			}
 			if r.Err != nil {
 				return nil, unavailable(r.Err)
 			}
@@ -241,10 +261,18 @@ func (sc *sessConn) connect() error {
 	sc.mu.Unlock()
 	var s *session
 	var err error
+	hc := sc.client()
 	if adopt != nil {
-		s, err = c.attach(sc.spec(), *adopt)
+		s, err = c.attach(sc.spec(), hc, *adopt)
 	} else {
-		s, _, err = c.openBare(ctx, sc.spec(), c.hc)
+		s, _, err = c.openBare(ctx, sc.spec(), hc)
+	}
+	if err == nil && c.perUser() {
+		// A user's connection lists the tools: the connector's catalog
+		// is what its users' connections list.
+		if err = c.listForCatalog(ctx, s); err != nil {
+			s.close(c.reg.cfg.CloseGrace)
+		}
 	}
 	if err != nil {
 		err = c.redact.err(err)

@@ -30,10 +30,11 @@ type Trace struct {
 }
 
 var statuses = map[orchestrator.Status]string{
-	orchestrator.StatusCompleted:        store.RunCompleted,
-	orchestrator.StatusBudgetExhausted:  store.RunBudgetExhausted,
-	orchestrator.StatusPlanned:          store.RunPlanned,
-	orchestrator.StatusAwaitingApproval: store.RunAwaitingApproval,
+	orchestrator.StatusCompleted:             store.RunCompleted,
+	orchestrator.StatusBudgetExhausted:       store.RunBudgetExhausted,
+	orchestrator.StatusPlanned:               store.RunPlanned,
+	orchestrator.StatusAwaitingApproval:      store.RunAwaitingApproval,
+	orchestrator.StatusAwaitingAuthorization: store.RunAwaitingAuthorization,
 }
 
 // Record is the row of a run of the connector named name that ended with
@@ -57,8 +58,8 @@ func Record(base *store.Run, name string, res *orchestrator.Result, runErr error
 	switch {
 	case runErr != nil:
 		rec.Status, rec.Error, rec.FinishedAt = store.RunFailed, errMsg, &now
-	case res.Status == orchestrator.StatusAwaitingApproval:
-		rec.Status = store.RunAwaitingApproval
+	case res.Status == orchestrator.StatusAwaitingApproval, res.Status == orchestrator.StatusAwaitingAuthorization:
+		rec.Status = statuses[res.Status]
 		if rec.State, err = orchestrator.EncodeState(res.State); err != nil {
 			return nil, err
 		}
@@ -73,7 +74,8 @@ func Record(base *store.Run, name string, res *orchestrator.Result, runErr error
 // Keep records a run. A run whose id its caller gets (one that ended with
 // a result or paused, and every resumed one) is written before the caller
 // hears of it, so GetQueryRun finds it at once, on every replica. A paused
-// run that cannot be written fails (it could never be resumed); a finished
+// run (for approval or authorization) that cannot be written fails (it
+// could never be resumed); a finished
 // one is queued for the background writer instead, and its caller still
 // gets the answer. A new run that failed gives its caller no id: it is
 // queued.
@@ -83,7 +85,7 @@ func (l *Log) Keep(ctx context.Context, rec *store.Run, resumed bool) error {
 		return nil
 	}
 	err := l.Save(ctx, rec)
-	if err != nil && rec.Status != store.RunAwaitingApproval {
+	if err != nil && rec.Status != store.RunAwaitingApproval && rec.Status != store.RunAwaitingAuthorization {
 		l.Add(rec)
 	}
 	return err

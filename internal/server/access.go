@@ -43,6 +43,15 @@ func accessRules() auth.Rules {
 		connectorv1.ConnectorService_ListQueryRuns_FullMethodName:        query,
 		connectorv1.ConnectorService_ListSessions_FullMethodName:         query,
 		connectorv1.ConnectorService_CloseSession_FullMethodName:         query,
+		// A chat backend runs its end users' authorizations, lists and
+		// revokes them ("connected accounts"), as it closes their sessions.
+		connectorv1.ConnectorService_StartAuthorization_FullMethodName: query,
+		// It names no workspace: its state, single use and bound to one
+		// user of one connector, says which; any valid key may hand in a
+		// redirect it received, and learns nothing of another workspace's.
+		connectorv1.ConnectorService_CompleteAuthorization_FullMethodName: {},
+		connectorv1.ConnectorService_ListAuthorizations_FullMethodName:    query,
+		connectorv1.ConnectorService_RevokeAuthorization_FullMethodName:   query,
 
 		healthpb.Health_ServiceDesc.ServiceName:                    {NoKey: true},
 		reflectionv1.ServerReflection_ServiceDesc.ServiceName:      {},

@@ -25,6 +25,9 @@ func TestEveryRPCHasAnAccessRule(t *testing.T) {
 			t.Errorf("%s has no access rule in accessRules", m)
 			continue
 		}
+		if m == connectorv1.ConnectorService_CompleteAuthorization_FullMethodName && !rule.NoKey && rule.Scope == "" {
+			continue // names no workspace (its state does): any valid key
+		}
 		if rule.NoKey || (rule.Scope != auth.ScopeAdmin && rule.Scope != auth.ScopeQuery) {
 			t.Errorf("%s: rule %+v; every ConnectorService RPC needs scope admin or query", m, rule)
 		}

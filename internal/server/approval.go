@@ -94,7 +94,7 @@ func approvalRequired(tool string) error {
 // checkApproval refuses a direct call of a tool that needs approval,
 // unless the caller says it has the user's. A tool that may not be called
 // (not listed, disabled) is left to the call, which says why.
-func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest) error {
+func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest, user string) error {
 	if req.GetUserApproved() {
 		return nil
 	}
@@ -104,7 +104,7 @@ func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest) e
 	if err != nil {
 		return err
 	}
-	cat, err := s.reg.Catalog(ctx, id)
+	cat, err := s.reg.CatalogFor(ctx, id, user)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
-	conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false)
+	conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -53,7 +53,7 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 // the server's progress notifications for the call streamed before the
 // result. The caller cancelling the stream cancels the call.
 func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
-	conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false)
+	conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false)
 	if err != nil {
 		return s.toStatus(stream.Context(), err)
 	}
@@ -84,12 +84,13 @@ type callRequest interface {
 	GetArguments() *structpb.Struct
 	GetSessionId() string
 	GetUserApproved() bool
+	GetUserId() string
 }
 
 // callTool validates, runs the tool and fits its result into a response;
 // progress, if not nil, receives the call's progress updates.
-func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress)) (*connectorv1.CallToolResponse, error) {
-	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId())
+func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress)) (_ *connectorv1.CallToolResponse, err error) {
+	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
 	var ch checker
 	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	ch.sessionID(req.GetSessionId())
@@ -103,7 +104,23 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkApproval(ctx, id, req); err != nil {
+	row, err := s.liveRow(ctx, id, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, err
+	}
+	// An oauth_user connector runs the call on the user's own connection,
+	// with that user's token.
+	user, err := userFor(row, req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// The user must authorize first: say where.
+		if required, ok := asRequired(err); ok {
+			err = s.authorizationNeeded(ctx, row, user, required, "")
+		}
+	}()
+	if err := s.checkApproval(ctx, id, req, user); err != nil {
 		return nil, err
 	}
 	if err := s.admitCall(ctx, id, req); err != nil {
@@ -115,7 +132,7 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	// Restarted: the call ran on a new MCP session in place of one the
 	// caller's session had (here, or on a replica that stopped).
 	var restarted bool
-	opts := registry.CallOptions{Session: req.GetSessionId(), Progress: progress, Restarted: &restarted}
+	opts := registry.CallOptions{Session: req.GetSessionId(), UserID: user, Progress: progress, Restarted: &restarted}
 	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap(), opts)
 	if errors.Is(err, registry.ErrResultTooLarge) {
 		return nil, s.resultOverLimit()
@@ -172,7 +189,7 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", true); err != nil || conn != nil {
+	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", "", true); err != nil || conn != nil {
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
@@ -204,7 +221,7 @@ func (s *Server) CheckConnector(ctx context.Context, req *connectorv1.CheckConne
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", true); err != nil || conn != nil {
+	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", "", true); err != nil || conn != nil {
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}

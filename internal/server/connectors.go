@@ -73,6 +73,9 @@ func (s *Server) newConnector(req *connectorv1.CreateConnectorRequest) (*connect
 	if p.GetHttp() != nil {
 		p.GetHttp().HeaderNames = nil
 	}
+	if p.GetAuth() != nil {
+		p.GetAuth().HasClientSecret = false // output only
+	}
 	if p.Name == "" {
 		p.Name = p.ConnectorId
 	}
@@ -120,7 +123,7 @@ var updatePaths = []string{
 	"name", "description", "transport", "stdio", "stdio.command", "stdio.args", "stdio.env",
 	"http", "http.url", "http.headers", "connect_timeout", "call_timeout", "session_mode",
 	"model", "rate_limit", "disable_new_tools", "narrow_tools_above", "protocol_preference",
-	"approval_policy",
+	"approval_policy", "auth", "auth.mode", "auth.client_id", "auth.client_secret", "auth.scopes",
 }
 
 // UpdateConnector implements connector.v1.ConnectorService. The stored
@@ -163,7 +166,7 @@ func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateCon
 // applyUpdate merges the masked fields of src into stored.
 func (s *Server) applyUpdate(stored *store.Connector, src *connectorv1.Connector, paths []string) error {
 	merged := connectorToProto(stored)
-	secretsReplaced, err := mergeMasked(merged, src, paths)
+	secretsReplaced, clientSecret, err := mergeMasked(merged, src, paths)
 	if err != nil {
 		return err
 	}
@@ -175,7 +178,7 @@ func (s *Server) applyUpdate(stored *store.Connector, src *connectorv1.Connector
 	if err := s.allowCommand(merged); err != nil {
 		return err
 	}
-	sealed, err := s.resealed(stored, merged, secretsReplaced)
+	sealed, err := s.resealed(stored, merged, secretsReplaced, clientSecret)
 	if err != nil {
 		return err
 	}
@@ -187,10 +190,11 @@ func (s *Server) applyUpdate(stored *store.Connector, src *connectorv1.Connector
 }
 
 // mergeMasked copies the fields of src named by paths into dst and reports
-// whether the header and env values were replaced. Replacing a connection
-// or its headers or env replaces all of them. The URL's query values follow
-// dst's URL (see resealed).
-func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplaced bool, err error) {
+// whether the header and env values were replaced, and whether the OAuth
+// client secret was. Replacing a connection or its headers or env
+// replaces all of them; replacing auth replaces the client secret too.
+// The URL's query values follow dst's URL (see resealed).
+func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplaced, clientSecret bool, err error) {
 	var c checker
 	needs := func(path string, has bool, whole string) bool {
 		if !has {
@@ -257,15 +261,39 @@ func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplac
 			dst.DisableNewTools = src.GetDisableNewTools()
 		case "narrow_tools_above":
 			dst.NarrowToolsAbove = src.GetNarrowToolsAbove()
+		case "auth":
+			dst.Auth, clientSecret = proto.CloneOf(src.GetAuth()), true
+			if dst.Auth != nil {
+				dst.Auth.HasClientSecret = false
+			}
+		case "auth.mode", "auth.client_id", "auth.client_secret", "auth.scopes":
+			if dst.Auth == nil {
+				dst.Auth = &connectorv1.AuthConfig{}
+			}
+			switch path {
+			case "auth.mode":
+				dst.Auth.Mode = src.GetAuth().GetMode()
+			case "auth.client_id":
+				dst.Auth.ClientId = src.GetAuth().GetClientId()
+			case "auth.client_secret":
+				dst.Auth.ClientSecret, dst.Auth.HasClientSecret, clientSecret = src.GetAuth().GetClientSecret(), false, true
+			default:
+				dst.Auth.Scopes = src.GetAuth().GetScopes()
+			}
 		}
 	}
-	return secretsReplaced, c.err()
+	return secretsReplaced, clientSecret, c.err()
 }
 
 // DeleteConnector implements connector.v1.ConnectorService.
 func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteConnectorRequest) (*connectorv1.DeleteConnectorResponse, error) {
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
+	}
+	// An OAuth connector's tokens are revoked at the authorization server
+	// (bounded) and deleted before the row goes, while it still says how.
+	if row, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId()); err == nil {
+		s.revokeAll(ctx, row)
 	}
 	id, err := s.db.DeleteConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {

@@ -41,6 +41,13 @@ var protocolPreferences = map[connectorv1.ProtocolPreference]string{
 	connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS: registry.ProtocolSessionless,
 }
 
+var authModes = map[connectorv1.AuthMode]string{
+	connectorv1.AuthMode_AUTH_MODE_UNSPECIFIED:              store.AuthNone,
+	connectorv1.AuthMode_AUTH_MODE_NONE:                     store.AuthNone,
+	connectorv1.AuthMode_AUTH_MODE_OAUTH_CLIENT_CREDENTIALS: store.AuthClientCredentials,
+	connectorv1.AuthMode_AUTH_MODE_OAUTH_USER:               store.AuthUser,
+}
+
 var healthStates = map[string]connectorv1.ConnectorState{
 	"connecting": connectorv1.ConnectorState_CONNECTOR_STATE_CONNECTING,
 	"ready":      connectorv1.ConnectorState_CONNECTOR_STATE_READY,
@@ -104,6 +111,11 @@ func connectorToProto(c *store.Connector) *connectorv1.Connector {
 	if rl := c.Config.RateLimit; rl != nil {
 		p.RateLimit = &connectorv1.RateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: int32(rl.Burst)}
 	}
+	if a := c.Config.Auth; a != nil && c.Config.AuthMode() != store.AuthNone {
+		// The client secret is write-only: has_client_secret says it is set.
+		p.Auth = &connectorv1.AuthConfig{Mode: key(authModes, a.Mode), ClientId: a.ClientID, Scopes: a.Scopes,
+			HasClientSecret: a.HasClientSecret}
+	}
 	return p
 }
 
@@ -159,6 +171,10 @@ func configFromProto(p *connectorv1.Connector) store.Config {
 	}
 	if rl := p.GetRateLimit(); rl != nil && rl.GetRequestsPerSecond() > 0 {
 		cfg.RateLimit = &store.RateLimit{RequestsPerSecond: rl.GetRequestsPerSecond(), Burst: max(int(rl.GetBurst()), 1)}
+	}
+	if a := p.GetAuth(); authModes[a.GetMode()] != store.AuthNone && authModes[a.GetMode()] != "" {
+		cfg.Auth = &store.AuthConfig{Mode: authModes[a.GetMode()], ClientID: a.GetClientId(), Scopes: a.GetScopes(),
+			HasClientSecret: a.GetClientSecret() != "" || a.GetHasClientSecret()}
 	}
 	return cfg
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -79,15 +80,43 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var llmErr *llm.Error
 	var sessionLimit *registry.SessionLimitError
 	var egressDenied *egressDeniedError
+	var discovery *oauth.DiscoveryError
+	var refused *oauth.AuthServerError
 	switch {
 	case errors.As(err, &invalid):
 		return invalidStatus(invalid)
+	case errors.As(err, &discovery):
+		// Which URLs were tried and what each answered: no secret.
+		return newStatus(codes.FailedPrecondition, ReasonOAuthDiscovery,
+			"the connector's server cannot be authorized as the MCP specification asks: "+msg)
+	case errors.As(err, &refused):
+		// The server's error code and its description, scrubbed of what
+		// the service sent it.
+		return newStatus(codes.FailedPrecondition, ReasonAuthorizationFailed,
+			fmt.Sprintf("the authorization server refused (OAuth error %s): %s", refused.Code, msg))
+	case errors.Is(err, oauth.ErrStateInvalid):
+		return invalidStatus(&invalidError{violations: []violation{{field: "state", problem: msg}}})
+	case errors.Is(err, oauth.ErrIssuerMismatch):
+		return invalidStatus(&invalidError{violations: []violation{{field: "iss", problem: msg}}})
+	case errors.Is(err, oauth.ErrReturnToNotAllowed):
+		return invalidStatus(&invalidError{violations: []violation{{field: "return_to", problem: msg}}})
+	case errors.Is(err, oauth.ErrNoGrant):
+		return newStatus(codes.NotFound, ReasonAuthorizationMissing, "the user has no authorization of this connector")
 	case errors.As(err, &egressDenied):
 		// Only a create or update: a dial refused later is the connector
 		// being unavailable, with the refusal as its last error.
 		return newStatus(codes.FailedPrecondition, ReasonEgressDenied, msg)
 	case errors.Is(err, registry.ErrSessionRequired):
 		return invalidStatus(sessionRequired())
+	case errors.Is(err, registry.ErrUserRequired):
+		return invalidStatus(&invalidError{violations: []violation{{field: "user_id", problem: err.Error()}}})
+	case errors.Is(err, registry.ErrNoUserConnection):
+		return newStatus(codes.FailedPrecondition, ReasonConnectorUnavailable, msg)
+	case registry.IsAuthError(err):
+		// Not a user's missing token (the handlers answer that), but the
+		// authorizing itself failing: the authorization server is down,
+		// say. The connection to the MCP server is fine.
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, "authorizing the request failed: "+msg)
 	case errors.As(err, &sessionLimit):
 		return newStatus(codes.ResourceExhausted, ReasonSessionLimit, fmt.Sprintf(
 			"the connector has %d open sessions, the most MAX_SESSIONS_PER_CONNECTOR allows; close one with CloseSession, or wait for an idle one to close",

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/connector-svc/connector-svc/internal/live"
 )
 
 // With several replicas, a call of a stdio connector runs on the replica
@@ -25,8 +27,10 @@ import (
 // it should), or the call was forwarded here already. A stdio connector's
 // calls run on its owner (the one replica that runs its processes, its
 // sessions' included); with ownerOnly, every connector's. A per_session
-// connector's call with a session otherwise runs on the session's owner.
-func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessionID string, ownerOnly bool) (*grpc.ClientConn, error) {
+// connector's call with a session, or an oauth_user connector's call for
+// a user, otherwise runs on the replica that holds that session's (that
+// user's) connection.
+func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessionID, userID string, ownerOnly bool) (*grpc.ClientConn, error) {
 	if s.router == nil {
 		return nil, nil
 	}
@@ -38,7 +42,7 @@ func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessio
 	if err != nil || conn != nil || ownerOnly {
 		return conn, err
 	}
-	return s.sessions.Route(ctx, row, sessionID)
+	return s.sessions.Route(ctx, row, live.SessionKey(row, sessionID, userID))
 }
 
 // relay passes a forwarded stream's messages on to the caller until the
@@ -69,17 +73,17 @@ func (s *Server) runOwnerConn(ctx context.Context, workspaceID, runID string) (*
 	if err != nil {
 		return nil, nil
 	}
-	return s.routeCall(ctx, workspaceID, run.ConnectorExternalID, run.SessionID, false)
+	return s.routeCall(ctx, workspaceID, run.ConnectorExternalID, run.SessionID, run.UserID, false)
 }
 
 // settleSession drops the claim of a caller's session that the call
 // served here left unopened (it was refused before it ran).
-func (s *Server) settleSession(workspaceID, connectorID, sessionID string) {
-	if s.sessions == nil || sessionID == "" {
+func (s *Server) settleSession(workspaceID, connectorID, sessionID, userID string) {
+	if s.sessions == nil || (sessionID == "" && userID == "") {
 		return
 	}
 	if row, ok := s.live.Lookup(workspaceID, connectorID); ok {
-		s.sessions.Settle(row, sessionID)
+		s.sessions.Settle(row, live.SessionKey(row, sessionID, userID))
 	}
 }
 

@@ -222,7 +222,7 @@ func FuzzUpdateMask(f *testing.F) {
 		src := fuzzConnector(int32(len(mask)%4), rawURL, header, headerValue, command, "arg", envKey, envValue, 5, 0, 1, 1)
 		src.Name = name
 		dst := proto.CloneOf(stored)
-		replaced, err := mergeMasked(dst, src, paths)
+		replaced, _, err := mergeMasked(dst, src, paths)
 		if err == nil && validate(dst) == "" {
 			_ = configFromProto(dst)
 		}

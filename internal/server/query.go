@@ -34,11 +34,12 @@ type queryRequest interface {
 	GetMaxTools() int32
 	GetPlanOnly() bool
 	GetSessionId() string
+	GetUserId() string
 }
 
 // QueryConnector implements connector.v1.ConnectorService.
 func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConnectorRequest) (*connectorv1.QueryConnectorResponse, error) {
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false); err != nil || conn != nil {
+	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false); err != nil || conn != nil {
 		if err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
@@ -56,7 +57,7 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 // run as QueryConnector, streamed. The caller cancelling the stream
 // cancels the run and its tool calls.
 func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
-	if conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), false); err != nil || conn != nil {
+	if conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false); err != nil || conn != nil {
 		if err != nil {
 			return s.toStatus(stream.Context(), err)
 		}
@@ -84,8 +85,8 @@ func streamEvents(send func(*connectorv1.StreamQueryConnectorResponse)) func(orc
 	}
 }
 
-// lastEvents ends a query stream: approval_required if the run paused,
-// then the result.
+// lastEvents ends a query stream: approval_required or
+// authorization_required if the run paused, then the result.
 func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {
 	if err != nil {
 		return nil, err
@@ -94,6 +95,10 @@ func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.
 		send(&connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_ApprovalRequired{
 			ApprovalRequired: &connectorv1.ApprovalRequired{RunId: res.RunId, PendingCalls: res.PendingCalls, ExpireTime: res.ExpireTime}}})
 	}
+	if res.Status == connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION {
+		send(&connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_AuthorizationRequired{
+			AuthorizationRequired: res.Authorization}})
+	}
 	return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}, nil
 }
 
@@ -101,7 +106,7 @@ func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.
 // agent and counts the run. Nothing is read from the store on the way,
 // once the connector's settings are known (agents).
 func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
-	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId())
+	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
 	maxTools, err := validateQuery(req)
 	if err != nil {
 		return nil, err
@@ -125,20 +130,45 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if c.Config.SessionMode == registry.SessionPerSession && req.GetSessionId() == "" && !req.GetPlanOnly() {
 		return nil, sessionRequired()
 	}
-	if !s.limits.allow(ctx, c.ID, c.Config.RateLimit) {
-		return nil, rateLimited(c.Config.RateLimit)
-	}
-	cat, err := s.reg.Catalog(ctx, id)
+	user, err := userFor(c, req.GetUserId())
 	if err != nil {
 		return nil, err
 	}
+	if !s.limits.allow(ctx, c.ID, c.Config.RateLimit) {
+		return nil, rateLimited(c.Config.RateLimit)
+	}
 	run := &store.Run{ID: runs.NewID(), WorkspaceID: c.WorkspaceID, ConnectorID: c.ID, ConnectorExternalID: c.ExternalID,
-		SessionID: req.GetSessionId(), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, CreatedAt: time.Now()}
+		SessionID: req.GetSessionId(), UserID: user, Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools,
+		CreatedAt: time.Now()}
+	// A plan runs no tool, so it needs no token; a run does: without one
+	// it waits for the user to authorize.
+	if user != "" && !req.GetPlanOnly() {
+		if required, err := s.usable(ctx, c, user); err != nil || required != nil {
+			if err != nil {
+				return nil, err
+			}
+			s.countQuery(c, nil, nil, true)
+			return s.pauseForAuthorization(ctx, run, c, required)
+		}
+	}
+	var cat registry.Catalog
+	if req.GetPlanOnly() {
+		cat, err = s.reg.Catalog(ctx, id)
+	} else {
+		cat, err = s.reg.CatalogFor(ctx, id, user)
+	}
+	if required, ok := asRequired(err); ok && user != "" {
+		s.countQuery(c, nil, nil, true)
+		return s.pauseForAuthorization(ctx, run, c, required)
+	}
+	if err != nil {
+		return nil, err
+	}
 	// The agent's tool calls run on the session's connection, for a
-	// per_session connector.
+	// per_session connector, on the user's for an oauth_user one.
 	res, err := s.agent.Run(ctx, orchestrator.Request{
 		Connector: la.Connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
-		Session:  req.GetSessionId(),
+		Session: req.GetSessionId(), UserID: user,
 		Throttle: s.limits.throttle(c.ID, c.Config.RateLimit),
 	}, emit)
 	s.countQuery(c, res, err, true)
@@ -152,7 +182,7 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	if err == nil {
 		err = s.runs.Keep(ctx, rec, resumed)
 	}
-	if err != nil && rec != nil && rec.Status == store.RunAwaitingApproval {
+	if err != nil && rec != nil && (rec.Status == store.RunAwaitingApproval || rec.Status == store.RunAwaitingAuthorization) {
 		// Without its record the run could never be resumed.
 		return nil, err
 	}
@@ -166,6 +196,16 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	p.RunId = run.ID
 	if rec != nil && rec.ExpiresAt != nil {
 		p.ExpireTime = timestamppb.New(*rec.ExpiresAt)
+	}
+	if res.Status == orchestrator.StatusAwaitingAuthorization && res.Authorization != nil {
+		// A call met the user's missing (or too narrow) authorization:
+		// where to send them.
+		ar, err := s.startFor(ctx, c, run.UserID, res.Authorization.Reason, res.Authorization.Scopes)
+		if err != nil {
+			return nil, err
+		}
+		ar.RunId, ar.ExpireTime = run.ID, p.ExpireTime
+		p.Authorization = ar
 	}
 	return p, nil
 }
@@ -212,10 +252,11 @@ func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr
 }
 
 var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
-	orchestrator.StatusCompleted:        connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
-	orchestrator.StatusBudgetExhausted:  connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
-	orchestrator.StatusPlanned:          connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
-	orchestrator.StatusAwaitingApproval: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
+	orchestrator.StatusCompleted:             connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
+	orchestrator.StatusBudgetExhausted:       connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
+	orchestrator.StatusPlanned:               connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+	orchestrator.StatusAwaitingApproval:      connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
+	orchestrator.StatusAwaitingAuthorization: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION,
 }
 
 // resultToProto converts a run's result, of the connector callers know

@@ -13,6 +13,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -86,18 +87,31 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if len(req.GetActorId()) > maxActorLen {
 		ch.add("actor_id", "longer than %d characters", maxActorLen)
 	}
-	if len(req.GetDecisions()) == 0 {
-		ch.add("decisions", "required: one per pending call of the run")
-	}
 	if err := ch.err(); err != nil {
 		return nil, err
+	}
+	var run *store.Run
+	if len(req.GetDecisions()) == 0 {
+		// Only a run awaiting its user's authorization goes on without.
+		r, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+		if err != nil || r.Status != store.RunAwaitingAuthorization {
+			ch.add("decisions", "required: one per pending call of the run")
+			return nil, ch.err()
+		}
+		run = r
 	}
 	if s.agent == nil {
 		return nil, llm.ErrNotConfigured
 	}
-	run, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
-	if err != nil {
-		return nil, err
+	if run == nil {
+		r, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+		if err != nil {
+			return nil, err
+		}
+		run = r
+	}
+	if run.Status == store.RunAwaitingAuthorization {
+		return s.resumeAuthorized(ctx, req, run, emit)
 	}
 	if err := resumable(run); err != nil {
 		return nil, err
@@ -164,11 +178,14 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 // resumable refuses a run that is not awaiting approval now.
 func resumable(run *store.Run) error {
 	switch {
+	case run.Status == store.RunAwaitingAuthorization && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt):
+		return newStatus(codes.FailedPrecondition, ReasonRunExpired,
+			"the run waited for its user's authorization longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
 	case run.Status == store.RunAwaitingApproval && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt),
 		run.Status == store.RunExpired:
 		return newStatus(codes.FailedPrecondition, ReasonRunExpired,
 			"the run waited for approval longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
-	case run.Status != store.RunAwaitingApproval:
+	case run.Status != store.RunAwaitingApproval && run.Status != store.RunAwaitingAuthorization:
 		return newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting, fmt.Sprintf(
 			"the run is %s, not awaiting approval: each pending call is decided once", run.Status))
 	}
@@ -308,13 +325,14 @@ const defaultRunPageSize = 50
 
 // runStatusesToProto maps stored run statuses to the API's.
 var runStatusesToProto = map[string]connectorv1.QueryStatus{
-	store.RunCompleted:        connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
-	store.RunBudgetExhausted:  connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
-	store.RunPlanned:          connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
-	store.RunAwaitingApproval: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
-	store.RunRunning:          connectorv1.QueryStatus_QUERY_STATUS_RUNNING,
-	store.RunExpired:          connectorv1.QueryStatus_QUERY_STATUS_EXPIRED,
-	store.RunFailed:           connectorv1.QueryStatus_QUERY_STATUS_FAILED,
+	store.RunCompleted:             connectorv1.QueryStatus_QUERY_STATUS_COMPLETED,
+	store.RunBudgetExhausted:       connectorv1.QueryStatus_QUERY_STATUS_BUDGET_EXHAUSTED,
+	store.RunPlanned:               connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
+	store.RunAwaitingApproval:      connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
+	store.RunAwaitingAuthorization: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION,
+	store.RunRunning:               connectorv1.QueryStatus_QUERY_STATUS_RUNNING,
+	store.RunExpired:               connectorv1.QueryStatus_QUERY_STATUS_EXPIRED,
+	store.RunFailed:                connectorv1.QueryStatus_QUERY_STATUS_FAILED,
 }
 
 func storedStatus(st connectorv1.QueryStatus) string { return key(runStatusesToProto, st) }
@@ -338,10 +356,22 @@ func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, err
 	if r.FinishedAt != nil {
 		p.FinishTime = timestamppb.New(*r.FinishedAt)
 	}
-	if r.ExpiresAt != nil && r.Status == store.RunAwaitingApproval {
+	if r.Status == store.RunAwaitingAuthorization {
+		// The URL it paused with is single use: ResumeQuery says the
+		// current one.
+		res.Authorization = &connectorv1.AuthorizationRequired{RunId: r.ID, ConnectorId: r.ConnectorExternalID, UserId: r.UserID,
+			Reason: oauth.ReasonNoToken}
+		if need := tr.Result.Authorization; need != nil {
+			res.Authorization.Reason, res.Authorization.Scopes = need.Reason, need.Scopes
+		}
+	}
+	if r.ExpiresAt != nil && (r.Status == store.RunAwaitingApproval || r.Status == store.RunAwaitingAuthorization) {
 		res.ExpireTime = timestamppb.New(*r.ExpiresAt)
+		if res.Authorization != nil {
+			res.Authorization.ExpireTime = res.ExpireTime
+		}
 		if !time.Now().Before(*r.ExpiresAt) {
-			p.Status, res.PendingCalls = connectorv1.QueryStatus_QUERY_STATUS_EXPIRED, nil
+			p.Status, res.PendingCalls, res.Authorization = connectorv1.QueryStatus_QUERY_STATUS_EXPIRED, nil, nil
 		}
 	}
 	res.Status = p.Status

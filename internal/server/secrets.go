@@ -22,7 +22,8 @@ func secretsFromProto(p *connectorv1.Connector, stored []secret.Param) (secret.V
 	if !slices.ContainsFunc(query, func(q secret.Param) bool { return q.Value != "" }) {
 		query = nil
 	}
-	return secret.Values{Headers: p.GetHttp().GetHeaders(), Env: p.GetStdio().GetEnv(), Query: query}, nil
+	return secret.Values{Headers: p.GetHttp().GetHeaders(), Env: p.GetStdio().GetEnv(), Query: query,
+		ClientSecret: p.GetAuth().GetClientSecret()}, nil
 }
 
 // keepRedacted gives the n-th parameter of query of a name whose value is
@@ -66,9 +67,11 @@ func nth(query []secret.Param, name string, n int) *secret.Param {
 // resealed returns the sealed secrets of merged, the stored connector with
 // an update applied. Header and env values are merged's if the update
 // replaced them and the stored ones otherwise; query values are those of
-// merged's URL, a REDACTED value keeping the stored one. If nothing secret
-// changed, the stored bytes are kept as they are.
-func (s *Server) resealed(stored *store.Connector, merged *connectorv1.Connector, replaced bool) ([]byte, error) {
+// merged's URL, a REDACTED value keeping the stored one; the OAuth client
+// secret is merged's if the update set it (clientSecret), else the stored
+// one while merged keeps an OAuth mode. If nothing secret changed, the
+// stored bytes are kept as they are.
+func (s *Server) resealed(stored *store.Connector, merged *connectorv1.Connector, replaced, clientSecret bool) ([]byte, error) {
 	binding := live.SealContext(stored.WorkspaceID, stored.ExternalID)
 	old, err := s.box.Open(stored.SealedSecrets, binding)
 	if err != nil {
@@ -84,8 +87,14 @@ func (s *Server) resealed(stored *store.Connector, merged *connectorv1.Connector
 	if err != nil {
 		return nil, err
 	}
+	if !clientSecret {
+		vals.ClientSecret = old.ClientSecret
+	}
+	if authModes[merged.GetAuth().GetMode()] == store.AuthNone {
+		vals.ClientSecret = "" // no OAuth, no client
+	}
 	if !replaced {
-		if slices.Equal(vals.Query, old.Query) {
+		if slices.Equal(vals.Query, old.Query) && vals.ClientSecret == old.ClientSecret {
 			return stored.SealedSecrets, nil
 		}
 		vals.Headers, vals.Env = old.Headers, old.Env

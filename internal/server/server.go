@@ -74,6 +74,11 @@ type Config struct {
 	// RunFlushInterval is how often run records that need not be written
 	// at once (failed runs, failed writes) are written; 0 means a second.
 	RunFlushInterval time.Duration
+	// OAuthWindow is how long an authorization started stays valid
+	// (OAUTH_STATE_TTL): within it a user's step-ups (authorizations for
+	// more scopes) of one connector are capped; 0 means
+	// DefaultOAuthWindow.
+	OAuthWindow time.Duration
 }
 
 // Size defaults. A default gRPC client receives at most 4 MiB, so that is
@@ -100,12 +105,15 @@ type Server struct {
 	router   *live.Router   // nil: a single replica, nothing to forward
 	sessions *live.Sessions // nil: sessions are this replica's alone
 	limits   rateLimits
-	counts   *queryCounts // queries' counters on their way to the store
-	runs     *runs.Log    // query run records on their way to the store
-	cfg      Config
-	logger   *slog.Logger
-	tracer   trace.TracerProvider
-	meters   metric.MeterProvider // nil: no RPC metrics
+	// oauth runs users' authorizations; nil: OAuth is not configured.
+	oauth  Authorizer
+	steps  stepUps
+	counts *queryCounts // queries' counters on their way to the store
+	runs   *runs.Log    // query run records on their way to the store
+	cfg    Config
+	logger *slog.Logger
+	tracer trace.TracerProvider
+	meters metric.MeterProvider // nil: no RPC metrics
 }
 
 // Deps are the Server's collaborators.
@@ -130,7 +138,12 @@ type Deps struct {
 	Agent *orchestrator.Agent
 	// Keys are the API keys; nil means none, and auth stays off whatever
 	// Config.Auth says.
-	Keys   *auth.Keys
+	Keys *auth.Keys
+	// OAuth runs the authorizations of OAuth connectors' users
+	// (ManagerAuthorizer over the oauth.Manager whose Transport the
+	// registry's Config.Authorize uses); nil: OAuth is not configured, and
+	// the authorization RPCs say so.
+	OAuth  Authorizer
 	Logger *slog.Logger
 	// TracerProvider makes the RPCs' server spans; nil means otel's global
 	// one. A caller's W3C trace context (otel's global propagator) is
@@ -165,6 +178,7 @@ func New(d Deps, cfg Config) *Server {
 		cfg.Egress = egress.New(egress.Config{})
 	}
 	cfg.ApprovalTimeout = cmp.Or(max(cfg.ApprovalTimeout, 0), DefaultApprovalTimeout)
+	cfg.OAuthWindow = cmp.Or(max(cfg.OAuthWindow, 0), DefaultOAuthWindow)
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
@@ -173,6 +187,7 @@ func New(d Deps, cfg Config) *Server {
 		limits.Exact = d.DB
 	}
 	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, router: d.Router, sessions: d.Sessions, agent: d.Agent, keys: d.Keys,
+		oauth:  d.OAuth,
 		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}

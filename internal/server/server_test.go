@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -96,6 +98,18 @@ type options struct {
 	// replicas is how many live replicas the server shares rate limits
 	// with (0: it alone).
 	replicas int
+	// oauth, when set, runs the authorizations (Deps.OAuth) and puts the
+	// tokens on OAuth connectors' requests (the registry's Authorize).
+	oauth oauthSide
+	// realOAuth gives the server and the registry an oauth.Manager on the
+	// test's database (oauth is then ignored).
+	realOAuth bool
+}
+
+// oauthSide is what the server and the registry use of an oauth.Manager.
+type oauthSide interface {
+	server.Authorizer
+	live.Transporter
 }
 
 // setup serves a Server on a fresh database over an in-memory gRPC
@@ -117,6 +131,16 @@ func setup(t testing.TB, opts ...options) *fixture {
 	logs := &syncBuffer{}
 	// As in main: errors of MCP connections carry their URLs.
 	logger := slog.New(secret.NewRedactingHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if o.realOAuth {
+		// As main wires it: one Manager both runs the authorizations and
+		// authorizes the registry's requests.
+		m, err := oauth.New(oauth.Config{DB: db, Box: box, RedirectURL: "http://127.0.0.1:9/oauth/callback",
+			ReturnToAllowed: []string{"https://chat.test/"}, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.oauth = server.NewAuthorizer(m)
+	}
 	src := live.NewSource(db, box, logger)
 	reg := registry.New(src, registry.Config{
 		HealthInterval: 200 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -124,6 +148,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		Egress:         o.egress,
 		MaxSessions:    o.maxSessions,
 		TracerProvider: o.tracer,
+		Authorize:      authorizeWith(o.oauth),
 	}, logger)
 	if err := reg.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -190,8 +215,12 @@ func setup(t testing.TB, opts ...options) *fixture {
 	if o.replicas > 0 {
 		replicas = func() int { return o.replicas }
 	}
+	var authorizer server.Authorizer
+	if o.oauth != nil {
+		authorizer = o.oauth
+	}
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
-		Replicas: replicas},
+		Replicas: replicas, OAuth: authorizer},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second)})
 	// As in main: the counters and run records are written in the
@@ -223,6 +252,14 @@ func setup(t testing.TB, opts ...options) *fixture {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, live: lv, logs: logs, keys: keys, srv: srv, stop: stop}
+}
+
+// authorizeWith is the registry's Authorize over o; nil without one.
+func authorizeWith(o oauthSide) func(http.RoundTripper, registry.Spec, string) http.RoundTripper {
+	if o == nil {
+		return nil
+	}
+	return live.Authorize(o)
 }
 
 func ctx(t *testing.T) context.Context {

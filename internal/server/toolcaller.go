@@ -11,15 +11,22 @@ import (
 
 // ToolCaller is the agent's view of the registry: it runs the agent's tool
 // calls with the registry, translating the orchestrator's call options
-// (session, progress) into the registry's, so that neither package
-// imports the other.
+// (session, user, progress) into the registry's, and a user's missing
+// authorization into an orchestrator.AuthorizationError, so that neither
+// package imports the other.
 type ToolCaller struct{ Registry *registry.Registry }
 
 // CallTool implements orchestrator.ToolCaller.
 func (t ToolCaller) CallTool(ctx context.Context, id int64, name string, args map[string]any, opts orchestrator.CallOptions) (*mcp.CallToolResult, error) {
-	ro := registry.CallOptions{Session: opts.Session}
+	ro := registry.CallOptions{Session: opts.Session, UserID: opts.UserID}
 	if fn := opts.Progress; fn != nil {
 		ro.Progress = func(p registry.Progress) { fn(orchestrator.Progress(p)) }
 	}
-	return t.Registry.CallTool(ctx, id, name, args, ro)
+	res, err := t.Registry.CallTool(ctx, id, name, args, ro)
+	if required, ok := asRequired(err); ok && opts.UserID != "" {
+		// The run pauses for its user's authorization; the call runs
+		// again when it is resumed.
+		return nil, &orchestrator.AuthorizationError{Err: err, Reason: required.Reason, Scopes: required.Scopes}
+	}
+	return res, err
 }

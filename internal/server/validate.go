@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // invalidError is a bad request: one violation per field, each naming the
@@ -121,6 +122,7 @@ func (c *checker) connector(p *connectorv1.Connector) {
 		c.add("connector.session_mode", "unknown value %d", p.GetSessionMode())
 	}
 	c.protocolPreference(p)
+	c.auth(p)
 	if pol := p.GetApprovalPolicy(); approvalPolicies[pol] == "" {
 		c.add("connector.approval_policy", "unknown value %d: use APPROVAL_POLICY_NONE, APPROVAL_POLICY_DESTRUCTIVE or APPROVAL_POLICY_ALL", pol)
 	}
@@ -156,6 +158,83 @@ func (c *checker) protocolPreference(p *connectorv1.Connector) {
 		c.add("connector.protocol_preference", "PROTOCOL_PREFERENCE_SESSIONLESS has no MCP sessions, and a "+
 			"SESSION_MODE_PER_SESSION connector over streamable HTTP gives each caller session its own MCP session: "+
 			"use PROTOCOL_PREFERENCE_AUTO or PROTOCOL_PREFERENCE_CLASSIC")
+	}
+}
+
+// Bounds of a connector's auth settings and of a user id.
+const (
+	maxClientIDLen     = 512
+	maxClientSecretLen = 4096
+	maxScopes          = 64
+	maxScopeLen        = 256
+	maxUserIDLen       = 256
+)
+
+// auth checks a connector's OAuth settings against its connection: OAuth
+// is for HTTP servers; a client credentials client needs its id and
+// secret; an oauth_user connector opens a connection per user already,
+// and the token goes in the Authorization header, which no static header
+// may then take.
+func (c *checker) auth(p *connectorv1.Connector) {
+	a := p.GetAuth()
+	mode, ok := authModes[a.GetMode()]
+	if !ok {
+		c.add("connector.auth.mode", "unknown value %d: use AUTH_MODE_NONE, AUTH_MODE_OAUTH_CLIENT_CREDENTIALS or AUTH_MODE_OAUTH_USER", a.GetMode())
+		return
+	}
+	if len(a.GetClientId()) > maxClientIDLen {
+		c.add("connector.auth.client_id", "longer than %d characters", maxClientIDLen)
+	}
+	if s := a.GetClientSecret(); len(s) > maxClientSecretLen || strings.ContainsAny(s, "\r\n\x00") {
+		// Never echo the value: it is a secret.
+		c.add("connector.auth.client_secret", "longer than %d characters, or contains a line break or NUL byte", maxClientSecretLen)
+	}
+	if len(a.GetScopes()) > maxScopes {
+		c.add("connector.auth.scopes", "more than %d scopes", maxScopes)
+	}
+	for i, s := range a.GetScopes() {
+		if s == "" || len(s) > maxScopeLen || strings.ContainsAny(s, " \t\r\n\x00\"\\") {
+			c.add(fmt.Sprintf("connector.auth.scopes[%d]", i), "a scope is 1-%d characters without spaces, quotes or backslashes", maxScopeLen)
+		}
+	}
+	if mode == store.AuthNone {
+		return
+	}
+	if p.GetTransport() == connectorv1.Transport_TRANSPORT_STDIO {
+		c.add("connector.auth.mode", "%s needs an HTTP transport (TRANSPORT_SSE or TRANSPORT_STREAMABLE_HTTP): "+
+			"a stdio server takes its credentials from connector.stdio.env", a.GetMode())
+	}
+	if mode == store.AuthClientCredentials {
+		if a.GetClientId() == "" {
+			c.add("connector.auth.client_id", "required for AUTH_MODE_OAUTH_CLIENT_CREDENTIALS")
+		}
+		if a.GetClientSecret() == "" && !a.GetHasClientSecret() {
+			c.add("connector.auth.client_secret", "required for AUTH_MODE_OAUTH_CLIENT_CREDENTIALS")
+		}
+	}
+	if mode == store.AuthUser && p.GetSessionMode() == connectorv1.SessionMode_SESSION_MODE_PER_SESSION {
+		c.add("connector.session_mode", "SESSION_MODE_PER_SESSION cannot go with AUTH_MODE_OAUTH_USER: "+
+			"oauth_user already opens one connection per user; use SESSION_MODE_SHARED")
+	}
+	h := p.GetHttp()
+	for _, name := range append(slices.Collect(maps.Keys(h.GetHeaders())), h.GetHeaderNames()...) {
+		if strings.EqualFold(name, "Authorization") {
+			c.add("connector.http.headers", "an Authorization header cannot go with %s: the service sends the OAuth token in it; "+
+				"remove the header", a.GetMode())
+			break
+		}
+	}
+}
+
+// userID checks the user_id of a call or query of an oauth_user connector.
+func (c *checker) userID(connectorID, v string) {
+	switch {
+	case v == "":
+		c.add("user_id", "required: connector %q is AUTH_MODE_OAUTH_USER, and its calls run with the token of the end user they are for", connectorID)
+	case len(v) > maxUserIDLen:
+		c.add("user_id", "longer than %d characters", maxUserIDLen)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		c.add("user_id", "contains a control character")
 	}
 }
 

@@ -39,6 +39,9 @@ func TestMissingWorkspaceIsInvalid(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if m.Name() == "CompleteAuthorization" {
+				t.Skip("CompleteAuthorization names no workspace: its state does (any valid key may call it)")
+			}
 			if in.Descriptor().Fields().ByName("workspace_id") == nil {
 				t.Fatalf("%s has no workspace_id", m.Input().FullName())
 			}

@@ -67,6 +67,35 @@ type Config struct {
 	// empty, as for connectors made before there was a policy),
 	// "destructive" or "all". A tool's RequiresApproval overrides it.
 	ApprovalPolicy string `json:"approval_policy,omitempty"`
+	// Auth is how the service authenticates to an HTTP connector's server;
+	// nil means static headers only (AuthNone).
+	Auth *AuthConfig `json:"auth,omitempty"`
+}
+
+// Auth modes stored in AuthConfig.Mode.
+const (
+	AuthNone              = "none"
+	AuthClientCredentials = "oauth_client_credentials"
+	AuthUser              = "oauth_user"
+)
+
+// AuthConfig is a connector's OAuth settings, but for the client secret,
+// which is sealed with the other secrets (secret.Values.ClientSecret).
+type AuthConfig struct {
+	Mode     string   `json:"mode,omitempty"` // AuthNone (or empty), AuthClientCredentials or AuthUser
+	ClientID string   `json:"client_id,omitempty"`
+	Scopes   []string `json:"scopes,omitempty"`
+	// HasClientSecret says a client secret is sealed, so that responses
+	// can say so without opening the secrets.
+	HasClientSecret bool `json:"has_client_secret,omitempty"`
+}
+
+// AuthMode is the connector's auth mode: AuthNone when none is set.
+func (c Config) AuthMode() string {
+	if c.Auth == nil || c.Auth.Mode == "" {
+		return AuthNone
+	}
+	return c.Auth.Mode
 }
 
 // RateLimit is a token bucket for queries.
@@ -237,8 +266,8 @@ func (db *DB) SetConnectorActive(ctx context.Context, workspaceID, externalID st
 // DeleteConnector deletes a connector and its tools and returns the deleted
 // row's id. Returns ErrConnectorNotFound if there is no such connector.
 //
-// Its runs are kept, with its external id; those paused for approval end
-// as failed, since they can no longer go on.
+// Its runs are kept, with its external id; those paused for approval or
+// authorization end as failed, since they can no longer go on.
 func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID string) (int64, error) {
 	var id int64
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
@@ -248,9 +277,11 @@ func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID strin
 			return translate(err, ErrConnectorNotFound)
 		}
 		_, err = tx.Exec(ctx, `
-			UPDATE query_runs SET status = 'failed', error = 'the connector was deleted while the run waited for approval',
+			UPDATE query_runs SET status = 'failed', error = 'the connector was deleted while the run waited for ' ||
+					CASE status WHEN 'awaiting_approval' THEN 'approval' ELSE 'authorization' END,
 				state = NULL, finished_at = now(), updated_at = now(), version = version + 1
-			WHERE workspace_id = $1 AND connector_external_id = $2 AND connector_id IS NULL AND status = 'awaiting_approval'`,
+			WHERE workspace_id = $1 AND connector_external_id = $2 AND connector_id IS NULL
+				AND status IN ('awaiting_approval', 'awaiting_authorization')`,
 			workspaceID, externalID)
 		return err
 	})

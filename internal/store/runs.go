@@ -16,7 +16,7 @@ var (
 	ErrRunNotFound = fmt.Errorf("query run %w", ErrNotFound)
 	// ErrRunNotPending means a run is not awaiting approval (any more): it
 	// finished, expired, or another resume claimed it first.
-	ErrRunNotPending = errors.New("the query run is not awaiting approval")
+	ErrRunNotPending = errors.New("the query run is not awaiting approval or authorization")
 )
 
 // Run statuses.
@@ -25,9 +25,12 @@ const (
 	RunBudgetExhausted  = "budget_exhausted"
 	RunPlanned          = "planned"
 	RunAwaitingApproval = "awaiting_approval"
-	RunRunning          = "running" // a resumed run, until it ends or pauses again
-	RunExpired          = "expired"
-	RunFailed           = "failed"
+	// RunAwaitingAuthorization: the run's user must authorize the
+	// connector (OAuth) before it goes on.
+	RunAwaitingAuthorization = "awaiting_authorization"
+	RunRunning               = "running" // a resumed run, until it ends or pauses again
+	RunExpired               = "expired"
+	RunFailed                = "failed"
 )
 
 // Run is one query run: a row of query_runs.
@@ -38,11 +41,14 @@ type Run struct {
 	ConnectorID         int64
 	ConnectorExternalID string
 	SessionID           string
-	Query, Context      string
-	MaxTools            int
-	Status              string
-	Answer              string
-	Error               string
+	// UserID is the end user an oauth_user connector's run is for; empty
+	// otherwise.
+	UserID         string
+	Query, Context string
+	MaxTools       int
+	Status         string
+	Answer         string
+	Error          string
 	// Trace is the run's trace as the service writes it (JSON).
 	Trace json.RawMessage
 	// State is what the agent needs to resume a paused run (JSON); nil
@@ -54,11 +60,11 @@ type Run struct {
 	Version    int
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
-	ExpiresAt  *time.Time // while awaiting approval
+	ExpiresAt  *time.Time // while awaiting approval or authorization
 	FinishedAt *time.Time
 }
 
-const runColumns = `id, workspace_id, coalesce(connector_id, 0), connector_external_id, session_id, query, context,
+const runColumns = `id, workspace_id, coalesce(connector_id, 0), connector_external_id, session_id, user_id, query, context,
 	max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms, version,
 	created_at, updated_at, expires_at, finished_at`
 
@@ -69,7 +75,7 @@ var listColumns = strings.Replace(runColumns, " state,", " NULL::jsonb,", 1)
 func scanRun(row pgx.Row) (*Run, error) {
 	var r Run
 	var ms int64
-	err := row.Scan(&r.ID, &r.WorkspaceID, &r.ConnectorID, &r.ConnectorExternalID, &r.SessionID, &r.Query, &r.Context,
+	err := row.Scan(&r.ID, &r.WorkspaceID, &r.ConnectorID, &r.ConnectorExternalID, &r.SessionID, &r.UserID, &r.Query, &r.Context,
 		&r.MaxTools, &r.Status, &r.Answer, &r.Error, &r.Trace, &r.State, &r.PromptTokens, &r.CompletionTokens, &ms,
 		&r.Version, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.FinishedAt)
 	r.Duration = time.Duration(ms) * time.Millisecond
@@ -108,9 +114,9 @@ func (db *DB) saveRuns(ctx context.Context, runs []*Run, asyncCommit bool) error
 		batch.Queue(`
 			INSERT INTO query_runs (id, workspace_id, connector_id, connector_external_id, session_id, query, context,
 				max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms,
-				created_at, expires_at, finished_at)
+				created_at, expires_at, finished_at, user_id)
 			VALUES ($1, $2, (SELECT id FROM connectors WHERE id = $3), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-				$14, $15, $16, $17, $18, $19)
+				$14, $15, $16, $17, $18, $19, $20)
 			ON CONFLICT (id) DO UPDATE SET
 				status = excluded.status, answer = excluded.answer, error = excluded.error, trace = excluded.trace,
 				state = excluded.state, prompt_tokens = excluded.prompt_tokens,
@@ -119,7 +125,7 @@ func (db *DB) saveRuns(ctx context.Context, runs []*Run, asyncCommit bool) error
 				version = query_runs.version + 1, updated_at = now()`,
 			r.ID, r.WorkspaceID, r.ConnectorID, r.ConnectorExternalID, r.SessionID, r.Query, r.Context,
 			r.MaxTools, r.Status, r.Answer, r.Error, trace, nullJSON(r.State), r.PromptTokens, r.CompletionTokens,
-			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt)
+			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt, r.UserID)
 	}
 	if asyncCommit {
 		batch.Queue(`COMMIT`)
@@ -149,7 +155,8 @@ func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) 
 
 // ClaimRun marks a paused run running for the one resume that read it at
 // version, with trace, the run's trace with the decisions made, if it is
-// still awaiting approval at that version and has not expired. Returns
+// still awaiting approval or authorization at that version and has not
+// expired. Returns
 // ErrRunNotPending otherwise: a concurrent resume claimed it first, or it
 // finished or expired meanwhile.
 // The claim records replica as the run's holder, with a first heartbeat.
@@ -157,7 +164,8 @@ func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int,
 	r, err := scanRun(db.pool.QueryRow(ctx, `
 		UPDATE query_runs SET status = 'running', trace = $4, version = version + 1, updated_at = now(),
 			held_by = $5, heartbeat_at = now()
-		WHERE workspace_id = $1 AND id = $2 AND version = $3 AND status = 'awaiting_approval' AND expires_at > now()
+		WHERE workspace_id = $1 AND id = $2 AND version = $3
+			AND status IN ('awaiting_approval', 'awaiting_authorization') AND expires_at > now()
 		RETURNING `+runColumns, workspaceID, id, version, trace, replica))
 	if err != nil {
 		return nil, fmt.Errorf("claim query run %q: %w", id, translate(err, ErrRunNotPending))
@@ -181,7 +189,8 @@ type RunFilter struct {
 func (db *DB) ListRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	q := `SELECT ` + listColumns + ` FROM query_runs WHERE workspace_id = $1
 		AND ($2 = '' OR connector_external_id = $2)
-		AND ($3 = '' OR CASE WHEN status = 'awaiting_approval' AND expires_at <= now() THEN 'expired' ELSE status END = $3)
+		AND ($3 = '' OR CASE WHEN status IN ('awaiting_approval', 'awaiting_authorization') AND expires_at <= now()
+			THEN 'expired' ELSE status END = $3)
 		AND ($4::timestamptz IS NULL OR created_at >= $4)
 		AND ($5::timestamptz IS NULL OR created_at < $5)
 		AND ($6 = '' OR id < $6)
@@ -205,7 +214,8 @@ func timeOrNil(t time.Time) any {
 	return t
 }
 
-// ExpireRuns ends the paused runs whose time to be approved ran out: they
+// ExpireRuns ends the paused runs whose time to be approved (or
+// authorized) ran out: they
 // become expired, and their resume state is dropped. A resumed run whose
 // holder's heartbeat is older than staleAfter was left by a replica that
 // stopped during it: it fails. Returns how many runs ended.
@@ -215,7 +225,7 @@ func (db *DB) ExpireRuns(ctx context.Context, staleAfter time.Duration) (int64, 
 			status = CASE WHEN status = 'running' THEN 'failed' ELSE 'expired' END,
 			error = CASE WHEN status = 'running' THEN 'the replica running the resumed run stopped during it' ELSE error END,
 			state = NULL, finished_at = now(), updated_at = now(), version = version + 1
-		WHERE status = 'awaiting_approval' AND expires_at <= now()
+		WHERE status IN ('awaiting_approval', 'awaiting_authorization') AND expires_at <= now()
 			OR status = 'running' AND coalesce(heartbeat_at, updated_at) < now() - $1::interval`, staleAfter)
 	if err != nil {
 		return 0, fmt.Errorf("expire query runs: %w", err)

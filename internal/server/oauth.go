@@ -1,0 +1,555 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/oauth"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/runs"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// Authorizer is the OAuth client side the server drives (oauth.Manager,
+// through ManagerAuthorizer): it starts and completes users'
+// authorizations, says whether a user holds a usable token, lists and
+// revokes grants. An interface so that the server's tests can stand in
+// for an authorization server.
+type Authorizer interface {
+	Start(ctx context.Context, c oauth.Connector, userID, returnTo string, extraScopes []string) (*oauth.Started, error)
+	Complete(ctx context.Context, state, code, iss, errParam string) (*oauth.Completed, error)
+	Usable(ctx context.Context, c oauth.Connector, userID string) (bool, error)
+	// ListGrants lists a workspace's grants, of one connector (0: any) and
+	// one user ("": any), after the cursor after (a Cursor of the last
+	// grant of the previous page), at most limit.
+	ListGrants(ctx context.Context, f GrantFilter) ([]oauth.Grant, error)
+	Revoke(ctx context.Context, c oauth.Connector, userID string) (atServer bool, err error)
+	RevokeAll(ctx context.Context, c oauth.Connector) error
+}
+
+// GrantFilter selects the grants Authorizer.ListGrants returns.
+type GrantFilter struct {
+	WorkspaceID string
+	ConnectorID int64  // 0: any
+	UserID      string // "": any
+	After       string // a GrantCursor; "": from the start
+	Limit       int
+}
+
+// GrantCursor is the key grants are listed in order of (connector, then
+// user): a page starts after the last one's.
+func GrantCursor(g oauth.Grant) string { return strconv.FormatInt(g.ConnectorID, 10) + ":" + g.UserID }
+
+// ReasonAuthorizationRequired is the ErrorInfo reason of a call whose user
+// must authorize the connector first.
+const ReasonAuthorizationRequired = "AUTHORIZATION_REQUIRED"
+
+// Reasons of the authorization RPCs' failures.
+const (
+	ReasonOAuthNotConfigured   = "OAUTH_NOT_CONFIGURED"
+	ReasonAuthorizationFailed  = "AUTHORIZATION_FAILED"
+	ReasonAuthorizationInvalid = "AUTHORIZATION_INVALID"
+	ReasonAuthorizationMissing = "AUTHORIZATION_NOT_FOUND"
+	ReasonStepUpLimit          = "STEP_UP_LIMIT"
+	ReasonOAuthDiscovery       = "OAUTH_DISCOVERY_FAILED"
+	ReasonNotOAuthUser         = "CONNECTOR_NOT_OAUTH_USER"
+)
+
+// Bounds of the authorization RPCs.
+const (
+	maxReturnToLen     = 2048
+	maxAuthParamLen    = 4096
+	defaultGrantPage   = 100
+	revokeAllTimeout   = 10 * time.Second
+	maxStepUps         = 3
+	DefaultOAuthWindow = 10 * time.Minute
+)
+
+// errOAuthNotConfigured answers the authorization RPCs of a service
+// without OAuth.
+func errOAuthNotConfigured() error {
+	return newStatus(codes.FailedPrecondition, ReasonOAuthNotConfigured,
+		"OAuth is not configured on this service: the operator must set OAUTH_REDIRECT_URL")
+}
+
+// userFor checks the user_id of a call or query of connector row: required
+// (1-256 characters) by an oauth_user connector, which it returns; ignored
+// by the others, for which it returns "".
+func userFor(row *store.Connector, userID string) (string, error) {
+	if row == nil || row.Config.AuthMode() != store.AuthUser {
+		return "", nil
+	}
+	var c checker
+	c.userID(row.ExternalID, userID)
+	return userID, c.err()
+}
+
+// liveRow is the row connector id's live copy was built from.
+func (s *Server) liveRow(ctx context.Context, id int64, workspaceID, connectorID string) (*store.Connector, error) {
+	if row, ok := s.live.Row(id); ok {
+		return row, nil
+	}
+	return s.db.GetConnector(ctx, workspaceID, connectorID)
+}
+
+// oauthConnector is what the oauth package needs of row's connector, its
+// client secret opened.
+func (s *Server) oauthConnector(row *store.Connector) (oauth.Connector, error) {
+	return live.OAuthConnectorOf(s.box, row)
+}
+
+// stepUps counts the step-ups (authorizations started for more scopes)
+// of each user of each connector within the OAuth window, so that a
+// server that keeps asking for more scopes is stopped.
+type stepUps struct {
+	mu sync.Mutex
+	at map[stepUpKey][]time.Time
+}
+
+type stepUpKey struct {
+	connector int64
+	user      string
+}
+
+// take counts one step-up of user on connector, and reports false past
+// maxStepUps within window.
+func (t *stepUps) take(connector int64, user string, window time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.at == nil {
+		t.at = map[stepUpKey][]time.Time{}
+	}
+	k := stepUpKey{connector, user}
+	cut := time.Now().Add(-window)
+	kept := t.at[k][:0]
+	for _, at := range t.at[k] {
+		if at.After(cut) {
+			kept = append(kept, at)
+		}
+	}
+	if len(kept) >= maxStepUps {
+		t.at[k] = kept
+		return false
+	}
+	t.at[k] = append(kept, time.Now())
+	// Forget the users with none left, so the map does not grow.
+	for other, ats := range t.at {
+		if len(ats) == 0 || !ats[len(ats)-1].After(cut) {
+			delete(t.at, other)
+		}
+	}
+	return true
+}
+
+// authorizationNeeded is what a call of row's connector as userID gets
+// when its user must authorize first (required): FAILED_PRECONDITION with
+// an ErrorInfo AUTHORIZATION_REQUIRED (metadata: authorization_url,
+// reason) and an AuthorizationRequired whose URL a new authorization
+// starts with: for more scopes (a step-up) when the server asked for
+// them, at most maxStepUps a window, then PERMISSION_DENIED. runID is the
+// paused run's, if any.
+func (s *Server) authorizationNeeded(ctx context.Context, row *store.Connector, userID string, required *oauth.RequiredError, runID string) error {
+	if row.Config.AuthMode() != store.AuthUser {
+		// The connector's own identity: no user can mend it.
+		return newStatus(codes.FailedPrecondition, ReasonAuthorizationFailed,
+			"the connector's own authorization failed ("+required.Error()+"): check its auth.client_id and auth.client_secret")
+	}
+	ar, err := s.startFor(ctx, row, userID, required.Reason, required.Scopes)
+	if err != nil {
+		return err
+	}
+	ar.RunId = runID
+	return authorizationStatus(ar)
+}
+
+// startFor starts an authorization of row's connector for userID and
+// describes it. A step-up (reason INSUFFICIENT_SCOPE) asks for scopes on
+// top of those held.
+func (s *Server) startFor(ctx context.Context, row *store.Connector, userID, reason string, scopes []string) (*connectorv1.AuthorizationRequired, error) {
+	if s.oauth == nil {
+		return nil, errOAuthNotConfigured()
+	}
+	var extra []string
+	if reason == oauth.ReasonInsufficientScope {
+		if !s.steps.take(row.ID, userID, s.cfg.OAuthWindow) {
+			return nil, newStatus(codes.PermissionDenied, ReasonStepUpLimit, fmt.Sprintf(
+				"the MCP server keeps asking for more scopes (now %s): %d authorizations for more scopes within %s; "+
+					"the connector's auth.scopes may need them from the start", strings.Join(scopes, " "), maxStepUps, s.cfg.OAuthWindow))
+		}
+		extra = scopes
+	}
+	oc, err := s.oauthConnector(row)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.oauth.Start(ctx, oc, userID, "", extra)
+	if err != nil {
+		return nil, err
+	}
+	if reason == "" {
+		reason = oauth.ReasonNoToken
+	}
+	return &connectorv1.AuthorizationRequired{ConnectorId: row.ExternalID, UserId: userID, AuthorizationUrl: st.URL,
+		Scopes: st.Scopes, Reason: reason, ExpireTime: timestamppb.New(st.ExpiresAt)}, nil
+}
+
+// authorizationStatus is the FAILED_PRECONDITION a call gets while its
+// user must authorize.
+func authorizationStatus(ar *connectorv1.AuthorizationRequired) error {
+	msg := fmt.Sprintf("user %q must authorize connector %q first (%s): send them to the authorization_url in the details, "+
+		"then call again", ar.GetUserId(), ar.GetConnectorId(), ar.GetReason())
+	if ar.GetRunId() != "" {
+		msg = fmt.Sprintf("user %q must authorize connector %q first (%s): send them to the authorization_url in the details, "+
+			"then resume run %s", ar.GetUserId(), ar.GetConnectorId(), ar.GetReason(), ar.GetRunId())
+	}
+	st := status.New(codes.FailedPrecondition, msg)
+	withDetails, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonAuthorizationRequired, Domain: errorDomain,
+		Metadata: map[string]string{"authorization_url": ar.GetAuthorizationUrl(), "reason": ar.GetReason()}}, ar)
+	if err != nil {
+		return st.Err()
+	}
+	return withDetails.Err()
+}
+
+// StartAuthorization implements connector.v1.ConnectorService.
+func (s *Server) StartAuthorization(ctx context.Context, req *connectorv1.StartAuthorizationRequest) (*connectorv1.StartAuthorizationResponse, error) {
+	var ch checker
+	ch.ref(req.GetWorkspaceId(), req.GetConnectorId())
+	ch.userID(req.GetConnectorId(), req.GetUserId())
+	if len(req.GetReturnTo()) > maxReturnToLen {
+		ch.add("return_to", "longer than %d characters", maxReturnToLen)
+	}
+	for i, sc := range req.GetScopes() {
+		if sc == "" || len(sc) > maxScopeLen || strings.ContainsAny(sc, " \t\r\n\x00\"\\") {
+			ch.add(fmt.Sprintf("scopes[%d]", i), "a scope is 1-%d characters without spaces, quotes or backslashes", maxScopeLen)
+		}
+	}
+	if err := ch.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if s.oauth == nil {
+		return nil, errOAuthNotConfigured()
+	}
+	row, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if row.Config.AuthMode() != store.AuthUser {
+		return nil, newStatus(codes.FailedPrecondition, ReasonNotOAuthUser, fmt.Sprintf(
+			"connector %q is not AUTH_MODE_OAUTH_USER: only its users authorize it (its auth mode is %s)",
+			row.ExternalID, row.Config.AuthMode()))
+	}
+	oc, err := s.oauthConnector(row)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	st, err := s.oauth.Start(ctx, oc, req.GetUserId(), req.GetReturnTo(), req.GetScopes())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &connectorv1.StartAuthorizationResponse{AuthorizationUrl: st.URL, Scopes: st.Scopes,
+		ExpireTime: timestamppb.New(st.ExpiresAt)}, nil
+}
+
+// CompleteAuthorization implements connector.v1.ConnectorService.
+func (s *Server) CompleteAuthorization(ctx context.Context, req *connectorv1.CompleteAuthorizationRequest) (*connectorv1.CompleteAuthorizationResponse, error) {
+	var ch checker
+	if req.GetState() == "" {
+		ch.add("state", "required: the state parameter of the redirect")
+	}
+	if req.GetCode() == "" && req.GetError() == "" {
+		ch.add("code", "required: the code parameter of the redirect (or error, when the user refused)")
+	}
+	for field, v := range map[string]string{"state": req.GetState(), "code": req.GetCode(), "iss": req.GetIss(), "error": req.GetError()} {
+		if len(v) > maxAuthParamLen {
+			ch.add(field, "longer than %d characters", maxAuthParamLen)
+		}
+	}
+	if err := ch.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if s.oauth == nil {
+		return nil, errOAuthNotConfigured()
+	}
+	done, err := s.oauth.Complete(ctx, req.GetState(), req.GetCode(), req.GetIss(), req.GetError())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if key, ok := auth.KeyFrom(ctx); ok && s.cfg.Auth.Guarded() && key.WorkspaceID != done.Grant.WorkspaceID {
+		// The authorization stands (it was the user's own); the caller
+		// learns nothing of it.
+		return nil, newStatus(codes.PermissionDenied, auth.ReasonWrongWorkspace,
+			fmt.Sprintf("API key %s is for workspace %q, not the authorization's", key.ID, key.WorkspaceID))
+	}
+	s.logger.InfoContext(ctx, "authorization completed", slog.String("workspace_id", done.Grant.WorkspaceID),
+		slog.String("connector_id", done.Grant.ConnectorExternalID))
+	return &connectorv1.CompleteAuthorizationResponse{Authorization: grantToProto(done.Grant), ReturnTo: done.ReturnTo}, nil
+}
+
+// ListAuthorizations implements connector.v1.ConnectorService.
+func (s *Server) ListAuthorizations(ctx context.Context, req *connectorv1.ListAuthorizationsRequest) (*connectorv1.ListAuthorizationsResponse, error) {
+	var ch checker
+	ch.id("workspace_id", req.GetWorkspaceId())
+	if req.GetConnectorId() != "" {
+		ch.id("connector_id", req.GetConnectorId())
+	}
+	if len(req.GetUserId()) > maxUserIDLen {
+		ch.add("user_id", "longer than %d characters", maxUserIDLen)
+	}
+	size, after := ch.page(req.GetPageSize(), req.GetPageToken(), defaultGrantPage)
+	if err := ch.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if s.oauth == nil {
+		return &connectorv1.ListAuthorizationsResponse{}, nil
+	}
+	f := GrantFilter{WorkspaceID: req.GetWorkspaceId(), UserID: req.GetUserId(), After: after, Limit: size + 1}
+	if req.GetConnectorId() != "" {
+		row, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		f.ConnectorID = row.ID
+	}
+	grants, err := s.oauth.ListGrants(ctx, f)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &connectorv1.ListAuthorizationsResponse{}
+	grants, resp.NextPageToken = nextPage(grants, size, GrantCursor)
+	for _, g := range grants {
+		resp.Authorizations = append(resp.Authorizations, grantToProto(g))
+	}
+	return resp, nil
+}
+
+// RevokeAuthorization implements connector.v1.ConnectorService. The
+// user's connection closes on whichever replica holds it.
+func (s *Server) RevokeAuthorization(ctx context.Context, req *connectorv1.RevokeAuthorizationRequest) (*connectorv1.RevokeAuthorizationResponse, error) {
+	var ch checker
+	ch.ref(req.GetWorkspaceId(), req.GetConnectorId())
+	if len(req.GetUserId()) > maxUserIDLen {
+		ch.add("user_id", "longer than %d characters", maxUserIDLen)
+	}
+	if err := ch.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if s.oauth == nil {
+		return nil, errOAuthNotConfigured()
+	}
+	row, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	oc, err := s.oauthConnector(row)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	atServer, err := s.oauth.Revoke(ctx, oc, req.GetUserId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	s.logger.InfoContext(ctx, "authorization revoked", append(live.ConnectorAttrs(row), slog.Bool("at_server", atServer))...)
+	if req.GetUserId() != "" && row.Config.AuthMode() == store.AuthUser {
+		s.closeUserConnection(ctx, row, req.GetUserId())
+	}
+	return &connectorv1.RevokeAuthorizationResponse{RevokedAtServer: atServer}, nil
+}
+
+// closeUserConnection closes userID's connection to row's connector on
+// every replica (as CloseSession does), so that no call runs on with the
+// revoked token.
+func (s *Server) closeUserConnection(ctx context.Context, row *store.Connector, userID string) {
+	closeReq := &connectorv1.CloseSessionRequest{WorkspaceId: row.WorkspaceID, ConnectorId: row.ExternalID,
+		SessionId: registry.UserSession(userID)}
+	if _, err := s.CloseSession(ctx, closeReq); err != nil {
+		s.logger.WarnContext(ctx, "close a revoked user's connection", append(live.ConnectorAttrs(row),
+			slog.String("error", status.Convert(err).Message()))...)
+	}
+}
+
+// revokeAll revokes and deletes every token of row's connector before it
+// is deleted, within revokeAllTimeout: an authorization server that is
+// down or slow delays the deletion that long, and never stops it.
+func (s *Server) revokeAll(ctx context.Context, row *store.Connector) {
+	if s.oauth == nil || row.Config.AuthMode() == store.AuthNone {
+		return
+	}
+	oc, err := s.oauthConnector(row)
+	if err == nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeAllTimeout)
+		err = s.oauth.RevokeAll(rctx, oc)
+		cancel()
+	}
+	if err != nil {
+		s.logger.WarnContext(ctx, "revoke the tokens of a deleted connector; it is deleted all the same",
+			append(live.ConnectorAttrs(row), slog.String("error", err.Error()))...)
+	}
+}
+
+func grantToProto(g oauth.Grant) *connectorv1.Authorization {
+	p := &connectorv1.Authorization{WorkspaceId: g.WorkspaceID, ConnectorId: g.ConnectorExternalID, UserId: g.UserID,
+		Scopes: g.Scopes, Refreshable: g.Refreshable, Issuer: g.Issuer,
+		CreateTime: timestamppb.New(g.CreatedAt), UpdateTime: timestamppb.New(g.UpdatedAt)}
+	if !g.ExpiresAt.IsZero() {
+		p.ExpireTime = timestamppb.New(g.ExpiresAt)
+	}
+	return p
+}
+
+// asRequired returns the *oauth.RequiredError err wraps, if any.
+func asRequired(err error) (*oauth.RequiredError, bool) {
+	var re *oauth.RequiredError
+	ok := errors.As(err, &re)
+	return re, ok
+}
+
+// usable reports what user must do before a run of row's connector can
+// call its tools: nil when they hold a usable token, a RequiredError
+// (NO_TOKEN) when they must authorize.
+func (s *Server) usable(ctx context.Context, row *store.Connector, user string) (*oauth.RequiredError, error) {
+	if s.oauth == nil {
+		return nil, errOAuthNotConfigured()
+	}
+	oc, err := s.oauthConnector(row)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := s.oauth.Usable(ctx, oc, user)
+	if err != nil {
+		return nil, fmt.Errorf("check user %q's authorization: %w", user, err)
+	}
+	if ok {
+		return nil, nil
+	}
+	return &oauth.RequiredError{ConnectorID: row.ID, UserID: user, Reason: oauth.ReasonNoToken}, nil
+}
+
+// pauseForAuthorization records run, which has not started, as awaiting
+// its user's authorization of row's connector (required says why), and
+// renders it: QueryResult.authorization has the URL to send the user to
+// and, like a run awaiting approval, the run expires after
+// APPROVAL_TIMEOUT. ResumeQuery runs it from the start once authorized.
+func (s *Server) pauseForAuthorization(ctx context.Context, run *store.Run, row *store.Connector, required *oauth.RequiredError) (*connectorv1.QueryResult, error) {
+	ar, err := s.startFor(ctx, row, run.UserID, required.Reason, required.Scopes)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := runs.Record(run, row.Name, &orchestrator.Result{}, nil, "", s.cfg.ApprovalTimeout)
+	if err != nil {
+		return nil, err
+	}
+	exp := time.Now().Add(s.cfg.ApprovalTimeout)
+	rec.Status, rec.ExpiresAt, rec.FinishedAt, rec.State = store.RunAwaitingAuthorization, &exp, nil, nil
+	if err := s.runs.Keep(ctx, rec, false); err != nil {
+		return nil, err // without its record the run could never be resumed
+	}
+	ar.RunId, ar.ExpireTime = run.ID, timestamppb.New(exp)
+	return &connectorv1.QueryResult{Status: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION, RunId: run.ID,
+		ConnectorId: row.ExternalID, ConnectorName: row.Name, ExpireTime: ar.ExpireTime, Authorization: ar,
+		Usage: &connectorv1.TokenUsage{}, Duration: durationpb.New(0)}, nil
+}
+
+// resumeAuthorized goes on with run, which paused before it started
+// because its user had not authorized the connector: once they have, it
+// claims the run (one resume wins) and runs the query from the start,
+// under the same run id, as that user. Until then it answers
+// FAILED_PRECONDITION AUTHORIZATION_REQUIRED with a fresh URL. It takes
+// no decisions.
+func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *store.Run, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
+	if len(req.GetDecisions()) > 0 {
+		var ch checker
+		ch.add("decisions", "run %s awaits its user's authorization, not decisions: resume it without decisions once "+
+			"user %q has authorized the connector", run.ID, run.UserID)
+		return nil, ch.err()
+	}
+	if err := resumable(run); err != nil {
+		return nil, err
+	}
+	id, err := s.callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	if err != nil {
+		return nil, err
+	}
+	if id != run.ConnectorID {
+		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
+			"the run's connector was deleted since it paused; the run cannot go on")
+	}
+	la, err := s.live.Settings(id, func() (*store.Connector, error) {
+		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	row := la.Row
+	required, err := s.usable(ctx, row, run.UserID)
+	if err != nil {
+		return nil, err
+	}
+	if required != nil {
+		return nil, s.authorizationNeeded(ctx, row, run.UserID, required, run.ID)
+	}
+	if !s.limits.allow(ctx, row.ID, row.Config.RateLimit) {
+		return nil, rateLimited(row.Config.RateLimit)
+	}
+	cat, err := s.reg.CatalogFor(ctx, id, run.UserID)
+	if required, ok := asRequired(err); ok {
+		return nil, s.authorizationNeeded(ctx, row, run.UserID, required, run.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A run that paused before it started runs from the start; one that
+	// paused at a call runs that call again and goes on.
+	var st *orchestrator.State
+	traced := &orchestrator.Result{}
+	if len(run.State) > 0 {
+		if st, err = orchestrator.DecodeState(run.State); err != nil {
+			return nil, err
+		}
+		st.Authorized()
+		traced = &st.Result
+	}
+	trace, err := runs.TraceJSON(row.Name, traced)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
+		if errors.Is(err, store.ErrRunNotPending) {
+			return nil, newStatus(codes.Aborted, ReasonRunTaken,
+				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
+		}
+		return nil, err
+	}
+	// Claimed, the run goes on to its end, as a resumed approval does.
+	defer s.runs.Hold(run.ID)()
+	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
+	defer cancel()
+	req2 := orchestrator.Request{
+		Connector: la.Connector(cat), Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
+		Session: run.SessionID, UserID: run.UserID, Throttle: s.limits.throttle(row.ID, row.Config.RateLimit),
+	}
+	var res *orchestrator.Result
+	if st != nil {
+		res, err = s.agent.Resume(runCtx, req2, st, emit)
+	} else {
+		res, err = s.agent.Run(runCtx, req2, emit)
+	}
+	s.countQuery(row, res, err, false)
+	return s.endRun(runCtx, run, row, res, err, true)
+}
