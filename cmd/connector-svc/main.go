@@ -28,6 +28,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -157,6 +158,9 @@ func openDB(ctx context.Context, url string, logger *slog.Logger) (*store.DB, er
 // checkSecretKey fails start-up when stored secrets could not be used: no
 // key, or a key that does not open them.
 func checkSecretKey(ctx context.Context, db *store.DB, box *secret.Box) error {
+	if err := oauth.CheckKey(ctx, db, box); err != nil {
+		return fmt.Errorf("stored OAuth tokens: %w", err)
+	}
 	ws, id, sealed, err := db.AnySealedSecrets(ctx)
 	if err != nil || sealed == nil {
 		return err
@@ -200,7 +204,11 @@ func reseal(ctx context.Context, db *store.DB, box *secret.Box, logger *slog.Log
 	if err != nil {
 		return fmt.Errorf("reseal: %w; nothing was changed", err)
 	}
-	logger.InfoContext(ctx, "secrets resealed under the first SECRET_KEY", slog.Int("connectors", n))
+	tokens, err := oauth.Reseal(ctx, db, box)
+	if err != nil {
+		return fmt.Errorf("reseal OAuth tokens and clients: %w; the connectors' secrets were resealed, run reseal again", err)
+	}
+	logger.InfoContext(ctx, "secrets resealed under the first SECRET_KEY", slog.Int("connectors", n), slog.Int("oauth_values", tokens))
 	return nil
 }
 
@@ -226,11 +234,22 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		return inUse(fmt.Errorf("listen on GRPC_ADDR %s: %w", cfg.GRPCAddr, err), "GRPC_ADDR (-grpc-addr)")
 	}
 	defer lis.Close()
+	var callbackLis net.Listener
+	if cfg.OAuth.CallbackAddr != "" {
+		if callbackLis, err = net.Listen("tcp", cfg.OAuth.CallbackAddr); err != nil {
+			return inUse(fmt.Errorf("listen on OAUTH_CALLBACK_ADDR %s: %w", cfg.OAuth.CallbackAddr, err), "OAUTH_CALLBACK_ADDR (-oauth-callback-addr)")
+		}
+		defer callbackLis.Close()
+	}
 	rep, err := joinCluster(cfg, db, logger)
 	if err != nil {
 		return err
 	}
 	defer rep.close()
+	oauthMgr, err := newOAuth(cfg.OAuth, db, box, policy, logger)
+	if err != nil {
+		return err
+	}
 	src := live.NewSource(db, box, logger)
 	src.FenceWith(rep.owners.Fence) // only the owner syncs catalogs and writes health
 	var sessions *live.Sessions     // set below; the registry's hooks run once it serves
@@ -252,6 +271,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		DetachSessions:  true,
 		OnSessionOpened: func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) },
 		OnSessionClosed: func(id int64, sid string) { sessions.Closed(id, sid) },
+		Authorize:       authorizeHook(oauthMgr),
 	}, logger)
 	sessions = live.NewSessions(db, reg, box, rep.members, rep.pool, cfg.MaxSessions, logger)
 	router := live.NewRouter(rep.owners, rep.pool, reg)
@@ -295,8 +315,12 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	if cfg.Auth.Guarded() { // follow key changes: revocations, and the first key in auto mode
 		keys.Follow(listener)
 	}
-	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: router, Sessions: sessions,
-		Replicas: rep.replicas, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp, MeterProvider: obs.meters}, server.Config{
+	deps := server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Router: router, Sessions: sessions,
+		Replicas: rep.replicas, Agent: agent, Keys: keys, Logger: logger, TracerProvider: tp, MeterProvider: obs.meters}
+	if cfg.OAuth.RedirectURL != "" { // without it, no user can be sent to authorize
+		deps.OAuth = server.NewAuthorizer(oauthMgr)
+	}
+	srv := server.New(deps, server.Config{
 		StdioAllowedCommands:  cfg.StdioAllowedCommands,
 		DefaultRPCTimeout:     cfg.RPCTimeout,
 		QueryTimeout:          cfg.QueryTimeout,
@@ -308,6 +332,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		MaxSendBytes:          cfg.GRPCMaxSendBytes,
 		Egress:                policy,
 		Auth:                  cfg.Auth,
+		OAuthWindow:           cfg.OAuth.StateTTL,
 	})
 	g, hs := server.NewGRPCServer(srv, append(connOptions(cfg.Conn, true), creds...)...)
 	server.SetServing(hs, true)
@@ -318,6 +343,7 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		slog.Bool("secret_key_set", box != nil), slog.Any("stdio_allowed_commands", cfg.StdioAllowedCommands),
 		slog.Any("egress_allow_cidrs", cfg.EgressAllow), slog.Any("egress_deny_cidrs", cfg.EgressDeny),
 		slog.String("auth", string(cfg.Auth)), slog.String("traces_exporter", tracing.Exporter),
+		slog.String("oauth_redirect_url", cfg.OAuth.RedirectURL), slog.String("oauth_callback_addr", callbackAddr(callbackLis)),
 		slog.String("version", obs.build.Version), slog.String("revision", obs.build.revision()))
 
 	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
@@ -351,6 +377,12 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		{"membership", rep.members.Run},
 		{"ownership", rep.owners.Run},
 		{"leader election", rep.elector.Run},
+	}
+	if callbackLis != nil {
+		cb := newCallbackServer(cfg.OAuth, oauthMgr, logger)
+		serving = append(serving, job{"oauth callback", func(ctx context.Context) error {
+			return serveCallback(ctx, cfg.OAuth, callbackLis, cb, logger)
+		}})
 	}
 	if rep.internal != nil {
 		internal := server.NewInternalGRPCServer(srv, append(connOptions(cfg.Conn, false),

@@ -15,7 +15,12 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/oauth"
+	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/tlsfiles"
 )
 
@@ -293,4 +298,32 @@ func serveCallback(ctx context.Context, cfg oauthConfig, lis net.Listener, h htt
 		return fmt.Errorf("oauth callback listener: %w", err)
 	}
 	return nil
+}
+
+// newOAuth builds what keeps connectors' OAuth tokens. Without
+// OAUTH_REDIRECT_URL it serves client credentials connectors only: no user
+// can be sent to authorize, and the authorization RPCs answer
+// OAUTH_NOT_CONFIGURED.
+func newOAuth(cfg oauthConfig, db *store.DB, box *secret.Box, policy *egress.Policy, logger *slog.Logger) (*oauth.Manager, error) {
+	if cfg.RedirectURL == "" {
+		cfg.RedirectURL = "http://localhost/oauth/callback" // never sent: no flow starts
+	}
+	m, err := oauth.New(oauth.Config{DB: db, Box: box, Egress: policy, RedirectURL: cfg.RedirectURL,
+		ClientMetadataURL: cfg.ClientMetadataURL, StateTTL: cfg.StateTTL, ReturnToAllowed: cfg.ReturnToAllowed, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("oauth: %w", err)
+	}
+	return m, nil
+}
+
+// authorizeHook is the registry's way to the manager's transports.
+func authorizeHook(m *oauth.Manager) func(base http.RoundTripper, spec registry.Spec, user string) http.RoundTripper {
+	return live.Authorize(m)
+}
+
+func callbackAddr(lis net.Listener) string {
+	if lis == nil {
+		return ""
+	}
+	return lis.Addr().String()
 }

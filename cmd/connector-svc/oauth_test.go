@@ -72,7 +72,9 @@ func (f *fakeCompleter) Complete(_ context.Context, state, code, iss, errParam s
 	return &oauth.Completed{Grant: oauth.Grant{UserID: "alice"}, ReturnTo: f.returnTo}, nil
 }
 
-func (f *fakeCompleter) ClientMetadata() ([]byte, bool) { return []byte(`{"client_id":"https://c.example.com/client.json"}`), true }
+func (f *fakeCompleter) ClientMetadata() ([]byte, bool) {
+	return []byte(`{"client_id":"https://c.example.com/client.json"}`), true
+}
 
 // TestCallbackServer serves the callback and the metadata document only,
 // redirects to return_to once, refuses a replayed state, a wrong issuer and

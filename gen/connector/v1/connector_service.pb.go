@@ -853,7 +853,8 @@ type UpdateConnectorRequest struct {
 	// Fields to change: name, description, transport, stdio, stdio.command,
 	// stdio.args, stdio.env, http, http.url, http.headers, connect_timeout,
 	// call_timeout, session_mode, model, rate_limit, disable_new_tools,
-	// narrow_tools_above, protocol_preference, approval_policy.
+	// narrow_tools_above, protocol_preference, approval_policy, auth,
+	// auth.mode, auth.client_id, auth.client_secret, auth.scopes.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -430,7 +430,8 @@ export type UpdateConnectorRequest = Message<"connector.v1.UpdateConnectorReques
    * Fields to change: name, description, transport, stdio, stdio.command,
    * stdio.args, stdio.env, http, http.url, http.headers, connect_timeout,
    * call_timeout, session_mode, model, rate_limit, disable_new_tools,
-   * narrow_tools_above, protocol_preference, approval_policy.
+   * narrow_tools_above, protocol_preference, approval_policy, auth,
+   * auth.mode, auth.client_id, auth.client_secret, auth.scopes.
    *
    * @generated from field: google.protobuf.FieldMask update_mask = 3;
    */
