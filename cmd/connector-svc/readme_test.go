@@ -31,6 +31,8 @@ var readmeWant = map[string][]string{
 	"Ask a connector a question": {`"answer": "The echo tool said hello."`, `"toolCallFinished"`, `"purpose": "say hello"`},
 	"Approving tool calls": {`"status": "QUERY_STATUS_AWAITING_APPROVAL"`, `"status": "QUERY_STATUS_COMPLETED"`,
 		`"actorId": "alice"`, `"answer": "The echo tool said hello from alice."`, `"text": "Echo: approved in the chat"`},
+	"Connect a server that needs OAuth": {`"reason": "AUTHORIZATION_REQUIRED"`, "(alice has not authorized yet)",
+		"Authorized. You can close this window", `"text": "Hello, Alice!"`, `"userId": "alice"`, `"scopes": [`},
 	"Per-session connections": {`"text": "Echo: hello from alice"`, `"text": "Echo: hello from bob"`, `"sessionId": "bob"`, `"closed": 1`},
 	"Progress":                {`"progress": 1,`, `"progress": 4,`, `"total": 4`, `"result"`},
 	"API keys and TLS":        {"chat-backend", "revoked API key", `"token": "csk_`, `"name": "chat backend"`, "connector.v1.ConnectorService\n"},
@@ -66,12 +68,16 @@ func TestREADMECommands(t *testing.T) {
 		llmtest.Answer("The echo tool said hello from alice."))
 	url := storetest.NewURL(t)
 	t.Setenv("PATH", fakeNPX(t)+string(os.PathListSeparator)+os.Getenv("PATH")) // for the service's stdio connectors
+	callback := freeAddr(t)
+	_, callbackPort, _ := net.SplitHostPort(callback)
 	svc := start(t, url, map[string]string{
-		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model.URL(), "LLM_MODEL": "llama3.1"})
+		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model.URL(), "LLM_MODEL": "llama3.1",
+		// What make run sets, on a free port.
+		"OAUTH_REDIRECT_URL": "http://localhost:" + callbackPort + "/oauth/callback", "OAUTH_CALLBACK_ADDR": callback})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	tlsDir, tlsAddr, mutualAddr := readmeTLS(t)
 	root := readmeRoot(t, tools, tlsDir)
-	addrs := readmeAddrs{svc: svc.addr, tls: tlsAddr, mutual: mutualAddr, mcp: freeAddr(t)}
+	addrs := readmeAddrs{svc: svc.addr, tls: tlsAddr, mutual: mutualAddr, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t)}
 	// The blocks put grpcurl on PATH themselves; the environment is the
 	// test's, as a reader's shell is theirs.
 	env := append(os.Environ(), "DATABASE_URL="+url)
@@ -216,15 +222,20 @@ func checkBlock(t *testing.T, b readmeBlock) {
 var historyExpansion = regexp.MustCompile(`![^\s=(]`)
 
 // readmeAddrs are the addresses the README's blocks are pointed at.
-type readmeAddrs struct{ svc, tls, mutual, mcp string }
+type readmeAddrs struct{ svc, tls, mutual, mcp, oauthMCP, oauthAS string }
 
 // replace points a block at the test's addresses: localhost:50051 at the
-// service (at the TLS services on lines with -cacert), and port 3001 of the
-// reference MCP server at a free port. It fails on a block that names
-// either port another way outside a comment.
+// service (at the TLS services on lines with -cacert), port 3001 of the
+// reference MCP server, and ports 3002 and 3003 of the OAuth example, at
+// free ports. It fails on a block that names one of them another way
+// outside a comment.
 func (a readmeAddrs) replace(block string) (string, error) {
 	host, port, _ := net.SplitHostPort(a.mcp)
-	mcp := strings.NewReplacer("127.0.0.1:3001", a.mcp, "/dev/tcp/127.0.0.1/3001", "/dev/tcp/"+host+"/"+port, "PORT=3001", "PORT="+port)
+	_, mcpPort, _ := net.SplitHostPort(a.oauthMCP)
+	_, asPort, _ := net.SplitHostPort(a.oauthAS)
+	mcp := strings.NewReplacer("127.0.0.1:3001", a.mcp, "/dev/tcp/127.0.0.1/3001", "/dev/tcp/"+host+"/"+port, "PORT=3001", "PORT="+port,
+		"localhost:3002", "localhost:"+mcpPort, "MCP_PORT=3002", "MCP_PORT="+mcpPort,
+		"localhost:3003", "localhost:"+asPort, "MCP_AUTH_PORT=3003", "MCP_AUTH_PORT="+asPort)
 	lines := strings.Split(block, "\n")
 	for i, l := range lines {
 		svc := a.svc
@@ -236,7 +247,8 @@ func (a readmeAddrs) replace(block string) (string, error) {
 		}
 		lines[i] = strings.ReplaceAll(mcp.Replace(l), "localhost:50051", svc)
 		comment := strings.HasPrefix(strings.TrimSpace(l), "#")
-		if !comment && (strings.Contains(lines[i], "50051") || strings.Contains(lines[i], "3001")) {
+		if !comment && (strings.Contains(lines[i], "50051") || strings.Contains(lines[i], "3001") ||
+			strings.Contains(lines[i], "3002") || strings.Contains(lines[i], "3003")) {
 			return "", fmt.Errorf("line %d names the service or the MCP server in a way the test does not know: %s", i+1, l)
 		}
 	}
