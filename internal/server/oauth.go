@@ -482,17 +482,7 @@ func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *s
 	if err := resumable(run); err != nil {
 		return nil, err
 	}
-	id, err := s.callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
-	if err != nil {
-		return nil, err
-	}
-	if id != run.ConnectorID {
-		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
-			"the run's connector was deleted since it paused; the run cannot go on")
-	}
-	la, err := s.live.Settings(id, func() (*store.Connector, error) {
-		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
-	})
+	la, err := s.pausedRunAgent(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -507,7 +497,7 @@ func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *s
 	if !s.limits.allow(ctx, row.ID, row.Config.RateLimit) {
 		return nil, rateLimited(row.Config.RateLimit)
 	}
-	cat, err := s.reg.CatalogFor(ctx, id, run.UserID)
+	cat, err := s.reg.CatalogFor(ctx, run.ConnectorID, run.UserID)
 	if required, ok := asRequired(err); ok {
 		return nil, s.authorizationNeeded(ctx, row, run.UserID, required, run.ID)
 	}

@@ -12,6 +12,7 @@ import (
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -120,17 +121,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
-	if err != nil {
-		return nil, err
-	}
-	if id != run.ConnectorID {
-		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
-			"the run's connector was deleted since it paused; the run cannot go on")
-	}
-	la, err := s.live.Settings(id, func() (*store.Connector, error) {
-		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
-	})
+	la, err := s.pausedRunAgent(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +130,7 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
 		return nil, rateLimited(la.Row.Config.RateLimit)
 	}
-	cat, err := s.reg.Catalog(ctx, id)
+	cat, err := s.reg.Catalog(ctx, run.ConnectorID)
 	if err != nil {
 		return nil, err
 	}
@@ -410,4 +401,20 @@ func decisionToProto(d *orchestrator.Decision) *connectorv1.CallDecision {
 	}
 	return &connectorv1.CallDecision{Kind: decisionKinds[d.Kind], OriginalArguments: toStruct(d.OriginalArguments),
 		Message: d.Message, ActorId: d.Actor, ApiKeyId: d.KeyID, DecideTime: timestamppb.New(d.At)}
+}
+
+// pausedRunAgent is the live agent of a paused run's connector, which must
+// still be the one the run paused on and callable.
+func (s *Server) pausedRunAgent(ctx context.Context, run *store.Run) (*live.Agent, error) {
+	id, err := s.callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	if err != nil {
+		return nil, err
+	}
+	if id != run.ConnectorID {
+		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
+			"the run's connector was deleted since it paused; the run cannot go on")
+	}
+	return s.live.Settings(id, func() (*store.Connector, error) {
+		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	})
 }
