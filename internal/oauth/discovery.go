@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -103,9 +104,15 @@ func (m *Manager) discoverNow(ctx context.Context, rawURL string) (*discovered, 
 	if err != nil {
 		return nil, err
 	}
+	// A server on a public address may not send the service into its own
+	// network: the metadata URLs it names must be public too.
+	public := !internalHost(ctx, mcpURL.Hostname())
 	var tried []string
 	var prm *protectedResource
 	for _, cand := range prmCandidates(mcpURL, ch.resourceMetadata) {
+		if err := checkNamedHost(ctx, public, "its resource_metadata", cand.url); err != nil && cand.fromHeader {
+			return nil, &DiscoveryError{Reason: err.Error(), Tried: append(tried, cand.url+": refused")}
+		}
 		p, why, err := m.fetchPRM(ctx, cand.url, canonical, cand.fromHeader, insecure)
 		if err != nil { // refused by the egress policy: stop there
 			return nil, &DiscoveryError{Reason: "a protected resource metadata URL is refused: " + err.Error(),
@@ -127,6 +134,9 @@ func (m *Manager) discoverNow(ctx context.Context, rawURL string) (*discovered, 
 	resource := canonical
 	if prm.Resource != "" {
 		resource = prm.Resource
+	}
+	if err := checkNamedHost(ctx, public, "its authorization server", prm.AuthorizationServers[0]); err != nil {
+		return nil, &DiscoveryError{Reason: err.Error(), Tried: tried}
 	}
 	server, err := m.serverMetadata(ctx, prm.AuthorizationServers[0], insecure)
 	if err != nil {
@@ -430,4 +440,42 @@ func origin(u *url.URL) string {
 		port = map[string]string{"http": "80", "https": "443"}[scheme]
 	}
 	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// internalHost reports whether host is, or resolves to, an address of the
+// service's own machine or network: loopback, private (RFC 1918, RFC
+// 4193), link-local or unspecified. A name that does not resolve is not.
+func internalHost(ctx context.Context, host string) bool {
+	addrs := []netip.Addr{}
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = append(addrs, a)
+	} else if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		addrs, _ = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsUnspecified() {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNamedHost refuses a URL that a server on a public address names
+// (public) when it points into the service's own network: an attacker's
+// MCP server must not use the service to reach what only it can.
+func checkNamedHost(ctx context.Context, public bool, what, raw string) error {
+	if !public {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !internalHost(ctx, u.Hostname()) {
+		return nil // other checks refuse what does not parse
+	}
+	return fmt.Errorf("%s %s is on this service's own network (loopback, private or link-local) while the MCP server is not: refused",
+		what, secret.RedactText(raw))
 }

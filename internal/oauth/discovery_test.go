@@ -313,3 +313,29 @@ func TestNewChecksConfig(t *testing.T) {
 		t.Errorf("ClientMetadata = %s", doc)
 	}
 }
+
+// TestPublicServerCannotNameInternalHosts: metadata URLs named by a server
+// on a public address may not point into the service's own network; a
+// server on that network may name its neighbours.
+func TestPublicServerCannotNameInternalHosts(t *testing.T) {
+	ctx := context.Background()
+	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "10.1.2.3": true,
+		"192.168.0.9": true, "169.254.169.254": true, "fd00::1": true, "0.0.0.0": true, "93.184.216.34": false, "2606:4700::1111": false} {
+		if got := internalHost(ctx, host); got != want {
+			t.Errorf("internalHost(%s) = %v, want %v", host, got, want)
+		}
+	}
+	if err := checkNamedHost(ctx, true, "its resource_metadata", "http://127.0.0.1:9/prm"); err == nil ||
+		!strings.Contains(err.Error(), "own network") {
+		t.Errorf("a public server naming loopback: %v, want refused", err)
+	}
+	if err := checkNamedHost(ctx, true, "its authorization server", "http://10.0.0.5"); err == nil {
+		t.Error("a public server naming a private address was not refused")
+	}
+	if err := checkNamedHost(ctx, false, "its resource_metadata", "http://127.0.0.1:9/prm"); err != nil {
+		t.Errorf("a loopback server naming loopback: %v, want allowed", err)
+	}
+	if err := checkNamedHost(ctx, true, "its authorization server", "https://93.184.216.34/"); err != nil {
+		t.Errorf("a public server naming a public address: %v, want allowed", err)
+	}
+}
