@@ -108,7 +108,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	fs.Usage = func() {}
 	var cfg config
 	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
-	var approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo string
+	var approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo, oauthProxies string
 	var conn connFlags
 	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
@@ -140,7 +140,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	tlsFlags(fs, &cfg)
 	adminFlags(fs, &cfg)
 	clusterFlags(fs, &cfg.Cluster, &replicaTTL, &reconcile)
-	oauthFlags(fs, &cfg.OAuth, &oauthStateTTL, &oauthReturnTo)
+	oauthFlags(fs, &cfg.OAuth, &oauthStateTTL, &oauthReturnTo, &oauthProxies)
 	conn.register(fs)
 	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
 	rest, err := parseArgs(fs, args)
@@ -218,7 +218,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if err := cfg.Cluster.read(replicaTTL, reconcile); err != nil {
 		return config{}, nil, err
 	}
-	if err := cfg.OAuth.read(oauthStateTTL, oauthReturnTo); err != nil {
+	if err := cfg.OAuth.read(oauthStateTTL, oauthReturnTo, oauthProxies); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.Conn, err = conn.read(max(cfg.QueryTimeout, cfg.RPCTimeout)); err != nil {

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,9 +54,13 @@ type oauthConfig struct {
 	// client address.
 	CallbackRate  float64
 	CallbackBurst int
+	// TrustedProxies are the addresses of proxies in front of the
+	// callback listener whose X-Forwarded-For names the client address
+	// the rate limit counts; others' is ignored.
+	TrustedProxies []netip.Prefix
 }
 
-func oauthFlags(fs *flag.FlagSet, cfg *oauthConfig, stateTTL *string, returnTo *string) {
+func oauthFlags(fs *flag.FlagSet, cfg *oauthConfig, stateTTL, returnTo, proxies *string) {
 	fs.StringVar(&cfg.RedirectURL, "oauth-redirect-url", "",
 		"public URL of the OAuth callback that end users' browsers return to, e.g. https://connectors.example.com/oauth/callback; "+
 			"empty disables oauth_user authorization (OAUTH_REDIRECT_URL)")
@@ -72,11 +78,16 @@ func oauthFlags(fs *flag.FlagSet, cfg *oauthConfig, stateTTL *string, returnTo *
 	fs.StringVar(stateTTL, "oauth-state-ttl", "10m", "how long an authorization URL can be used (OAUTH_STATE_TTL)")
 	fs.Float64Var(&cfg.CallbackRate, "oauth-callback-rate", 5, "callback requests per second allowed from one client address (OAUTH_CALLBACK_RATE)")
 	fs.IntVar(&cfg.CallbackBurst, "oauth-callback-burst", 20, "burst of callback requests allowed from one client address (OAUTH_CALLBACK_BURST)")
+	fs.StringVar(proxies, "oauth-callback-trusted-proxies", "",
+		"comma-separated CIDRs of the proxies in front of OAUTH_CALLBACK_ADDR whose X-Forwarded-For names the client address the rate limit counts (OAUTH_CALLBACK_TRUSTED_PROXIES)")
 }
 
 // read checks the OAuth settings.
-func (cfg *oauthConfig) read(stateTTL, returnTo string) error {
+func (cfg *oauthConfig) read(stateTTL, returnTo, proxies string) error {
 	var err error
+	if cfg.TrustedProxies, err = egress.ParsePrefixes(proxies); err != nil {
+		return fmt.Errorf("OAUTH_CALLBACK_TRUSTED_PROXIES: %w", err)
+	}
 	if cfg.StateTTL, err = positiveDuration("OAUTH_STATE_TTL", stateTTL); err != nil {
 		return err
 	}
@@ -156,10 +167,11 @@ type callbackServer struct {
 	metadataPath string
 	logger       *slog.Logger
 
-	rate  rate.Limit
-	burst int
-	mu    sync.Mutex
-	peers map[string]*peerLimit
+	rate    rate.Limit
+	burst   int
+	proxies []netip.Prefix
+	mu      sync.Mutex
+	peers   map[string]*peerLimit
 }
 
 type peerLimit struct {
@@ -169,7 +181,7 @@ type peerLimit struct {
 
 func newCallbackServer(cfg oauthConfig, mgr completer, logger *slog.Logger) *callbackServer {
 	s := &callbackServer{mgr: mgr, logger: logger, rate: rate.Limit(cfg.CallbackRate), burst: cfg.CallbackBurst,
-		peers: map[string]*peerLimit{}}
+		proxies: cfg.TrustedProxies, peers: map[string]*peerLimit{}}
 	if u, err := url.Parse(cfg.RedirectURL); err == nil {
 		s.callbackPath = u.EscapedPath()
 	}
@@ -190,15 +202,22 @@ func (s *callbackServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		page(w, http.StatusTooManyRequests, "Too many requests. Try again in a moment.")
 		return
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		h.Set("Allow", "GET, HEAD")
-		page(w, http.StatusMethodNotAllowed, "Method not allowed.")
-		return
-	}
 	switch path := r.URL.EscapedPath(); {
 	case path == s.callbackPath:
+		// Only a browser's GET finishes an authorization: a HEAD (a link
+		// preview, a prefetch) would use up the code.
+		if r.Method != http.MethodGet {
+			h.Set("Allow", "GET")
+			page(w, http.StatusMethodNotAllowed, "Method not allowed.")
+			return
+		}
 		s.callback(w, r)
 	case s.metadataPath != "" && path == s.metadataPath:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.Set("Allow", "GET, HEAD")
+			page(w, http.StatusMethodNotAllowed, "Method not allowed.")
+			return
+		}
 		doc, ok := s.mgr.ClientMetadata()
 		if !ok {
 			http.NotFound(w, r)
@@ -218,6 +237,14 @@ func (s *callbackServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *callbackServer) callback(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	done, err := s.mgr.Complete(r.Context(), q.Get("state"), q.Get("code"), q.Get("iss"), q.Get("error"))
+	var refused *oauth.AuthServerError
+	if errors.As(err, &refused) && done != nil && done.ReturnTo != "" {
+		// The user (or the server) said no: the chat learns it where it
+		// waits, with the OAuth error code.
+		s.logger.InfoContext(r.Context(), "oauth authorization refused", slog.String("error", err.Error()))
+		http.Redirect(w, r, withParam(done.ReturnTo, "error", refused.Code), http.StatusSeeOther)
+		return
+	}
 	if err != nil {
 		status, text := http.StatusBadRequest, "This authorization link is not valid: it was used already, it expired, or it was not made here. Start again from the chat."
 		var ase *oauth.AuthServerError
@@ -246,10 +273,7 @@ func (s *callbackServer) callback(w http.ResponseWriter, r *http.Request) {
 // allow takes a token from the client address's bucket. Buckets unused
 // for a minute are dropped when the map grows.
 func (s *callbackServer) allow(r *http.Request) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
+	host := s.clientAddr(r)
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -267,6 +291,56 @@ func (s *callbackServer) allow(r *http.Request) bool {
 	}
 	p.seen = now
 	return p.lim.AllowN(now, 1)
+}
+
+// clientAddr is the address the rate limit counts: the peer's, or, when
+// the peer is a trusted proxy, the last address in X-Forwarded-For that is
+// not a trusted proxy (what earlier hops wrote may be forged).
+func (s *callbackServer) clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if !s.trusted(host) {
+		return host
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := strings.TrimSpace(hops[i])
+		if _, err := netip.ParseAddr(hop); err != nil {
+			break
+		}
+		if !s.trusted(hop) {
+			return hop
+		}
+	}
+	return host
+}
+
+func (s *callbackServer) trusted(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range s.proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// withParam adds name=value to the query of rawURL.
+func withParam(rawURL, name, value string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func page(w http.ResponseWriter, status int, text string) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,8 @@ func TestOAuthSettings(t *testing.T) {
 		{"state ttl too long", map[string]string{"OAUTH_STATE_TTL": "48h"}, "OAUTH_STATE_TTL"},
 		{"half of tls", map[string]string{"OAUTH_REDIRECT_URL": "https://c.example.com/cb", "OAUTH_CALLBACK_ADDR": ":8443", "OAUTH_CALLBACK_TLS_CERT_FILE": "c.pem"}, "OAUTH_CALLBACK_TLS_KEY_FILE"},
 		{"zero rate", map[string]string{"OAUTH_CALLBACK_RATE": "0"}, "OAUTH_CALLBACK_RATE"},
+		{"trusted proxies", map[string]string{"OAUTH_CALLBACK_TRUSTED_PROXIES": "10.0.0.0/8,192.0.2.1"}, ""},
+		{"bad trusted proxy", map[string]string{"OAUTH_CALLBACK_TRUSTED_PROXIES": "proxy.internal"}, "OAUTH_CALLBACK_TRUSTED_PROXIES"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, _, err := parseConfig(nil, getenv(tc.env), io.Discard)
@@ -62,7 +65,7 @@ type fakeCompleter struct {
 func (f *fakeCompleter) Complete(_ context.Context, state, code, iss, errParam string) (*oauth.Completed, error) {
 	switch {
 	case errParam != "":
-		return nil, &oauth.AuthServerError{Code: errParam}
+		return &oauth.Completed{ReturnTo: f.returnTo}, &oauth.AuthServerError{Code: errParam}
 	case state != f.state || f.used:
 		return nil, oauth.ErrStateInvalid
 	case iss != "https://as.example.com":
@@ -113,8 +116,21 @@ func TestCallbackServer(t *testing.T) {
 		t.Errorf("wrong issuer: %d %q", resp.StatusCode, body)
 	}
 	resp, _ = get("/oauth/callback?state=s1&error=access_denied")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "https://chat.example.com/done?error=access_denied" {
+		t.Errorf("refused: %d to %q, want 303 back to return_to with the error", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	f.returnTo = ""
+	resp, _ = get("/oauth/callback?state=s1&error=access_denied")
 	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("refused: %d, want 403", resp.StatusCode)
+		t.Errorf("refused without return_to: %d, want 403", resp.StatusCode)
+	}
+	head, err := client.Head(srv.URL + "/oauth/callback?state=s1&code=c&iss=https://as.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head.Body.Close()
+	if head.StatusCode != http.StatusMethodNotAllowed || f.used {
+		t.Errorf("HEAD on the callback: %d, used %v; want 405 and the code left for the browser's GET", head.StatusCode, f.used)
 	}
 	resp, body = get("/oauth/client.json")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "client_id") || resp.Header.Get("Content-Type") != "application/json" {
@@ -148,5 +164,38 @@ func TestCallbackServer(t *testing.T) {
 	}
 	if codes[http.StatusTooManyRequests] != 3 || codes[http.StatusBadRequest] != 3 {
 		t.Errorf("6 requests with a burst of 3: %v, want 3 answered and 3 refused with 429", codes)
+	}
+}
+
+// TestCallbackRateLimitBehindProxy counts each client behind a trusted
+// proxy on its own, and ignores X-Forwarded-For from anyone else.
+func TestCallbackRateLimitBehindProxy(t *testing.T) {
+	cfg := oauthConfig{RedirectURL: "https://c.example.com/cb", CallbackRate: 0.001, CallbackBurst: 1,
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	s := newCallbackServer(cfg, &fakeCompleter{}, slog.New(slog.DiscardHandler))
+	status := func(remote, xff string) int {
+		r := httptest.NewRequest(http.MethodGet, "/cb?state=x", nil)
+		r.RemoteAddr = remote
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, tc := range []struct {
+		remote, xff string
+		want        int
+	}{
+		{"10.0.0.1:5000", "203.0.113.1", http.StatusBadRequest},                    // alice through the proxy
+		{"10.0.0.1:5000", "203.0.113.2", http.StatusBadRequest},                    // bob through the same proxy: his own bucket
+		{"10.0.0.1:5000", "203.0.113.1", http.StatusTooManyRequests},               // alice again
+		{"10.0.0.2:5000", "198.51.100.9, 203.0.113.1", http.StatusTooManyRequests}, // a forged first hop does not help
+		{"192.0.2.7:5000", "203.0.113.3", http.StatusBadRequest},                   // not a proxy: its own address counts
+		{"192.0.2.7:5000", "203.0.113.4", http.StatusTooManyRequests},              // whatever it claims
+	} {
+		if got := status(tc.remote, tc.xff); got != tc.want {
+			t.Errorf("from %s for %q: %d, want %d", tc.remote, tc.xff, got, tc.want)
+		}
 	}
 }
