@@ -217,6 +217,15 @@ func oauthInterop(t *testing.T, strict bool) {
 	if rv.GetRevokedAtServer() {
 		t.Error("RevokeAuthorization says the server revoked alice's token; the demo server has no revocation endpoint")
 	}
+	// Her connection closed while her token was still good: the server
+	// hears her session end (the DELETE goes out in the background).
+	ended := func() int { return strings.Count(ts.Log(), "Received session termination request") }
+	for deadline := time.Now().Add(5 * time.Second); ended() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, failed := ended(), strings.Contains(svc.out.String(), "failed to send close request"); n != 1 || failed {
+		t.Errorf("the server heard %d MCP sessions end, want alice's (the service logged a failed close: %t)", n, failed)
+	}
 	_, err = greet("alice")
 	if ar := needsAuthorization(t, err, "alice", ts.Issuer); ar.GetReason() != "NO_TOKEN" {
 		t.Errorf("alice's call after the revocation: reason %q, want NO_TOKEN", ar.GetReason())
