@@ -361,12 +361,19 @@ func (s *Server) RevokeAuthorization(ctx context.Context, req *connectorv1.Revok
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	// The user's connection closes while its token is still good, so the
+	// MCP server hears the session end (its DELETE goes with the token),
+	// and again afterwards, in case a call opened it meanwhile.
+	userConn := req.GetUserId() != "" && row.Config.AuthMode() == store.AuthUser
+	if userConn {
+		s.closeUserConnection(ctx, row, req.GetUserId())
+	}
 	atServer, err := s.oauth.Revoke(ctx, oc, req.GetUserId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	s.logger.InfoContext(ctx, "authorization revoked", append(live.ConnectorAttrs(row), slog.Bool("at_server", atServer))...)
-	if req.GetUserId() != "" && row.Config.AuthMode() == store.AuthUser {
+	if userConn {
 		s.closeUserConnection(ctx, row, req.GetUserId())
 	}
 	return &connectorv1.RevokeAuthorizationResponse{RevokedAtServer: atServer}, nil
