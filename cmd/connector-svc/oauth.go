@@ -251,7 +251,7 @@ func (s *callbackServer) callback(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, oauth.ErrIssuerMismatch):
 			text = "The answer did not come from the expected authorization server. Start again from the chat."
-		case errors.As(err, &ase):
+		case errors.As(err, &ase) && ase.Status < 500: // the redirect's error (no status) or a 4xx of the token endpoint
 			status, text = http.StatusForbidden, "The authorization server did not grant access. Start again from the chat if you meant to allow it."
 		case !errors.Is(err, oauth.ErrStateInvalid):
 			status, text = http.StatusBadGateway, "The authorization could not be completed. Try again from the chat."
