@@ -84,12 +84,20 @@ func (m *Manager) discover(ctx context.Context, c Connector) (*discovered, error
 	return d, nil
 }
 
-// forgetDiscovery drops what discovery found for a connector URL, so the
+// forgetServer drops what discovery found of the authorization server
+// issuer (its metadata, and the connector URLs found to use it), so the
 // next use discovers again.
-func (m *Manager) forgetDiscovery(rawURL string) {
+func (m *Manager) forgetServer(issuer string) {
 	m.mu.Lock()
-	delete(m.discoveries, rawURL)
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	for k, d := range m.discoveries {
+		if d.server.Issuer == issuer {
+			delete(m.discoveries, k)
+		}
+	}
+	for _, insecure := range []bool{false, true} {
+		delete(m.servers, fmt.Sprintf("%s\x00%t", issuer, insecure))
+	}
 }
 
 func (m *Manager) discoverNow(ctx context.Context, rawURL string) (*discovered, error) {
@@ -198,16 +206,27 @@ type prmCandidate struct {
 // order RFC 9728 and the MCP specification give: the challenge's
 // resource_metadata, then the well-known URL with u's path inserted, then
 // the root one.
+//
+// A challenge naming one of the well-known URLs does not make it asked
+// twice: it is asked first, and checked as the well-known URL it is.
 func prmCandidates(u *url.URL, fromHeader string) []prmCandidate {
-	var out []prmCandidate
-	if fromHeader != "" {
-		out = append(out, prmCandidate{url: fromHeader, fromHeader: true})
-	}
 	root := u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource"
+	var wellKnown []prmCandidate
 	if p := strings.TrimSuffix(u.EscapedPath(), "/"); p != "" {
-		out = append(out, prmCandidate{url: root + p})
+		wellKnown = append(wellKnown, prmCandidate{url: root + p})
 	}
-	out = append(out, prmCandidate{url: root})
+	wellKnown = append(wellKnown, prmCandidate{url: root})
+	if fromHeader == "" {
+		return wellKnown
+	}
+	out := []prmCandidate{{url: fromHeader, fromHeader: true}}
+	for _, c := range wellKnown {
+		if c.url == fromHeader {
+			out[0].fromHeader = false
+		} else {
+			out = append(out, c)
+		}
+	}
 	return out
 }
 

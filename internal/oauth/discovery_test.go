@@ -101,6 +101,47 @@ func TestDiscoveryNoPRM(t *testing.T) {
 	}
 }
 
+// A challenge naming the well-known URL itself: it is asked, and listed
+// in the error, once.
+func TestDiscoveryTriesEachURLOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	var mu sync.Mutex
+	asked := map[string]int{}
+	var rs *httptest.Server
+	rs = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked[r.URL.Path]++
+		mu.Unlock()
+		if r.URL.Path == "/mcp" {
+			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+rs.URL+`/.well-known/oauth-protected-resource/mcp"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer rs.Close()
+	m := e.manager(nil)
+	c := e.connector("ws", "files", rs.URL+"/mcp", ModeUser)
+	_, err := m.Start(ctx, c, "alice", "", nil)
+	var de *DiscoveryError
+	if !errors.As(err, &de) {
+		t.Fatalf("Start: %v, want a DiscoveryError", err)
+	}
+	want := []string{
+		rs.URL + "/.well-known/oauth-protected-resource/mcp: HTTP 404",
+		rs.URL + "/.well-known/oauth-protected-resource: HTTP 404",
+	}
+	if !slices.Equal(de.Tried, want) {
+		t.Errorf("tried %q, want %q", de.Tried, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := asked["/.well-known/oauth-protected-resource/mcp"]; n != 1 {
+		t.Errorf("the path-inserted URL was asked %d times, want once", n)
+	}
+}
+
 // An authorization server that does not list S256 is refused.
 func TestDiscoveryNoS256(t *testing.T) {
 	ctx := context.Background()
@@ -293,6 +334,12 @@ func TestNewChecksConfig(t *testing.T) {
 		{func(c *Config) { c.RedirectURL = "https://svc.example/cb#x" }, "OAUTH_REDIRECT_URL"},
 		{func(c *Config) { c.ClientMetadataURL = "http://svc.example/client.json" }, "OAUTH_CLIENT_METADATA_URL"},
 		{func(c *Config) { c.ReturnToAllowed = []string{""} }, "OAUTH_RETURN_TO_ALLOWED"},
+		{func(c *Config) { c.ReturnToAllowed = []string{"chat.example.com"} }, "not an absolute http(s) URL"},
+		{func(c *Config) { c.ReturnToAllowed = []string{"ftp://chat.example.com/"} }, "not an absolute http(s) URL"},
+		{func(c *Config) { c.ReturnToAllowed = []string{"https://u@chat.example.com/"} }, "user information"},
+		{func(c *Config) { c.ReturnToAllowed = []string{"https://chat.example.com/?x=1"} }, "a query"},
+		{func(c *Config) { c.ReturnToAllowed = []string{"https://chat.example.com/#"} }, "a fragment"},
+		{func(c *Config) { c.ReturnToAllowed = []string{"https://chat.example.com/ x"} }, "a space"},
 	} {
 		cfg := Config{DB: e.db, Box: e.box, RedirectURL: "https://svc.example/cb"}
 		tc.mod(&cfg)

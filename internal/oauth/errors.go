@@ -15,9 +15,10 @@ var (
 	// that server promised to send it (RFC 9207): a mix-up attack, or a
 	// misconfigured server.
 	ErrIssuerMismatch = errors.New("the authorization response's issuer (iss) does not match the authorization server")
-	// ErrReturnToNotAllowed means a return_to does not start with any of
-	// the allowed prefixes.
-	ErrReturnToNotAllowed = errors.New("return_to does not start with any allowed prefix (OAUTH_RETURN_TO_ALLOWED)")
+	// ErrReturnToNotAllowed means a return_to is not an absolute http(s)
+	// URL under one of the allowed prefixes (OAUTH_RETURN_TO_ALLOWED). The
+	// errors Start returns wrap it with what exactly is wrong.
+	ErrReturnToNotAllowed = errors.New("return_to is not allowed (OAUTH_RETURN_TO_ALLOWED)")
 	// ErrNoGrant means the user has no standing authorization of the
 	// connector.
 	ErrNoGrant = errors.New("no authorization of this connector by this user")
@@ -61,15 +62,22 @@ type AuthServerError struct {
 }
 
 func (e *AuthServerError) Error() string {
-	msg := "the authorization server refused: " + e.Code
-	if e.Description != "" {
-		msg += ": " + e.Description
-	}
+	msg := "the authorization server refused with OAuth error " + e.Code
 	if e.Status != 0 {
 		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
 	}
+	if e.Description != "" {
+		msg += ": " + e.Description
+	}
 	return msg
 }
+
+// returnToError is a return_to Start refuses: why is what is wrong with
+// it. It is ErrReturnToNotAllowed.
+type returnToError struct{ why string }
+
+func (e *returnToError) Error() string { return e.why }
+func (e *returnToError) Unwrap() error { return ErrReturnToNotAllowed }
 
 // maxDescription bounds how much of a server's error_description an error
 // carries.

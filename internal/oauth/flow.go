@@ -24,8 +24,10 @@ import (
 // returns the URL to send the user's browser to. The scopes asked for are
 // the connector's (else the server's challenge's, else its metadata's),
 // extraScopes, and those the user granted already (a step-up keeps them).
-// returnTo, where the callback sends the browser afterwards, must start
-// with an allowed prefix (ErrReturnToNotAllowed) or be empty.
+// returnTo, where the callback sends the browser afterwards, must be empty
+// or an absolute http(s) URL under an allowed prefix (Config.
+// ReturnToAllowed); an error that is ErrReturnToNotAllowed says what is
+// wrong with it.
 func (m *Manager) Start(ctx context.Context, c Connector, userID, returnTo string, extraScopes []string) (*Started, error) {
 	if c.Mode != ModeUser {
 		return nil, fmt.Errorf("the connector's auth mode is %q: only %s connectors are authorized by their users", c.Mode, ModeUser)
@@ -33,8 +35,8 @@ func (m *Manager) Start(ctx context.Context, c Connector, userID, returnTo strin
 	if userID == "" {
 		return nil, errors.New("a user_id is required to authorize")
 	}
-	if returnTo != "" && !slices.ContainsFunc(m.cfg.ReturnToAllowed, func(p string) bool { return strings.HasPrefix(returnTo, p) }) {
-		return nil, ErrReturnToNotAllowed
+	if err := checkReturnTo(returnTo, m.returnTo); err != nil {
+		return nil, err
 	}
 	m.sweep(ctx)
 	d, err := m.discover(ctx, c)
@@ -57,7 +59,9 @@ func (m *Manager) Start(ctx context.Context, c Connector, userID, returnTo strin
 	}
 	scopes = union(scopes, extraScopes)
 	if t, err := m.db.OAuthToken(ctx, c.ID, userID); err == nil {
-		scopes = union(scopes, t.Scopes)
+		if resourceCovers(t.Resource, c.URL) && t.Issuer == d.server.Issuer {
+			scopes = union(scopes, t.Scopes) // not another server's
+		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -132,11 +136,22 @@ func stateHash(state string) []byte {
 
 // Complete finishes an authorization from the parameters of the
 // authorization server's redirect: the state must be one Start issued,
-// unused and unexpired (ErrStateInvalid); an error parameter is the
-// server's refusal (*AuthServerError); iss must be the server's issuer,
+// unused and unexpired (ErrStateInvalid); iss must be the server's issuer,
 // and is required where the server says it sends one (ErrIssuerMismatch).
 // The code is exchanged for tokens, which are stored for the user,
 // replacing any they had.
+//
+// An error parameter (errParam: the user declined, access_denied, or the
+// server refused) spends the state and returns the server's refusal, an
+// *AuthServerError, together with a Completed whose ReturnTo is the one
+// given to Start and whose Grant is zero: the callback sends the browser
+// back there with error=<code>, so the application learns of it. Every
+// other error comes with a nil Completed.
+//
+// A code exchange the server refuses with invalid_client or
+// unauthorized_client, made as the service's dynamic registration, means
+// the server no longer knows it: the registration is deleted and the
+// user's next authorization registers again.
 func (m *Manager) Complete(ctx context.Context, state, code, iss, errParam string) (*Completed, error) {
 	if state == "" {
 		return nil, ErrStateInvalid
@@ -149,7 +164,7 @@ func (m *Manager) Complete(ctx context.Context, state, code, iss, errParam strin
 		return nil, err
 	}
 	if errParam != "" {
-		return nil, newAuthServerError(errParam, "", 0, code, state)
+		return &Completed{ReturnTo: p.ReturnTo}, newAuthServerError(errParam, "", 0, code, state)
 	}
 	insecure := insecureOK(p.Resource)
 	s, err := m.serverMetadata(ctx, p.Issuer, insecure)
@@ -191,6 +206,7 @@ func (m *Manager) Complete(ctx context.Context, state, code, iss, errParam strin
 	}
 	tr, err := m.tokenRequest(ctx, s.TokenEndpoint, cl, form, insecure)
 	if err != nil {
+		m.clientRefused(ctx, p.Issuer, cl, err)
 		return nil, err
 	}
 	scopes := p.Scopes
@@ -210,6 +226,21 @@ func (m *Manager) Complete(ctx context.Context, state, code, iss, errParam strin
 	m.log.InfoContext(ctx, "user authorized a connector", slog.Int64("connector_row", p.ConnectorID),
 		slog.String("user_id", p.UserID), slog.String("issuer", p.Issuer), slog.String("scopes", strings.Join(scopes, " ")))
 	return &Completed{Grant: grantOf(stored), ReturnTo: p.ReturnTo}, nil
+}
+
+// PendingWorkspace returns the workspace of the authorization in progress
+// that state names, without spending the state: ErrStateInvalid if it is
+// unknown, used already or expired. A callback checks with it that the
+// caller may complete the authorization before Complete spends it.
+func (m *Manager) PendingWorkspace(ctx context.Context, state string) (string, error) {
+	if state == "" {
+		return "", ErrStateInvalid
+	}
+	ws, err := m.db.OAuthPendingWorkspace(ctx, stateHash(state))
+	if errors.Is(err, store.ErrNotFound) {
+		return "", ErrStateInvalid
+	}
+	return ws, err
 }
 
 // sealTokens makes a token row from a token response, sealed for
@@ -247,8 +278,10 @@ func grantOf(t *store.OAuthToken) Grant {
 
 // Usable says whether userID (empty for a client credentials connector's
 // own identity) can call connector c now: a token that the server has not
-// refused and that is unexpired or can be refreshed. A client credentials
-// connector with a client is always usable: the service gets its tokens.
+// refused, that is unexpired or can be refreshed, and that was granted for
+// c as it is now (its URL, and the authorization server discovery last
+// found for it). A client credentials connector with a client is always
+// usable: the service gets its tokens.
 func (m *Manager) Usable(ctx context.Context, c Connector, userID string) (bool, error) {
 	if c.Mode == ModeNone {
 		return true, nil
@@ -263,7 +296,7 @@ func (m *Manager) Usable(ctx context.Context, c Connector, userID string) (bool,
 	if err != nil {
 		return false, err
 	}
-	if t.NeedsReauth {
+	if t.NeedsReauth || m.unbound(c, t.Issuer, t.Resource) != "" {
 		return false, nil
 	}
 	return t.ExpiresAt == nil || t.ExpiresAt.After(time.Now()) || t.SealedRefresh != nil, nil
@@ -398,6 +431,7 @@ func (m *Manager) revokeAtServer(ctx context.Context, c Connector, t *store.OAut
 			return fail(tok.hint, err)
 		}
 		if err := m.revokeRequest(ctx, s.RevocationEndpoint, cl, string(plain), tok.hint, insecure); err != nil {
+			m.clientRefused(ctx, t.Issuer, cl, err)
 			return fail(tok.hint, err)
 		}
 	}

@@ -47,8 +47,12 @@ type Config struct {
 	ClientName string
 	// StateTTL is how long a started authorization may complete; default 10m.
 	StateTTL time.Duration
-	// ReturnToAllowed are the prefixes a return_to must start with; an
-	// empty return_to is always allowed.
+	// ReturnToAllowed are where the callback may send browsers back to:
+	// absolute http(s) URLs without user information, query or fragment.
+	// A return_to is allowed when its scheme, host (in any case) and port
+	// are one's and its path is that one's or below it ("" and "/" allow
+	// any path; /chat allows /chat and /chat/..., not /chatroom). An empty
+	// return_to is always allowed; none other when this is empty.
 	ReturnToAllowed []string
 	// RefreshAhead is how long before expiry a token is refreshed (at
 	// most half its lifetime); default 60s.
@@ -97,6 +101,8 @@ type Manager struct {
 	hc     *http.Client
 	egress *egress.Policy
 	log    *slog.Logger
+	// returnTo is cfg.ReturnToAllowed parsed.
+	returnTo []returnPrefix
 
 	flights singleflight.Group // discovery, registration and refresh, by key
 
@@ -105,6 +111,9 @@ type Manager struct {
 	servers     map[string]*serverEntry
 	tokens      map[tokenKey]*liveToken
 	cacheSwept  time.Time // when remember last dropped stale tokens
+	// forgets counts Forget's calls: a token read before one is not
+	// cached after it (it may be one the call meant to drop).
+	forgets uint64
 	// refreshFailed is when a refresh ahead of expiry last failed for
 	// want of an answer, by principal.
 	refreshFailed map[tokenKey]time.Time
@@ -126,10 +135,13 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("OAUTH_CLIENT_METADATA_URL %q must be an https URL with a path (it is the client_id)", cfg.ClientMetadataURL)
 		}
 	}
-	for _, p := range cfg.ReturnToAllowed {
-		if p == "" {
-			return nil, errors.New("OAUTH_RETURN_TO_ALLOWED has an empty prefix, which would allow any return_to")
+	var returnTo []returnPrefix
+	for _, raw := range cfg.ReturnToAllowed {
+		p, err := parseReturnPrefix(raw)
+		if err != nil {
+			return nil, err
 		}
+		returnTo = append(returnTo, p)
 	}
 	if cfg.ClientName == "" {
 		cfg.ClientName = DefaultClientName
@@ -147,7 +159,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Egress = egress.New(egress.Config{})
 	}
 	m := &Manager{
-		cfg: cfg, db: cfg.DB, box: cfg.Box, egress: cfg.Egress, log: cfg.Logger,
+		cfg: cfg, db: cfg.DB, box: cfg.Box, egress: cfg.Egress, log: cfg.Logger, returnTo: returnTo,
 		discoveries: map[string]*discovered{},
 		servers:     map[string]*serverEntry{},
 		tokens:      map[tokenKey]*liveToken{},

@@ -105,6 +105,54 @@ func (m *Manager) storedClient(ctx context.Context, issuer string) (*client, err
 	return &client{ID: sc.ClientID, Secret: string(secret), AuthMethod: sc.AuthMethod}, nil
 }
 
+// clientRefused handles a token or revocation endpoint's refusal of the
+// client itself (invalid_client, unauthorized_client) at issuer. If cl is
+// the service's dynamic registration there, the server no longer knows it
+// (it restarted, or dropped it): the registration is deleted, unless
+// another replica has replaced it meanwhile, and what was found of the
+// server is dropped, so the next authorization registers again. For the
+// client metadata document only the latter. A pre-registered client is
+// left as it is: it is the operator's to fix, and the error says so.
+func (m *Manager) clientRefused(ctx context.Context, issuer string, cl *client, err error) {
+	var ase *AuthServerError
+	if !errors.As(err, &ase) || (ase.Code != "invalid_client" && ase.Code != "unauthorized_client") {
+		return
+	}
+	if cl.ID != m.cfg.ClientMetadataURL || cl.ID == "" {
+		deleted, derr := m.db.DeleteOAuthClient(context.WithoutCancel(ctx), issuer, m.cfg.RedirectURL, cl.ID)
+		if derr != nil {
+			m.log.WarnContext(ctx, "could not delete a registration the authorization server refuses", slog.String("issuer", issuer),
+				slog.String("client_id", cl.ID), slog.Any("error", derr))
+			return
+		}
+		if !deleted {
+			return // pre-registered, or registered again meanwhile
+		}
+		m.log.WarnContext(ctx, "the authorization server no longer knows the service's registration; deleted it, the next authorization registers again",
+			slog.String("issuer", issuer), slog.String("client_id", cl.ID), slog.String("error", ase.Code))
+	}
+	m.forgetServer(issuer)
+}
+
+// ForgetRegistration deletes the service's dynamic registrations at the
+// authorization server issuer (exactly as its metadata names itself) and
+// drops what this process found of that server, so that the next
+// authorization registers again: for a server that forgot the
+// registration before any token request could tell. Users whose tokens
+// were issued to the old registration must authorize again once their
+// access tokens expire (their refresh tokens were the old client's).
+// Returns how many registrations were deleted (0 if there were none).
+func (m *Manager) ForgetRegistration(ctx context.Context, issuer string) (int, error) {
+	n, err := m.db.DeleteOAuthClients(ctx, issuer)
+	if err != nil {
+		return 0, err
+	}
+	m.forgetServer(issuer)
+	m.log.InfoContext(ctx, "forgot the service's registration with an authorization server", slog.String("issuer", issuer),
+		slog.Int64("registrations", n))
+	return int(n), nil
+}
+
 // registration is an RFC 7591 client registration response.
 type registration struct {
 	ClientID                string `json:"client_id"`
@@ -148,7 +196,7 @@ func (m *Manager) register(ctx context.Context, s *serverMetadata, insecure bool
 		var e errorResponse
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			ase := newAuthServerError(e.Error, e.ErrorDescription, resp.StatusCode)
-			return nil, &DiscoveryError{Reason: fmt.Sprintf("dynamic client registration at %s refused: %v", s.RegistrationEndpoint, ase), Err: ase}
+			return nil, &DiscoveryError{Reason: fmt.Sprintf("dynamic client registration at %s: %v", s.RegistrationEndpoint, ase), Err: ase}
 		}
 		if resp.StatusCode >= 500 {
 			return nil, fmt.Errorf("dynamic client registration at %s answered HTTP %d", s.RegistrationEndpoint, resp.StatusCode)

@@ -64,13 +64,20 @@ func TestStateSingleUse(t *testing.T) {
 		t.Errorf("expired state: %v, want ErrStateInvalid", err)
 	}
 
-	// A refusal at the server: the state is spent, the error says why.
-	st, _ = m.Start(ctx, c, "alice", "", nil)
+	// A refusal at the server: the state is spent, the error says why,
+	// and where to send the browser back to comes with it.
+	st, _ = m.Start(ctx, c, "alice", "https://app.example/back", nil)
 	state := mustQuery(t, st.URL).Get("state")
-	_, err = m.Complete(ctx, state, "", "", "access_denied")
+	done, err := m.Complete(ctx, state, "", "", "access_denied")
 	var ase *AuthServerError
 	if !errors.As(err, &ase) || ase.Code != "access_denied" {
 		t.Errorf("error redirect: %v, want AuthServerError access_denied", err)
+	}
+	if done == nil || done.ReturnTo != "https://app.example/back" || done.Grant.UserID != "" || done.Grant.ConnectorID != 0 {
+		t.Errorf("error redirect: Completed %+v, want ReturnTo and no grant", done)
+	}
+	if err != nil && strings.Count(err.Error(), "refused") != 1 {
+		t.Errorf("error redirect: %q says refused more than once", err)
 	}
 	if _, err := m.Complete(ctx, state, "x", "", ""); !errors.Is(err, ErrStateInvalid) {
 		t.Errorf("state after a refusal: %v", err)
@@ -87,6 +94,67 @@ func TestStateSingleUse(t *testing.T) {
 	}
 }
 
+// PendingWorkspace names the workspace of an authorization in progress
+// without spending its state.
+func TestPendingWorkspace(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	as := oauthtest.Start(t, oauthtest.Options{})
+	m := e.manager(nil)
+	c := e.connector("ws-a", "files", as.MCPURL, ModeUser)
+	st, err := m.Start(ctx, c, "alice", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := as.Authorize(ctx, st.URL, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := loc.Query()
+	for range 2 {
+		if ws, err := m.PendingWorkspace(ctx, q.Get("state")); ws != "ws-a" || err != nil {
+			t.Fatalf("PendingWorkspace = %q, %v; want ws-a", ws, err)
+		}
+	}
+	for _, state := range []string{"", "made-up", q.Get("state") + "x"} {
+		if _, err := m.PendingWorkspace(ctx, state); !errors.Is(err, ErrStateInvalid) {
+			t.Errorf("PendingWorkspace(%q): %v, want ErrStateInvalid", state, err)
+		}
+	}
+	if _, err := m.Complete(ctx, q.Get("state"), q.Get("code"), q.Get("iss"), ""); err != nil {
+		t.Fatalf("Complete after PendingWorkspace: %v", err)
+	}
+	if _, err := m.PendingWorkspace(ctx, q.Get("state")); !errors.Is(err, ErrStateInvalid) {
+		t.Errorf("PendingWorkspace of a used state: %v, want ErrStateInvalid", err)
+	}
+	short := e.manager(func(c *Config) { c.StateTTL = time.Millisecond })
+	st, err = short.Start(ctx, c, "bob", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the 1ms the state lives
+	if _, err := m.PendingWorkspace(ctx, mustQuery(t, st.URL).Get("state")); !errors.Is(err, ErrStateInvalid) {
+		t.Errorf("PendingWorkspace of an expired state: %v, want ErrStateInvalid", err)
+	}
+}
+
+// An authorization server's refusal says it refused once, naming the
+// OAuth error, the description and the HTTP status.
+func TestAuthServerErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		err  *AuthServerError
+		want string
+	}{
+		{newAuthServerError("access_denied", "", 0), "the authorization server refused with OAuth error access_denied"},
+		{newAuthServerError("invalid_grant", "The refresh token expired.", 400),
+			"the authorization server refused with OAuth error invalid_grant (HTTP 400): The refresh token expired."},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
+}
+
 func mustQuery(t *testing.T, raw string) url.Values {
 	t.Helper()
 	u, err := url.Parse(raw)
@@ -96,22 +164,63 @@ func mustQuery(t *testing.T, raw string) url.Values {
 	return u.Query()
 }
 
+// return_to must be an absolute http(s) URL under an allowed prefix: the
+// same scheme, host and port, and a path at or below the prefix's on a
+// segment boundary. Refused ones are refused before any request is made,
+// with an error saying what is wrong.
 func TestReturnTo(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	as := oauthtest.Start(t, oauthtest.Options{})
-	m := e.manager(nil)
+	m := e.manager(func(c *Config) {
+		c.ReturnToAllowed = []string{"https://chat.example.com", "https://app.example/chat", "https://files.example/a/"}
+	})
 	c := e.connector("ws", "files", as.MCPURL, ModeUser)
-	for _, rt := range []string{"https://evil.example/", "https://app.example.evil/", "/relative"} {
-		if _, err := m.Start(ctx, c, "alice", rt, nil); !errors.Is(err, ErrReturnToNotAllowed) {
-			t.Errorf("return_to %q: %v, want ErrReturnToNotAllowed", rt, err)
+	for rt, want := range map[string]string{
+		"https://chat.example.com@evil.net/steal":               "user information",
+		"https://chat.example.com.evil.net/steal":               "not under any allowed prefix",
+		"https://chat.example.com:8443/x":                       "not under any allowed prefix",
+		"http://chat.example.com/x":                             "not under any allowed prefix",
+		"https://app.example/chatroom":                          "not under any allowed prefix",
+		"https://app.example/":                                  "not under any allowed prefix",
+		"https://app.example/chat/../admin":                     "dot segment",
+		"https://app.example/chat/%2e%2e/admin":                 "dot segment",
+		"https://files.example/ab":                              "not under any allowed prefix",
+		"https://evil.example/":                                 "not under any allowed prefix",
+		"/relative":                                             "absolute http(s) URL",
+		"//chat.example.com/x":                                  "absolute http(s) URL",
+		"javascript:alert(1)":                                   "absolute http(s) URL",
+		"https:///x":                                            "absolute http(s) URL",
+		"https://chat.example.com/a\x00b":                       "character",
+		"https://chat.example.com/a b":                          "character",
+		"https://chat.example.com/\r\nSet-Cookie:x":             "character",
+		"https://chat.example.com/<script>":                     "character",
+		"https://chat.example.com/é":                            "character",
+		"https://chat.example.com/" + strings.Repeat("a", 2048): "longer than 2048 bytes",
+	} {
+		_, err := m.Start(ctx, c, "alice", rt, nil)
+		if !errors.Is(err, ErrReturnToNotAllowed) || !strings.Contains(err.Error(), want) {
+			t.Errorf("return_to %q: %v, want ErrReturnToNotAllowed saying %q", rt, err, want)
+		}
+		if err != nil && strings.ContainsAny(err.Error(), "\x00\r\n") {
+			t.Errorf("return_to %q: the error %q carries control characters", rt, err)
 		}
 	}
 	if n := as.Counts().MCPRequests; n != 0 {
 		t.Errorf("a refused return_to still probed the server (%d requests)", n)
 	}
-	if _, err := m.Start(ctx, c, "alice", "", nil); err != nil {
-		t.Errorf("empty return_to: %v", err)
+	for _, rt := range []string{"", "https://chat.example.com", "https://CHAT.Example.com:443/any/path?x=1#frag",
+		"https://app.example/chat", "https://app.example/chat/", "https://app.example/chat/thread/1?x=%20",
+		"https://files.example/a/", "https://files.example/a/b"} {
+		if _, err := m.Start(ctx, c, "alice", rt, nil); err != nil {
+			t.Errorf("return_to %q: %v, want allowed", rt, err)
+		}
+	}
+
+	none := e.manager(func(c *Config) { c.ReturnToAllowed = nil })
+	_, err := none.Start(ctx, c, "alice", "https://chat.example.com/x", nil)
+	if !errors.Is(err, ErrReturnToNotAllowed) || err.Error() != "no return_to is allowed: OAUTH_RETURN_TO_ALLOWED is empty" {
+		t.Errorf("without an allow list: %v", err)
 	}
 }
 

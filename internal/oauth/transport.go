@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -31,6 +32,8 @@ type liveToken struct {
 	refreshable bool
 	scopes      []string
 	loaded      time.Time
+	// What the token was granted for: it is sent nowhere else.
+	issuer, resource string
 }
 
 // Transport returns a RoundTripper for the connection of one principal
@@ -141,11 +144,14 @@ func closeReader(r io.ReadCloser) {
 
 // current returns the principal's token, read from Postgres at most every
 // few seconds, refreshed first when it expires soon. Client credentials
-// connectors get one from the server when they have none.
+// connectors get one from the server when they have none, or when theirs
+// is for another resource or issuer; a user with such a token has none
+// (NO_TOKEN): they must authorize the connector where it is now.
 func (m *Manager) current(ctx context.Context, c Connector, userID string) (*liveToken, error) {
 	key := tokenKey{c.ID, userID}
 	m.mu.Lock()
 	tok := m.tokens[key]
+	gen := m.forgets
 	m.mu.Unlock()
 	if tok == nil || time.Since(tok.loaded) > tokenCacheTTL {
 		row, err := m.db.OAuthToken(ctx, c.ID, userID)
@@ -164,7 +170,15 @@ func (m *Manager) current(ctx context.Context, c Connector, userID string) (*liv
 		if tok, err = m.live(row); err != nil {
 			return nil, err
 		}
-		m.remember(key, tok)
+		m.remember(key, tok, gen)
+	}
+	if why := m.unbound(c, tok.issuer, tok.resource); why != "" {
+		if c.Mode == ModeClientCredentials {
+			return m.refresh(ctx, c, userID, tok.sealed)
+		}
+		m.log.DebugContext(ctx, "a user's token is not for the connector as it is now; they must authorize it again",
+			slog.Int64("connector_row", c.ID), slog.String("user_id", userID), slog.String("reason", why))
+		return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonNoToken}
 	}
 	if !m.expiring(tok, time.Now()) {
 		return tok, nil
@@ -226,19 +240,44 @@ func (m *Manager) live(row *store.OAuthToken) (*liveToken, error) {
 		return nil, fmt.Errorf("open the stored access token: %w", err)
 	}
 	tok := &liveToken{access: string(access), sealed: row.SealedAccess, issuedAt: row.UpdatedAt,
-		refreshable: row.SealedRefresh != nil, scopes: row.Scopes, loaded: time.Now()}
+		refreshable: row.SealedRefresh != nil, scopes: row.Scopes, loaded: time.Now(),
+		issuer: row.Issuer, resource: row.Resource}
 	if row.ExpiresAt != nil {
 		tok.expiresAt = *row.ExpiresAt
 	}
 	return tok, nil
 }
 
-// remember caches tok for key. Past cacheSweepSize entries it first drops
-// those too old to be used (at most once per tokenCacheTTL), so the cache holds about the principals
-// active in the last few seconds, not every one ever seen.
-func (m *Manager) remember(key tokenKey, tok *liveToken) {
+// unbound says why a token issued by issuer for resource must not be sent
+// to c as it is now, or "" if it may: the resource (RFC 8707) must be c's
+// canonical URL or a path above it on the same origin, and the issuer
+// the one discovery last found for c's URL, if it found one lately. A
+// connector whose URL changed is not sent the tokens its users granted
+// the old server.
+func (m *Manager) unbound(c Connector, issuer, resource string) string {
+	if !resourceCovers(resource, c.URL) {
+		return fmt.Sprintf("the token was granted for %s, not the connector's URL %s", secret.RedactText(resource), secret.RedactText(canonical(c.URL)))
+	}
+	m.mu.Lock()
+	d := m.discoveries[c.URL]
+	m.mu.Unlock()
+	if d != nil && time.Since(d.at) < discoveryTTL && d.server.Issuer != issuer {
+		return fmt.Sprintf("the token was issued by %s, while the server's authorization server is now %s", issuer, d.server.Issuer)
+	}
+	return ""
+}
+
+// remember caches tok for key, unless Forget was called since gen (what
+// m.forgets was before tok was read). Past cacheSweepSize entries it first
+// drops those too old to be used (at most once per tokenCacheTTL), so the
+// cache holds about the principals active in the last few seconds, not
+// every one ever seen.
+func (m *Manager) remember(key tokenKey, tok *liveToken, gen uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.forgets != gen {
+		return
+	}
 	if len(m.tokens) >= cacheSweepSize && time.Since(m.cacheSwept) > tokenCacheTTL {
 		m.cacheSwept = time.Now()
 		for k, t := range m.tokens {
@@ -254,11 +293,21 @@ func (m *Manager) remember(key tokenKey, tok *liveToken) {
 // stale entries.
 const cacheSweepSize = 1024
 
-func (m *Manager) forgetToken(connectorID int64, userID string) {
+// Forget drops what this process holds of a principal's token (userID;
+// "" for a client credentials connector's own): its next request reads
+// Postgres again instead of using, for up to a few seconds, a token
+// cached here. Revoke calls it on the replica that revokes; call it on
+// every other replica when an authorization is revoked or deleted there.
+func (m *Manager) Forget(connectorID int64, userID string) {
+	key := tokenKey{connectorID, userID}
 	m.mu.Lock()
-	delete(m.tokens, tokenKey{connectorID, userID})
+	m.forgets++
+	delete(m.tokens, key)
+	delete(m.refreshFailed, key)
 	m.mu.Unlock()
 }
+
+func (m *Manager) forgetToken(connectorID int64, userID string) { m.Forget(connectorID, userID) }
 
 // refresh replaces the principal's token seen (its sealed form; nil for
 // none) with a new one: by the refresh token grant for a user, by the
@@ -269,6 +318,9 @@ func (m *Manager) forgetToken(connectorID int64, userID string) {
 // user's row (they must authorize again) and returns a *RequiredError;
 // an unreachable server returns another error and leaves the row be.
 func (m *Manager) refresh(ctx context.Context, c Connector, userID string, seen []byte) (*liveToken, error) {
+	m.mu.Lock()
+	gen := m.forgets
+	m.mu.Unlock()
 	h := sha256.Sum256(seen)
 	key := fmt.Sprintf("refresh\x00%d\x00%s\x00%x", c.ID, userID, h[:8])
 	v, err := m.shared(ctx, key, func() (any, error) {
@@ -280,7 +332,15 @@ func (m *Manager) refresh(ctx context.Context, c Connector, userID string, seen 
 		return nil, err
 	}
 	tok := v.(*liveToken)
-	m.remember(tokenKey{c.ID, userID}, tok)
+	if why := m.unbound(c, tok.issuer, tok.resource); why != "" {
+		// Another replica stored a token meanwhile, for the connector
+		// as it was there.
+		if c.Mode == ModeClientCredentials {
+			return nil, errors.New("the connector's token is not for it as it is now (" + why + "); try again")
+		}
+		return nil, &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonNoToken}
+	}
+	m.remember(tokenKey{c.ID, userID}, tok, gen)
 	return tok, nil
 }
 
@@ -375,6 +435,8 @@ func (m *Manager) refreshGrant(ctx context.Context, c Connector, cur *store.OAut
 	}
 	tr, err := m.tokenRequest(ctx, s.TokenEndpoint, cl, form, insecure)
 	if permanent(err) {
+		// The grant was the client's: one the server forgot takes it along.
+		m.clientRefused(ctx, cur.Issuer, cl, err)
 		return nil, &reauthError{required, err}
 	}
 	if err != nil {

@@ -93,6 +93,16 @@ func (s *Server) RegisterClient(id, secret string, grants ...string) {
 	s.clients[id] = rec
 }
 
+// ForgetClient makes the authorization server forget the client id, as
+// one that keeps its registrations in memory does when it restarts: every
+// request naming it from then on gets invalid_client. Tokens issued to it
+// stay until they are refused for it.
+func (s *Server) ForgetClient(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.clients, id)
+}
+
 func (s *Server) hashSecret(secret string) []byte {
 	h, err := s.config.GetSecretsHasher(context.Background()).Hash(context.Background(), []byte(secret))
 	if err != nil {

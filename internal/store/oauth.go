@@ -66,6 +66,29 @@ func (db *DB) AddOAuthClient(ctx context.Context, c *OAuthClient) (stored *OAuth
 	return stored, tag.RowsAffected() == 1, nil
 }
 
+// DeleteOAuthClient deletes the registration for issuer and redirectURI if
+// it is still clientID's: the authorization server no longer knows that
+// client, and a registration another replica made since then stays.
+// Returns whether one was deleted.
+func (db *DB) DeleteOAuthClient(ctx context.Context, issuer, redirectURI, clientID string) (bool, error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM oauth_clients WHERE issuer = $1 AND redirect_uri = $2 AND client_id = $3`,
+		issuer, redirectURI, clientID)
+	if err != nil {
+		return false, fmt.Errorf("delete OAuth client of %q: %w", issuer, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DeleteOAuthClients deletes every registration at issuer, whatever its
+// redirect URI; returns how many.
+func (db *DB) DeleteOAuthClients(ctx context.Context, issuer string) (int64, error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM oauth_clients WHERE issuer = $1`, issuer)
+	if err != nil {
+		return 0, fmt.Errorf("delete OAuth clients of %q: %w", issuer, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // OAuthPending is an authorization in progress: what the callback needs
 // to finish it. The state itself is never stored, only its hash.
 type OAuthPending struct {
@@ -133,6 +156,19 @@ func (db *DB) ConsumeOAuthPending(ctx context.Context, stateHash []byte) (*OAuth
 		return nil, fmt.Errorf("consume pending authorization: %w", translate(err, ErrNotFound))
 	}
 	return p, nil
+}
+
+// OAuthPendingWorkspace returns the workspace of the authorization with
+// that state hash without consuming it: ErrNotFound if it is unknown, used
+// already or expired.
+func (db *DB) OAuthPendingWorkspace(ctx context.Context, stateHash []byte) (string, error) {
+	var ws string
+	err := db.pool.QueryRow(ctx, `SELECT workspace_id FROM oauth_pending
+		WHERE state_hash = $1 AND used_at IS NULL AND expires_at > now()`, stateHash).Scan(&ws)
+	if err != nil {
+		return "", fmt.Errorf("pending authorization: %w", translate(err, ErrNotFound))
+	}
+	return ws, nil
 }
 
 // DeleteStaleOAuthPending forgets authorizations in progress that expired

@@ -57,6 +57,48 @@ func TestOAuthClientRegisteredOnce(t *testing.T) {
 	}
 }
 
+// A registration the authorization server refuses is deleted only while
+// it is still the one refused; an operator can delete an issuer's all.
+func TestOAuthClientDeleted(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	add := func(issuer, redirect, id string) {
+		t.Helper()
+		if _, ins, err := db.AddOAuthClient(ctx, &store.OAuthClient{Issuer: issuer, RedirectURI: redirect, ClientID: id,
+			AuthMethod: "none", Kind: store.OAuthClientDCR}); err != nil || !ins {
+			t.Fatalf("AddOAuthClient(%s, %s): inserted %t, %v", issuer, id, ins, err)
+		}
+	}
+	add("https://as.example", "https://svc/cb", "first")
+	add("https://as.example", "https://svc2/cb", "other-callback")
+	add("https://as2.example", "https://svc/cb", "elsewhere")
+
+	// Replaced meanwhile: the refusal of "old" leaves "first" be.
+	if ok, err := db.DeleteOAuthClient(ctx, "https://as.example", "https://svc/cb", "old"); ok || err != nil {
+		t.Errorf("DeleteOAuthClient of a replaced client = %t, %v; want false", ok, err)
+	}
+	if ok, err := db.DeleteOAuthClient(ctx, "https://as.example", "https://svc/cb", "first"); !ok || err != nil {
+		t.Errorf("DeleteOAuthClient = %t, %v; want true", ok, err)
+	}
+	if _, err := db.OAuthClient(ctx, "https://as.example", "https://svc/cb"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after the delete: %v, want ErrNotFound", err)
+	}
+	if c, err := db.OAuthClient(ctx, "https://as.example", "https://svc2/cb"); err != nil || c.ClientID != "other-callback" {
+		t.Errorf("another callback's registration: %+v, %v", c, err)
+	}
+	add("https://as.example", "https://svc/cb", "second") // registered again
+
+	if n, err := db.DeleteOAuthClients(ctx, "https://as.example"); n != 2 || err != nil {
+		t.Errorf("DeleteOAuthClients = %d, %v; want 2", n, err)
+	}
+	if n, err := db.DeleteOAuthClients(ctx, "https://as.example"); n != 0 || err != nil {
+		t.Errorf("DeleteOAuthClients again = %d, %v; want 0", n, err)
+	}
+	if c, err := db.OAuthClient(ctx, "https://as2.example", "https://svc/cb"); err != nil || c.ClientID != "elsewhere" {
+		t.Errorf("another issuer's registration: %+v, %v", c, err)
+	}
+}
+
 func TestOAuthPendingSingleUse(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.NewDB(t)
@@ -73,9 +115,23 @@ func TestOAuthPendingSingleUse(t *testing.T) {
 	if err := db.CreateOAuthPending(ctx, pending("old", time.Now().Add(-time.Second))); err != nil {
 		t.Fatal(err)
 	}
+	// Its workspace can be read, any number of times, without spending it.
+	for range 2 {
+		if ws, err := db.OAuthPendingWorkspace(ctx, []byte("live")); ws != "ws" || err != nil {
+			t.Fatalf("OAuthPendingWorkspace(live) = %q, %v", ws, err)
+		}
+	}
+	for _, h := range []string{"old", "unknown"} {
+		if _, err := db.OAuthPendingWorkspace(ctx, []byte(h)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("OAuthPendingWorkspace(%s): %v, want ErrNotFound", h, err)
+		}
+	}
 	p, err := db.ConsumeOAuthPending(ctx, []byte("live"))
 	if err != nil {
 		t.Fatalf("first consume: %v", err)
+	}
+	if _, err := db.OAuthPendingWorkspace(ctx, []byte("live")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("OAuthPendingWorkspace of a used state: %v, want ErrNotFound", err)
 	}
 	if p.UserID != "alice" || p.ConnectorID != c.ID || !slices.Equal(p.Scopes, []string{"read", "write"}) ||
 		p.ReturnTo != "https://app/back" || p.UsedAt == nil {
