@@ -244,10 +244,10 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	switch {
 	case len(rest) == 0:
 		return []string{"serve"}, nil
-	case rest[0] == "keys":
+	case rest[0] == "keys", rest[0] == "oauth":
 		return rest, nil
 	case !slices.Contains(commands, rest[0]):
-		return nil, fmt.Errorf("unknown command %q: want %s or keys", rest[0], strings.Join(commands, ", "))
+		return nil, fmt.Errorf("unknown command %q: want %s, keys or oauth", rest[0], strings.Join(commands, ", "))
 	}
 	if err := fs.Parse(rest[1:]); err != nil {
 		return nil, fmt.Errorf("%s: %w", rest[0], err)
@@ -270,10 +270,13 @@ func usageText(fs *flag.FlagSet) string {
 // setting takes come from the code that reads it.
 func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "Usage: connector-svc [flags] [serve|migrate|reseal|healthcheck|version] [flags]\n"+
-		"       connector-svc [flags] keys create|list|revoke ...\n\n"+
+		"       connector-svc [flags] keys create|list|revoke ...\n"+
+		"       connector-svc [flags] oauth forget-registration <issuer>\n\n"+
 		"  serve        apply migrations, then serve gRPC (default)\n"+
 		"  migrate      apply migrations and exit\n"+
 		"  keys         create, list or revoke API keys (connector-svc keys -h)\n"+
+		"  oauth        forget-registration <issuer>: drop the service's stored client registration with an\n"+
+		"               authorization server that no longer knows it; the next authorization registers again\n"+
 		"  reseal       seal every stored secret again under the first SECRET_KEY, and exit\n"+
 		"  healthcheck  ask the service at GRPC_ADDR for its gRPC health; exit 0 if SERVING, else 1\n"+
 		"  version      print the version, VCS revision and Go version the binary was built from (also -version)\n\n"+

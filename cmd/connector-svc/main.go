@@ -103,6 +103,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return nil
 	case "reseal":
 		return reseal(ctx, db, box, logger)
+	case "oauth":
+		return runOAuth(ctx, cfg, db, box, rest[1:], stdout)
 	}
 	if err := checkSecretKey(ctx, db, box); err != nil {
 		return fmt.Errorf("%w\n\n%s", err, devSecretsHint(cfg.DatabaseURL))

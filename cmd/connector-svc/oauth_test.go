@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/oauth"
+	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/store/storetest"
 )
 
 // TestOAuthSettings reads the OAuth settings and refuses combinations that
@@ -197,5 +200,43 @@ func TestCallbackRateLimitBehindProxy(t *testing.T) {
 		if got := status(tc.remote, tc.xff); got != tc.want {
 			t.Errorf("from %s for %q: %d, want %d", tc.remote, tc.xff, got, tc.want)
 		}
+	}
+}
+
+// TestOAuthForgetRegistration drops the stored registrations of one
+// authorization server, and says what a mistyped command line should be.
+func TestOAuthForgetRegistration(t *testing.T) {
+	dbURL := storetest.NewURL(t)
+	if err := run(testCtx(t), []string{"-database-url", dbURL, "migrate"}, getenv(nil), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(testCtx(t), dbURL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, c := range []store.OAuthClient{
+		{Issuer: "https://as.example.com", RedirectURI: "https://c.example.com/cb", ClientID: "one", AuthMethod: "none", Kind: "dcr"},
+		{Issuer: "https://as.example.com", RedirectURI: "http://localhost:8081/oauth/callback", ClientID: "two", AuthMethod: "none", Kind: "dcr"},
+		{Issuer: "https://other.example.com", RedirectURI: "https://c.example.com/cb", ClientID: "three", AuthMethod: "none", Kind: "dcr"},
+	} {
+		if _, _, err := db.AddOAuthClient(testCtx(t), &c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := run(testCtx(t), []string{"-database-url", dbURL, "oauth", "forget-registration", "https://as.example.com"}, getenv(nil), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "forgot 2 registration(s) with https://as.example.com") {
+		t.Errorf("output %q", out.String())
+	}
+	if c, err := db.OAuthClient(testCtx(t), "https://other.example.com", "https://c.example.com/cb"); err != nil || c == nil {
+		t.Errorf("another server's registration: %v, %v; want it kept", c, err)
+	}
+	err = run(testCtx(t), []string{"-database-url", dbURL, "oauth", "forget"}, getenv(nil), io.Discard)
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "forget-registration <issuer>") {
+		t.Errorf("a mistyped oauth command: %v, want a usage error naming the form", err)
 	}
 }
