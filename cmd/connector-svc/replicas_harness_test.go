@@ -118,14 +118,17 @@ func binaries(t testing.TB) (svc, stdio string) {
 
 // replica is one process of the service.
 type replicaProc struct {
-	id     string
-	cmd    *exec.Cmd
-	addr   string // gRPC
-	out    *lockedBuffer
-	exited chan struct{} // closed when the process has exited
-	err    error         // Wait's error, once exited is closed
-	conn   *grpc.ClientConn
-	client connectorv1.ConnectorServiceClient
+	id   string
+	cmd  *exec.Cmd
+	addr string // gRPC
+	// callback is the OAuth callback listener's address (OAUTH_CALLBACK_ADDR
+	// as bound), "" when it serves none.
+	callback string
+	out      *lockedBuffer
+	exited   chan struct{} // closed when the process has exited
+	err      error         // Wait's error, once exited is closed
+	conn     *grpc.ClientConn
+	client   connectorv1.ConnectorServiceClient
 }
 
 // cluster is a set of replicas on one database.
@@ -137,6 +140,7 @@ type testCluster struct {
 	pids  string // directory of the stdio processes' pid files
 	mu    sync.Mutex
 	byID  map[string]*replicaProc
+	all   []*replicaProc // every process started, restarted ones too
 }
 
 // newCluster starts replicas with the given ids on a fresh database. env
@@ -163,9 +167,9 @@ func newCluster(t testing.TB, env map[string]string, ids ...string) *testCluster
 				<-r.exited
 			}
 		}
-		for _, r := range rs {
-			if strings.Contains(r.out.String(), testKey) {
-				t.Errorf("replica %s's output contains SECRET_KEY", r.id)
+		for id, out := range c.outputs() { // the stopped processes' too
+			if strings.Contains(out, testKey) {
+				t.Errorf("replica %s's output contains SECRET_KEY", id)
 			}
 		}
 		if t.Failed() {
@@ -206,15 +210,19 @@ func (c *testCluster) start(id string) *replicaProc {
 		return nil
 	}
 	r := &replicaProc{id: id, cmd: cmd, out: out, exited: make(chan struct{})}
-	addr := make(chan string, 1)
+	type serving struct{ addr, callback string }
+	addr := make(chan serving, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			out.Write(append(sc.Bytes(), '\n'))
-			var line struct{ Msg, Addr string }
+			var line struct {
+				Msg, Addr string
+				Callback  string `json:"oauth_callback_addr"`
+			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-				addr <- line.Addr
+				addr <- serving{line.Addr, line.Callback}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -223,7 +231,7 @@ func (c *testCluster) start(id string) *replicaProc {
 	}()
 	select {
 	case a := <-addr:
-		r.addr = a
+		r.addr, r.callback = a.addr, a.callback
 	case <-r.exited:
 		c.t.Errorf("replica %s exited before serving: %v\n%s", id, r.err, tail(out.String(), 30))
 		return nil
@@ -241,8 +249,23 @@ func (c *testCluster) start(id string) *replicaProc {
 	r.conn, r.client = conn, connectorv1.NewConnectorServiceClient(conn)
 	c.mu.Lock()
 	c.byID[id] = r
+	c.all = append(c.all, r)
 	c.mu.Unlock()
 	return r
+}
+
+// outputs is the output (stderr and stdout) of every replica process the
+// cluster started, the stopped ones' too, by "id#n" (n counts id's starts
+// from 1).
+func (c *testCluster) outputs() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	outs, n := map[string]string{}, map[string]int{}
+	for _, r := range c.all {
+		n[r.id]++
+		outs[fmt.Sprintf("%s#%d", r.id, n[r.id])] = r.out.String()
+	}
+	return outs
 }
 
 func (r *replicaProc) running() bool {

@@ -351,6 +351,24 @@ func TestRevokeWithoutRevocationEndpoint(t *testing.T) {
 	}
 }
 
+// A revocation through one replica ends the user's calls through another
+// that had just read their token, where the authorization server cannot
+// revoke it: the other's next connection reads Postgres, not its cache.
+func TestRevokeThroughAnotherReplica(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	as := oauthtest.Start(t, oauthtest.Options{NoRevocation: true})
+	a, b := e.manager(nil), e.manager(nil)
+	c := e.connector("ws", "files", as.MCPURL, ModeUser)
+	e.authorize(ctx, a, as, c, "alice")
+	e.mustWhoami(ctx, a, c, "alice") // a holds her token now
+	if _, err := b.Revoke(ctx, c, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.whoami(ctx, a, c, "alice")
+	required(t, err, ReasonNoToken)
+}
+
 // A refresh the authorization server does not answer is an error that may
 // pass: the user is not asked to authorize again, and the next call
 // refreshes.

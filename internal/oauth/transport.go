@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -65,6 +66,13 @@ type tokenTransport struct {
 	c      Connector
 	user   string
 	origin string
+	// read is set once a request of this transport's connection has read
+	// the principal's token from Postgres. A connection starts on what
+	// Postgres holds, never on a token cached for an earlier one: a user
+	// whose authorization was revoked through another replica (which
+	// closed their connection) must not be served again from this one's
+	// cache.
+	read atomic.Bool
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -72,11 +80,12 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	ctx := req.Context()
-	tok, err := t.m.current(ctx, t.c, t.user)
+	tok, err := t.m.current(ctx, t.c, t.user, !t.read.Load())
 	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
+	t.read.Store(true)
 	resp, err := t.send(req, req.Body, tok)
 	if err != nil {
 		return nil, err
@@ -143,17 +152,18 @@ func closeReader(r io.ReadCloser) {
 }
 
 // current returns the principal's token, read from Postgres at most every
-// few seconds, refreshed first when it expires soon. Client credentials
-// connectors get one from the server when they have none, or when theirs
-// is for another resource or issuer; a user with such a token has none
-// (NO_TOKEN): they must authorize the connector where it is now.
-func (m *Manager) current(ctx context.Context, c Connector, userID string) (*liveToken, error) {
+// few seconds (always when reload), refreshed first when it expires soon.
+// Client credentials connectors get one from the server when they have
+// none, or when theirs is for another resource or issuer; a user with
+// such a token has none (NO_TOKEN): they must authorize the connector
+// where it is now.
+func (m *Manager) current(ctx context.Context, c Connector, userID string, reload bool) (*liveToken, error) {
 	key := tokenKey{c.ID, userID}
 	m.mu.Lock()
 	tok := m.tokens[key]
 	gen := m.forgets
 	m.mu.Unlock()
-	if tok == nil || time.Since(tok.loaded) > tokenCacheTTL {
+	if tok == nil || reload || time.Since(tok.loaded) > tokenCacheTTL {
 		row, err := m.db.OAuthToken(ctx, c.ID, userID)
 		switch {
 		case errors.Is(err, store.ErrNotFound) && c.Mode == ModeClientCredentials:

@@ -179,8 +179,9 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 // syncCatalog builds the catalog of the listed tools and, if they changed
 // since the last sync (or force), syncs the source and takes the operators'
 // flags from it. If the source fails, the last known flags are kept and
-// the next check tries again; with no flags known yet, the catalog is nil
-// and the error says why.
+// the next check tries again; with none known yet, the stored flags are
+// read as a follower reads them, and only if that fails too is the
+// catalog nil, the error saying why.
 //
 // A follower (see SetOwner) writes nothing: see localCatalog.
 func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*catalog, ToolChanges, error) {
@@ -207,7 +208,17 @@ func (c *conn) syncCatalog(ctx context.Context, tools []mcp.Tool, force bool) (*
 	if err != nil {
 		err = fmt.Errorf("sync tool catalog: %w", err)
 		if prev == nil {
-			return nil, ToolChanges{}, err
+			// No flags known yet: take the stored ones, as a follower
+			// does, rather than have no catalog; the next check syncs
+			// again. An owner whose ownership just moved (its fenced
+			// write refused before SetOwner told it) is a follower now.
+			cat, ferr := c.localCatalog(ctx, nil, tools, true)
+			if ferr != nil {
+				return nil, ToolChanges{}, err
+			}
+			c.reg.logger.Warn("sync tools; using the stored flags until the next sync", append(c.logAttrs(),
+				slog.String("error", err.Error()))...)
+			return cat, ToolChanges{}, err
 		}
 		c.reg.logger.Error("sync tools; keeping the last known flags", append(c.logAttrs(), slog.String("error", err.Error()))...)
 		next.disabled, next.approval, next.hash = prev.disabled, prev.approval, ""

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -238,5 +239,40 @@ func TestFollowerResync(t *testing.T) {
 	}
 	if src.syncCount(1) != 0 || src.healthCount(1) != 0 {
 		t.Errorf("the follower synced %d times and wrote health %d times", src.syncCount(1), src.healthCount(1))
+	}
+}
+
+// fencedSource refuses every catalog write, as the store refuses the
+// writes of a replica whose ownership of the connector has moved on.
+type fencedSource struct{ *fakeSource }
+
+func (fencedSource) SyncTools(context.Context, int64, []mcp.Tool) (registry.ToolChanges, error) {
+	return registry.ToolChanges{}, errors.New("not the connector's owner")
+}
+
+// An owner whose first catalog write is refused (its ownership moved
+// before SetOwner told it) connects all the same, with the stored flags as
+// a follower takes them, instead of staying without a catalog.
+func TestOwnerFencedOffTakesStoredFlags(t *testing.T) {
+	srv := newMCPServer(t, quietServer)
+	src := newSource(httpSpec(1, srv.url()))
+	src.flags[1] = registry.ToolFlags{Enabled: map[string]bool{"echo": true, "fail": false}}
+	reg := run(t, fencedSource{src}, testConfig())
+	if err := reg.Ready(ctxT(t), 1); err != nil {
+		t.Fatalf("an owner whose catalog write is refused: %v, want it connected", err)
+	}
+	cat, err := reg.Catalog(ctxT(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enabled []string
+	for _, tool := range cat.Enabled() {
+		enabled = append(enabled, tool.Name)
+	}
+	if !slices.Contains(enabled, "echo") || slices.Contains(enabled, "fail") {
+		t.Errorf("enabled tools %v: want echo, and not fail (disabled in the stored flags)", enabled)
+	}
+	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{}); err != nil {
+		t.Errorf("a call: %v", err)
 	}
 }
