@@ -30,3 +30,31 @@ func (a ManagerAuthorizer) ListGrants(ctx context.Context, f GrantFilter) ([]oau
 	}
 	return a.List(ctx, lf)
 }
+
+// The Manager's token cache and pending authorizations, where it has the
+// methods: a Manager without them forgets nothing (its cached tokens
+// expire within seconds) and tells no workspace ahead ("", nil: the
+// workspace is checked once the authorization completed).
+type (
+	tokenForgetter interface {
+		Forget(connectorID int64, userID string)
+	}
+	pendingWorkspace interface {
+		PendingWorkspace(ctx context.Context, state string) (string, error)
+	}
+)
+
+// Forget implements Authorizer.
+func (a ManagerAuthorizer) Forget(connectorID int64, userID string) {
+	if f, ok := any(a.Manager).(tokenForgetter); ok {
+		f.Forget(connectorID, userID)
+	}
+}
+
+// PendingWorkspace implements Authorizer.
+func (a ManagerAuthorizer) PendingWorkspace(ctx context.Context, state string) (string, error) {
+	if p, ok := any(a.Manager).(pendingWorkspace); ok {
+		return p.PendingWorkspace(ctx, state)
+	}
+	return "", nil
+}
