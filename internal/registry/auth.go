@@ -49,6 +49,13 @@ const userPrefix = "user:"
 // replicas and closed (CloseSession).
 func UserSession(user string) string { return userPrefix + user }
 
+// SessionUser is the user whose connection sessionID is, if it is one
+// (UserSession).
+func SessionUser(sessionID string) (string, bool) {
+	user, ok := strings.CutPrefix(sessionID, userPrefix)
+	return user, ok && user != ""
+}
+
 // ErrUserRequired means an oauth_user connector was called without a user.
 var ErrUserRequired = errors.New("the connector is oauth_user: a user_id is required")
 

@@ -313,3 +313,17 @@ func TestClientCredentialsConnector(t *testing.T) {
 		t.Error("an error carries the client secret")
 	}
 }
+
+// SessionUser reads back the user of a UserSession, and nothing else.
+func TestSessionUser(t *testing.T) {
+	for _, user := range []string{"alice", "user:bob", "é 1"} {
+		if got, ok := registry.SessionUser(registry.UserSession(user)); !ok || got != user {
+			t.Errorf("SessionUser(UserSession(%q)) = %q, %v", user, got, ok)
+		}
+	}
+	for _, sid := range []string{"", "user:", "alice", "User:alice", "s-1"} {
+		if got, ok := registry.SessionUser(sid); ok {
+			t.Errorf("SessionUser(%q) = %q, true; want none", sid, got)
+		}
+	}
+}

@@ -48,6 +48,17 @@ var authModes = map[connectorv1.AuthMode]string{
 	connectorv1.AuthMode_AUTH_MODE_OAUTH_USER:               store.AuthUser,
 }
 
+// authModeName is the API's name of a stored auth mode.
+func authModeName(mode string) string {
+	switch mode {
+	case store.AuthClientCredentials:
+		return connectorv1.AuthMode_AUTH_MODE_OAUTH_CLIENT_CREDENTIALS.String()
+	case store.AuthUser:
+		return connectorv1.AuthMode_AUTH_MODE_OAUTH_USER.String()
+	}
+	return connectorv1.AuthMode_AUTH_MODE_NONE.String()
+}
+
 var healthStates = map[string]connectorv1.ConnectorState{
 	"connecting": connectorv1.ConnectorState_CONNECTOR_STATE_CONNECTING,
 	"ready":      connectorv1.ConnectorState_CONNECTOR_STATE_READY,

@@ -55,8 +55,13 @@ const (
 
 // newStatus builds a status error with an ErrorInfo detail.
 func newStatus(code codes.Code, reason, msg string) error {
+	return newStatusWith(code, reason, msg, nil)
+}
+
+// newStatusWith is newStatus with the ErrorInfo's metadata.
+func newStatusWith(code codes.Code, reason, msg string, metadata map[string]string) error {
 	st := status.New(code, msg)
-	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain})
+	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain, Metadata: metadata})
 	if err != nil {
 		return st.Err()
 	}
@@ -91,9 +96,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 			"the connector's server cannot be authorized as the MCP specification asks: "+msg)
 	case errors.As(err, &refused):
 		// The server's error code and its description, scrubbed of what
-		// the service sent it.
-		return newStatus(codes.FailedPrecondition, ReasonAuthorizationFailed,
-			fmt.Sprintf("the authorization server refused (OAuth error %s): %s", refused.Code, msg))
+		// the service sent it: the message names both.
+		return newStatus(codes.FailedPrecondition, ReasonAuthorizationFailed, msg)
 	case errors.Is(err, oauth.ErrStateInvalid):
 		return invalidStatus(&invalidError{violations: []violation{{field: "state", problem: msg}}})
 	case errors.Is(err, oauth.ErrIssuerMismatch):

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // With several replicas, a call of a stdio connector runs on the replica
@@ -29,7 +30,8 @@ import (
 // sessions' included); with ownerOnly, every connector's. A per_session
 // connector's call with a session, or an oauth_user connector's call for
 // a user, otherwise runs on the replica that holds that session's (that
-// user's) connection.
+// user's) connection. The session and user ids are checked first: they
+// are claimed in the sessions table and sent on as they are.
 func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessionID, userID string, ownerOnly bool) (*grpc.ClientConn, error) {
 	if s.router == nil {
 		return nil, nil
@@ -38,11 +40,28 @@ func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessio
 	if !ok || !row.Active {
 		return nil, nil
 	}
+	if !ownerOnly {
+		if err := checkCaller(row, sessionID, userID); err != nil {
+			return nil, err
+		}
+	}
 	conn, err := s.router.ToOwner(ctx, row, ownerOnly)
 	if err != nil || conn != nil || ownerOnly {
 		return conn, err
 	}
 	return s.sessions.Route(ctx, row, live.SessionKey(row, sessionID, userID))
+}
+
+// checkCaller checks the session and user ids of a call or query of row's
+// connector, as the handlers do once it is routed: the user id matters
+// (and is required) for an oauth_user connector only.
+func checkCaller(row *store.Connector, sessionID, userID string) error {
+	var c checker
+	c.sessionID(sessionID)
+	if row.Config.AuthMode() == store.AuthUser {
+		c.userID(row.ExternalID, userID)
+	}
+	return c.err()
 }
 
 // relay passes a forwarded stream's messages on to the caller until the

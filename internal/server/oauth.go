@@ -33,6 +33,14 @@ import (
 // for an authorization server.
 type Authorizer interface {
 	Start(ctx context.Context, c oauth.Connector, userID, returnTo string, extraScopes []string) (*oauth.Started, error)
+	// PendingWorkspace is the workspace of the authorization state
+	// started, without completing it (oauth.ErrStateInvalid if it is
+	// unknown, used or expired), so that a caller of another workspace
+	// cannot use it up.
+	PendingWorkspace(ctx context.Context, state string) (string, error)
+	// Complete completes the authorization state started. When the user
+	// or the server refused (errParam), it returns the *oauth.AuthServerError
+	// and, with it, the Completed whose ReturnTo the user goes back to.
 	Complete(ctx context.Context, state, code, iss, errParam string) (*oauth.Completed, error)
 	Usable(ctx context.Context, c oauth.Connector, userID string) (bool, error)
 	// ListGrants lists a workspace's grants, of one connector (0: any) and
@@ -41,6 +49,10 @@ type Authorizer interface {
 	ListGrants(ctx context.Context, f GrantFilter) ([]oauth.Grant, error)
 	Revoke(ctx context.Context, c oauth.Connector, userID string) (atServer bool, err error)
 	RevokeAll(ctx context.Context, c oauth.Connector) error
+	// Forget drops what this process keeps of userID's token of connector
+	// connectorID, so that its next request reads it again: every replica
+	// does when a user's authorization is revoked.
+	Forget(connectorID int64, userID string)
 }
 
 // GrantFilter selects the grants Authorizer.ListGrants returns.
@@ -235,11 +247,7 @@ func (s *Server) StartAuthorization(ctx context.Context, req *connectorv1.StartA
 	if len(req.GetReturnTo()) > maxReturnToLen {
 		ch.add("return_to", "longer than %d characters", maxReturnToLen)
 	}
-	for i, sc := range req.GetScopes() {
-		if sc == "" || len(sc) > maxScopeLen || strings.ContainsAny(sc, " \t\r\n\x00\"\\") {
-			ch.add(fmt.Sprintf("scopes[%d]", i), "a scope is 1-%d characters without spaces, quotes or backslashes", maxScopeLen)
-		}
-	}
+	ch.scopes("scopes", req.GetScopes())
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -250,10 +258,9 @@ func (s *Server) StartAuthorization(ctx context.Context, req *connectorv1.StartA
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if row.Config.AuthMode() != store.AuthUser {
+	if mode := row.Config.AuthMode(); mode != store.AuthUser {
 		return nil, newStatus(codes.FailedPrecondition, ReasonNotOAuthUser, fmt.Sprintf(
-			"connector %q is not AUTH_MODE_OAUTH_USER: only its users authorize it (its auth mode is %s)",
-			row.ExternalID, row.Config.AuthMode()))
+			"connector %q uses %s: only AUTH_MODE_OAUTH_USER connectors are authorized by their users", row.ExternalID, authModeName(mode)))
 	}
 	oc, err := s.oauthConnector(row)
 	if err != nil {
@@ -287,19 +294,53 @@ func (s *Server) CompleteAuthorization(ctx context.Context, req *connectorv1.Com
 	if s.oauth == nil {
 		return nil, errOAuthNotConfigured()
 	}
-	done, err := s.oauth.Complete(ctx, req.GetState(), req.GetCode(), req.GetIss(), req.GetError())
+	// A key of another workspace may not complete (and so use up) the
+	// state: checked before, and the state stays usable by its own.
+	ws, err := s.oauth.PendingWorkspace(ctx, req.GetState())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if key, ok := auth.KeyFrom(ctx); ok && s.cfg.Auth.Guarded() && key.WorkspaceID != done.Grant.WorkspaceID {
+	if err := s.checkAuthorizationWorkspace(ctx, ws); err != nil {
+		return nil, err
+	}
+	done, err := s.oauth.Complete(ctx, req.GetState(), req.GetCode(), req.GetIss(), req.GetError())
+	if err != nil {
+		return nil, s.refusedStatus(ctx, err, done)
+	}
+	if err := s.checkAuthorizationWorkspace(ctx, done.Grant.WorkspaceID); err != nil {
+		// Not reached while PendingWorkspace tells the state's workspace.
 		// The authorization stands (it was the user's own); the caller
 		// learns nothing of it.
-		return nil, newStatus(codes.PermissionDenied, auth.ReasonWrongWorkspace,
-			fmt.Sprintf("API key %s is for workspace %q, not the authorization's", key.ID, key.WorkspaceID))
+		return nil, err
 	}
 	s.logger.InfoContext(ctx, "authorization completed", slog.String("workspace_id", done.Grant.WorkspaceID),
 		slog.String("connector_id", done.Grant.ConnectorExternalID))
 	return &connectorv1.CompleteAuthorizationResponse{Authorization: grantToProto(done.Grant), ReturnTo: done.ReturnTo}, nil
+}
+
+// checkAuthorizationWorkspace refuses a caller whose API key is not of
+// workspaceID, the workspace of the authorization completed ("": not
+// known yet, checked once completed).
+func (s *Server) checkAuthorizationWorkspace(ctx context.Context, workspaceID string) error {
+	key, ok := auth.KeyFrom(ctx)
+	if !ok || !s.cfg.Auth.Guarded() || workspaceID == "" || key.WorkspaceID == workspaceID {
+		return nil
+	}
+	return newStatus(codes.PermissionDenied, auth.ReasonWrongWorkspace,
+		fmt.Sprintf("API key %s is for workspace %q, not the authorization's", key.ID, key.WorkspaceID))
+}
+
+// refusedStatus is the status of a CompleteAuthorization that failed with
+// err: when the user or the server refused, the ErrorInfo's metadata
+// has the return_to of the authorization (done's), where the chat
+// backend sends the user back with the news.
+func (s *Server) refusedStatus(ctx context.Context, err error, done *oauth.Completed) error {
+	var refused *oauth.AuthServerError
+	if done == nil || done.ReturnTo == "" || !errors.As(err, &refused) {
+		return s.toStatus(ctx, err)
+	}
+	return newStatusWith(codes.FailedPrecondition, ReasonAuthorizationFailed, err.Error(),
+		map[string]string{"error": refused.Code, "return_to": done.ReturnTo})
 }
 
 // ListAuthorizations implements connector.v1.ConnectorService.
@@ -309,10 +350,12 @@ func (s *Server) ListAuthorizations(ctx context.Context, req *connectorv1.ListAu
 	if req.GetConnectorId() != "" {
 		ch.id("connector_id", req.GetConnectorId())
 	}
-	if len(req.GetUserId()) > maxUserIDLen {
-		ch.add("user_id", "longer than %d characters", maxUserIDLen)
+	if req.GetUserId() != "" {
+		ch.userIDForm(req.GetUserId())
 	}
-	size, after := ch.page(req.GetPageSize(), req.GetPageToken(), defaultGrantPage)
+	// A page token goes with the filters of the listing it came from.
+	filter := pageFilter(req.GetWorkspaceId(), req.GetConnectorId(), req.GetUserId())
+	size, after := ch.filteredPage(req.GetPageSize(), req.GetPageToken(), defaultGrantPage, filter)
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -332,20 +375,24 @@ func (s *Server) ListAuthorizations(ctx context.Context, req *connectorv1.ListAu
 		return nil, s.toStatus(ctx, err)
 	}
 	resp := &connectorv1.ListAuthorizationsResponse{}
-	grants, resp.NextPageToken = nextPage(grants, size, GrantCursor)
+	grants, resp.NextPageToken = nextFilteredPage(grants, size, filter, GrantCursor)
 	for _, g := range grants {
 		resp.Authorizations = append(resp.Authorizations, grantToProto(g))
 	}
 	return resp, nil
 }
 
-// RevokeAuthorization implements connector.v1.ConnectorService. The
-// user's connection closes on whichever replica holds it.
+// RevokeAuthorization implements connector.v1.ConnectorService: a user's
+// authorization of an oauth_user connector (user_id required), or a
+// client credentials connector's own token (no user_id). The user's
+// connection closes on whichever replica holds it first, while its token
+// still authorizes the MCP session's end; then the tokens are revoked and
+// deleted, and every replica forgets the user's token at once.
 func (s *Server) RevokeAuthorization(ctx context.Context, req *connectorv1.RevokeAuthorizationRequest) (*connectorv1.RevokeAuthorizationResponse, error) {
 	var ch checker
 	ch.ref(req.GetWorkspaceId(), req.GetConnectorId())
-	if len(req.GetUserId()) > maxUserIDLen {
-		ch.add("user_id", "longer than %d characters", maxUserIDLen)
+	if req.GetUserId() != "" {
+		ch.userIDForm(req.GetUserId())
 	}
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -357,31 +404,40 @@ func (s *Server) RevokeAuthorization(ctx context.Context, req *connectorv1.Revok
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	user := req.GetUserId()
+	switch row.Config.AuthMode() {
+	case store.AuthNone:
+		return nil, newStatus(codes.FailedPrecondition, ReasonNotOAuthUser, fmt.Sprintf(
+			"connector %q uses AUTH_MODE_NONE: it uses no OAuth, so there is no authorization to revoke", row.ExternalID))
+	case store.AuthUser:
+		if user == "" {
+			ch.add("user_id", "required: connector %q is AUTH_MODE_OAUTH_USER, and each of its users has an authorization of their own", row.ExternalID)
+			return nil, s.toStatus(ctx, ch.err())
+		}
+		s.closeUserConnection(ctx, row, user)
+	}
 	oc, err := s.oauthConnector(row)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	// The user's connection closes while its token is still good, so the
-	// MCP server hears the session end (its DELETE goes with the token),
-	// and again afterwards, in case a call opened it meanwhile.
-	userConn := req.GetUserId() != "" && row.Config.AuthMode() == store.AuthUser
-	if userConn {
-		s.closeUserConnection(ctx, row, req.GetUserId())
-	}
-	atServer, err := s.oauth.Revoke(ctx, oc, req.GetUserId())
+	atServer, err := s.oauth.Revoke(ctx, oc, user)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.logger.InfoContext(ctx, "authorization revoked", append(live.ConnectorAttrs(row), slog.Bool("at_server", atServer))...)
-	if userConn {
-		s.closeUserConnection(ctx, row, req.GetUserId())
+	if row.Config.AuthMode() == store.AuthUser {
+		// Again, now that the tokens are gone: a call that came meanwhile
+		// may have opened a connection, or read the token into a
+		// replica's cache.
+		s.closeUserConnection(ctx, row, user)
 	}
+	s.logger.InfoContext(ctx, "authorization revoked", append(live.ConnectorAttrs(row),
+		slog.String("user_id", user), slog.Bool("at_server", atServer))...)
 	return &connectorv1.RevokeAuthorizationResponse{RevokedAtServer: atServer}, nil
 }
 
 // closeUserConnection closes userID's connection to row's connector on
-// every replica (as CloseSession does), so that no call runs on with the
-// revoked token.
+// every replica, each forgetting the user's token too (CloseSession), so
+// that no call runs on with it.
 func (s *Server) closeUserConnection(ctx context.Context, row *store.Connector, userID string) {
 	closeReq := &connectorv1.CloseSessionRequest{WorkspaceId: row.WorkspaceID, ConnectorId: row.ExternalID,
 		SessionId: registry.UserSession(userID)}
@@ -451,8 +507,9 @@ func (s *Server) usable(ctx context.Context, row *store.Connector, user string) 
 // pauseForAuthorization records run, which has not started, as awaiting
 // its user's authorization of row's connector (required says why), and
 // renders it: QueryResult.authorization has the URL to send the user to
-// and, like a run awaiting approval, the run expires after
-// APPROVAL_TIMEOUT. ResumeQuery runs it from the start once authorized.
+// until its expire_time (OAUTH_STATE_TTL) and, like a run awaiting
+// approval, the run expires after APPROVAL_TIMEOUT. ResumeQuery runs it
+// from the start once authorized.
 func (s *Server) pauseForAuthorization(ctx context.Context, run *store.Run, row *store.Connector, required *oauth.RequiredError) (*connectorv1.QueryResult, error) {
 	ar, err := s.startFor(ctx, row, run.UserID, required.Reason, required.Scopes)
 	if err != nil {
@@ -467,9 +524,11 @@ func (s *Server) pauseForAuthorization(ctx context.Context, run *store.Run, row 
 	if err := s.runs.Keep(ctx, rec, false); err != nil {
 		return nil, err // without its record the run could never be resumed
 	}
-	ar.RunId, ar.ExpireTime = run.ID, timestamppb.New(exp)
+	// The run waits until exp; the URL (ar.ExpireTime) works for less
+	// long, and a resume after it answers a new one.
+	ar.RunId = run.ID
 	return &connectorv1.QueryResult{Status: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION, RunId: run.ID,
-		ConnectorId: row.ExternalID, ConnectorName: row.Name, ExpireTime: ar.ExpireTime, Authorization: ar,
+		ConnectorId: row.ExternalID, ConnectorName: row.Name, ExpireTime: timestamppb.New(exp), Authorization: ar,
 		Usage: &connectorv1.TokenUsage{}, Duration: durationpb.New(0)}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -108,6 +109,7 @@ func TestOAuthEndToEnd(t *testing.T) {
 	if paused.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION || paused.GetAuthorization().GetAuthorizationUrl() == "" {
 		t.Fatalf("carol's query = %v", paused)
 	}
+	urlExpiry(t, paused.GetAuthorization().GetExpireTime().AsTime(), oauth.DefaultStateTTL)
 	f.authorizeAs(t, as, paused.GetAuthorization().GetAuthorizationUrl(), "carol")
 	model.Then(llmtest.CallTools(llmtest.Call{Tool: "whoami", Args: `{}`}), llmtest.Answer("You are carol."))
 	resumed, err := f.client.ResumeQuery(ctx(t), &connectorv1.ResumeQueryRequest{WorkspaceId: "ws", RunId: paused.GetRunId()})
@@ -138,6 +140,10 @@ func TestOAuthEndToEnd(t *testing.T) {
 		!slices.Contains(mid.GetAuthorization().GetScopes(), oauthtest.AdminScope) || len(mid.GetSteps()) != 1 ||
 		!mid.GetSteps()[0].GetCalls()[0].GetPending() {
 		t.Fatalf("dave's query = %v", mid)
+	}
+	urlExpiry(t, mid.GetAuthorization().GetExpireTime().AsTime(), oauth.DefaultStateTTL)
+	if !mid.GetExpireTime().AsTime().After(mid.GetAuthorization().GetExpireTime().AsTime().Add(time.Hour)) {
+		t.Errorf("dave's run expires at %v, not after its URL (%v)", mid.GetExpireTime().AsTime(), mid.GetAuthorization().GetExpireTime().AsTime())
 	}
 	run, err := f.client.GetQueryRun(ctx(t), &connectorv1.GetQueryRunRequest{WorkspaceId: "ws", RunId: mid.GetRunId()})
 	if err != nil || run.GetRun().GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION ||

@@ -30,3 +30,11 @@ func (a ManagerAuthorizer) ListGrants(ctx context.Context, f GrantFilter) ([]oau
 	}
 	return a.List(ctx, lf)
 }
+
+// Forget implements Authorizer.
+func (a ManagerAuthorizer) Forget(connectorID int64, userID string) { a.Manager.Forget(connectorID, userID) }
+
+// PendingWorkspace implements Authorizer.
+func (a ManagerAuthorizer) PendingWorkspace(ctx context.Context, state string) (string, error) {
+	return a.Manager.PendingWorkspace(ctx, state)
+}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/server"
@@ -44,6 +45,7 @@ type fakeOAuth struct {
 	starts        []fakeState
 	revokeAll     atomic.Int64
 	failRevokeAll bool
+	forgets       []string // "<connector>/<user>" of each Forget
 }
 
 type fakeState struct {
@@ -83,7 +85,28 @@ func (f *fakeOAuth) Start(_ context.Context, c oauth.Connector, user, returnTo s
 		Scopes: scopes, ExpiresAt: time.Now().Add(10 * time.Minute)}, nil
 }
 
-var errFakeState = errors.New("fake: unknown state")
+func (f *fakeOAuth) PendingWorkspace(_ context.Context, state string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.states[state]
+	if !ok {
+		return "", oauth.ErrStateInvalid
+	}
+	return st.connector.WorkspaceID, nil
+}
+
+func (f *fakeOAuth) Forget(connectorID int64, user string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgets = append(f.forgets, fmt.Sprintf("%d/%s", connectorID, user))
+}
+
+// forgotten returns the Forget calls so far.
+func (f *fakeOAuth) forgotten() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.forgets)
+}
 
 func (f *fakeOAuth) Complete(_ context.Context, state, code, iss, errParam string) (*oauth.Completed, error) {
 	f.mu.Lock()
@@ -91,7 +114,10 @@ func (f *fakeOAuth) Complete(_ context.Context, state, code, iss, errParam strin
 	delete(f.states, state)
 	f.mu.Unlock()
 	if !ok {
-		return nil, errFakeState
+		return nil, oauth.ErrStateInvalid
+	}
+	if errParam != "" {
+		return &oauth.Completed{ReturnTo: st.returnTo}, &oauth.AuthServerError{Code: errParam}
 	}
 	f.grant(st.connector.ID, st.user, st.scopes...)
 	return &oauth.Completed{Grant: oauth.Grant{ConnectorID: st.connector.ID, WorkspaceID: st.connector.WorkspaceID,
@@ -186,7 +212,11 @@ func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r)
 // protectedMCP is a real mcp-go streamable-HTTP server that wants a
 // Bearer token "tok-<user>:<scopes>": whoami answers its user, and
 // admin_action wants the scope "admin" (403 insufficient_scope without).
-func protectedMCP(t *testing.T) string {
+func protectedMCP(t *testing.T) string { return protectedMCPSeeing(t, nil) }
+
+// protectedMCPSeeing is protectedMCP calling seen, if not nil, with each
+// request it gets.
+func protectedMCPSeeing(t *testing.T, seen func(*http.Request)) string {
 	m := mcpserver.NewMCPServer("protected", "1.0", mcpserver.WithToolCapabilities(true))
 	m.AddTool(mcp.NewTool("whoami", mcp.WithDescription("Says whose token the call carries")),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -202,6 +232,9 @@ func protectedMCP(t *testing.T) string {
 		return context.WithValue(ctx, tokenUser{}, user)
 	}))
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if seen != nil {
+			seen(r)
+		}
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer tok-")
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="http://`+r.Host+`/.well-known/oauth-protected-resource"`)
@@ -374,6 +407,13 @@ func TestOAuthUserCallsAndAuthorizations(t *testing.T) {
 	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "user_id")
 	_, err = f.whoami(t, "p", strings.Repeat("u", 257))
 	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "user_id")
+	// 256 characters, more bytes.
+	_, err = f.whoami(t, "p", strings.Repeat("é", 256))
+	if ar := authorizationRequired(t, err); ar.GetUserId() != strings.Repeat("é", 256) {
+		t.Errorf("AuthorizationRequired of a 256-character user: %v", ar)
+	}
+	_, err = f.whoami(t, "p", strings.Repeat("é", 257))
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "user_id")
 	if who, err := f.whoami(t, "p", "alice"); err != nil || who != "alice" {
 		t.Fatalf("alice's whoami = %q, %v", who, err)
 	}
@@ -427,6 +467,27 @@ func TestOAuthUserCallsAndAuthorizations(t *testing.T) {
 	}
 	if !slices.Equal(users, []string{"alice", "bob", "carol"}) {
 		t.Errorf("listed users = %v", users)
+	}
+	// A page token goes on with the filters it came from, and no others.
+	first, err := f.client.ListAuthorizations(ctx(t), &connectorv1.ListAuthorizationsRequest{WorkspaceId: "ws", ConnectorId: "p", PageSize: 1})
+	if err != nil || first.GetNextPageToken() == "" {
+		t.Fatalf("ListAuthorizations = %v, %v", first, err)
+	}
+	for _, req := range []*connectorv1.ListAuthorizationsRequest{
+		{WorkspaceId: "ws"},
+		{WorkspaceId: "ws", ConnectorId: "p", UserId: "bob"},
+		{WorkspaceId: "ws", UserId: "bob"},
+		{WorkspaceId: "ws", ConnectorId: plain.GetConnectorId()},
+		{WorkspaceId: "other", ConnectorId: "p"},
+	} {
+		req.PageToken = first.GetNextPageToken()
+		_, err := f.client.ListAuthorizations(ctx(t), req)
+		wantViolations(t, err, "page_token")
+	}
+	rest, err := f.client.ListAuthorizations(ctx(t), &connectorv1.ListAuthorizationsRequest{WorkspaceId: "ws", ConnectorId: "p",
+		PageSize: 5, PageToken: first.GetNextPageToken()})
+	if err != nil || len(rest.GetAuthorizations()) != 2 || rest.GetAuthorizations()[0].GetUserId() != "bob" {
+		t.Errorf("the next page with another page_size = %v, %v", rest, err)
 	}
 
 	// Revoked: bob's connection closes, and his next call must authorize.
@@ -513,9 +574,14 @@ func TestOAuthQueryPausesForAuthorization(t *testing.T) {
 	res := resp.GetResult()
 	ar := res.GetAuthorization()
 	if res.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION || res.GetRunId() == "" ||
-		ar.GetRunId() != res.GetRunId() || ar.GetUserId() != "bob" || ar.GetAuthorizationUrl() == "" ||
-		!ar.GetExpireTime().AsTime().Equal(res.GetExpireTime().AsTime()) {
+		ar.GetRunId() != res.GetRunId() || ar.GetUserId() != "bob" || ar.GetAuthorizationUrl() == "" {
 		t.Fatalf("paused result = %v", res)
+	}
+	// The URL expires when its state does (the fake's 10 minutes); the
+	// run, after APPROVAL_TIMEOUT (a day).
+	urlExpiry(t, ar.GetExpireTime().AsTime(), 10*time.Minute)
+	if until := time.Until(res.GetExpireTime().AsTime()); until < 23*time.Hour {
+		t.Errorf("the run expires in %s, want the approval timeout's day", until)
 	}
 	if n := len(model.Requests()); n != 0 {
 		t.Errorf("the model was asked %d times before the user authorized", n)
@@ -566,6 +632,7 @@ func TestOAuthQueryPausesForAuthorization(t *testing.T) {
 			if e.AuthorizationRequired.GetUserId() != "carol" || e.AuthorizationRequired.GetRunId() == "" {
 				t.Errorf("event = %v", e.AuthorizationRequired)
 			}
+			urlExpiry(t, e.AuthorizationRequired.GetExpireTime().AsTime(), 10*time.Minute)
 			kinds = append(kinds, "authorization_required")
 		case *connectorv1.StreamQueryConnectorResponse_Result:
 			kinds = append(kinds, "result:"+e.Result.GetStatus().String())
@@ -581,6 +648,15 @@ func TestOAuthQueryPausesForAuthorization(t *testing.T) {
 		Query: "who am I?", UserId: "dave", PlanOnly: true})
 	if err != nil || plan.GetResult().GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_PLANNED {
 		t.Errorf("plan_only for a user without a token = %v, %v; want PLANNED, no pause", plan.GetResult().GetStatus(), err)
+	}
+}
+
+// urlExpiry checks that an authorization URL expires within ttl from now,
+// as its state does, and not much before.
+func urlExpiry(t *testing.T, at time.Time, ttl time.Duration) {
+	t.Helper()
+	if until := time.Until(at); until > ttl || until < ttl-time.Minute {
+		t.Errorf("the authorization URL expires in %s, want about %s (its state's)", until, ttl)
 	}
 }
 
@@ -610,4 +686,199 @@ func TestOAuthClientCredentialsCalls(t *testing.T) {
 	}
 	_, err = f.client.StartAuthorization(ctx(t), &connectorv1.StartAuthorizationRequest{WorkspaceId: "ws", ConnectorId: "cc", UserId: "x"})
 	wantStatus(t, err, codes.FailedPrecondition, server.ReasonNotOAuthUser, "")
+}
+
+// violationFields are the fields err's BadRequest names.
+func violationFields(err error) []string {
+	var fields []string
+	for _, d := range status.Convert(err).Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	return fields
+}
+
+// wantViolations checks that err is INVALID_ARGUMENT naming exactly fields.
+func wantViolations(t *testing.T, err error, fields ...string) {
+	t.Helper()
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "")
+	if got := violationFields(err); !slices.Equal(got, fields) {
+		t.Errorf("violations name %v, want %v (%v)", got, fields, err)
+	}
+}
+
+// A connector of auth mode none takes no client id, client secret or
+// scopes, on create or update; scopes are RFC 6749 scope-tokens, each
+// named once, in a connector's auth and in StartAuthorization.
+func TestOAuthSettingsRefused(t *testing.T) {
+	f := setup(t, options{oauth: newFakeOAuth()})
+	secret := distinctive + "-unused-secret"
+	for _, mode := range []connectorv1.AuthMode{connectorv1.AuthMode_AUTH_MODE_NONE, connectorv1.AuthMode_AUTH_MODE_UNSPECIFIED} {
+		c := mcpConnector("n", "http://127.0.0.1:9/mcp")
+		c.Auth = &connectorv1.AuthConfig{Mode: mode, ClientId: "svc", ClientSecret: secret, Scopes: []string{"read"}}
+		_, err := f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: c})
+		wantViolations(t, err, "connector.auth.client_id", "connector.auth.client_secret", "connector.auth.scopes")
+		if !strings.Contains(err.Error(), "AUTH_MODE_NONE uses no OAuth") {
+			t.Errorf("%s: %q does not say why", mode, err)
+		}
+	}
+	f.create(t, "ws", mcpConnector("n", "http://127.0.0.1:9/mcp"))
+	for path, a := range map[string]*connectorv1.AuthConfig{
+		"auth.client_id":     {ClientId: "svc"},
+		"auth.client_secret": {ClientSecret: secret},
+		"auth.scopes":        {Scopes: []string{"read"}},
+	} {
+		_, err := update(f, t, &connectorv1.Connector{ConnectorId: "n", Auth: a}, path)
+		wantViolations(t, err, "connector."+path)
+	}
+	_, err := update(f, t, &connectorv1.Connector{ConnectorId: "n", Auth: &connectorv1.AuthConfig{Scopes: []string{"read"}}}, "auth")
+	wantViolations(t, err, "connector.auth.scopes")
+
+	// A client credentials connector turned to none keeps its client
+	// unless the whole auth is replaced.
+	cc := mcpConnector("cc", "http://127.0.0.1:9/mcp")
+	cc.Auth = &connectorv1.AuthConfig{Mode: connectorv1.AuthMode_AUTH_MODE_OAUTH_CLIENT_CREDENTIALS, ClientId: "svc", ClientSecret: secret}
+	f.create(t, "ws", cc)
+	_, err = update(f, t, &connectorv1.Connector{ConnectorId: "cc", Auth: &connectorv1.AuthConfig{Mode: connectorv1.AuthMode_AUTH_MODE_NONE}}, "auth.mode")
+	wantViolations(t, err, "connector.auth.client_id", "connector.auth.client_secret")
+	got, err := update(f, t, &connectorv1.Connector{ConnectorId: "cc", Auth: &connectorv1.AuthConfig{Mode: connectorv1.AuthMode_AUTH_MODE_NONE}}, "auth")
+	if err != nil || got.GetAuth().GetClientId() != "" || got.GetAuth().GetHasClientSecret() {
+		t.Fatalf("replacing the whole auth with AUTH_MODE_NONE = %v, %v", got.GetAuth(), err)
+	}
+
+	// Scopes.
+	bad := []string{"a b", "caf\u00e9", "x\x01", `q"`, `back\slash`, "", strings.Repeat("s", 257), "read", "files:read", "read"}
+	wantBad := []string{"scopes[0]", "scopes[1]", "scopes[2]", "scopes[3]", "scopes[4]", "scopes[5]", "scopes[6]", "scopes[9]"}
+	p := oauthUserConnector("p", "http://127.0.0.1:9/mcp")
+	p.Auth.Scopes = bad
+	_, err = f.client.CreateConnector(ctx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws", Connector: p})
+	var prefixed []string
+	for _, w := range wantBad {
+		prefixed = append(prefixed, "connector.auth."+w)
+	}
+	wantViolations(t, err, prefixed...)
+	if !strings.Contains(err.Error(), `connector.auth.scopes[9]: repeats connector.auth.scopes[7] ("read")`) {
+		t.Errorf("the repeated scope's refusal %q does not name the first", err)
+	}
+	p.Auth.Scopes = []string{"read", "files:read", "https://api.test/all", "[a]~!#$"}
+	f.create(t, "ws", p)
+	_, err = f.client.StartAuthorization(ctx(t), &connectorv1.StartAuthorizationRequest{WorkspaceId: "ws", ConnectorId: "p",
+		UserId: "alice", Scopes: bad})
+	wantViolations(t, err, wantBad...)
+
+	if strings.Contains(f.logs.String(), secret) {
+		t.Error("a refused client secret reached the logs")
+	}
+}
+
+// CompleteAuthorization with a key of another workspace is refused before
+// the state is used: the chat backend of the authorization's own
+// workspace completes it afterwards. A user's refusal comes back with
+// the return_to to send them to.
+func TestCompleteAuthorizationWorkspace(t *testing.T) {
+	fake := newFakeOAuth()
+	f := setup(t, options{oauth: fake, auth: auth.ModeKeys})
+	_, mine, err := f.keys.Create(context.Background(), "ws", []auth.Scope{auth.ScopeAdmin}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, theirs, err := f.keys.Create(context.Background(), "other", []auth.Scope{auth.ScopeAdmin}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(token string) context.Context { return bearer(ctx(t), token) }
+	if _, err := f.client.CreateConnector(as(mine), &connectorv1.CreateConnectorRequest{WorkspaceId: "ws",
+		Connector: oauthUserConnector("p", "http://127.0.0.1:9/mcp")}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(returnTo string) string {
+		t.Helper()
+		st, err := f.client.StartAuthorization(as(mine), &connectorv1.StartAuthorizationRequest{WorkspaceId: "ws", ConnectorId: "p",
+			UserId: "alice", ReturnTo: returnTo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse(st.GetAuthorizationUrl())
+		return u.Query().Get("state")
+	}
+	state := start("")
+	complete := &connectorv1.CompleteAuthorizationRequest{State: state, Code: "code", Iss: "https://as.test"}
+	_, err = f.client.CompleteAuthorization(as(theirs), complete)
+	wantStatus(t, err, codes.PermissionDenied, auth.ReasonWrongWorkspace, "")
+	done, err := f.client.CompleteAuthorization(as(mine), complete)
+	if err != nil || done.GetAuthorization().GetUserId() != "alice" {
+		t.Fatalf("CompleteAuthorization by the workspace's own key after another's = %v, %v", done, err)
+	}
+	_, err = f.client.CompleteAuthorization(as(mine), complete)
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "state")
+	_, err = f.client.CompleteAuthorization(as(theirs), &connectorv1.CompleteAuthorizationRequest{State: "unknown", Code: "code"})
+	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument, "state")
+
+	// The user said no: the error names the OAuth error and the return_to.
+	state = start("https://chat.test/back")
+	_, err = f.client.CompleteAuthorization(as(mine), &connectorv1.CompleteAuthorizationRequest{State: state, Error: "access_denied"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonAuthorizationFailed, "")
+	var md map[string]string
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			md = info.GetMetadata()
+		}
+	}
+	if md["return_to"] != "https://chat.test/back" || md["error"] != "access_denied" {
+		t.Errorf("refusal metadata = %v, want return_to and error", md)
+	}
+	if msg := status.Convert(err).Message(); strings.Count(msg, "access_denied") != 1 {
+		t.Errorf("refusal message %q names the OAuth error other than once", msg)
+	}
+}
+
+// RevokeAuthorization: an oauth_user connector's needs the user; a
+// connector of auth mode none has nothing to revoke; a client credentials
+// connector's own token is revoked without a user.
+func TestRevokeAuthorizationArguments(t *testing.T) {
+	fake := newFakeOAuth()
+	f := setup(t, options{oauth: fake})
+	f.create(t, "ws", oauthUserConnector("p", "http://127.0.0.1:9/mcp"))
+	f.create(t, "ws", mcpConnector("plain", "http://127.0.0.1:9/mcp"))
+	cc := mcpConnector("cc", "http://127.0.0.1:9/mcp")
+	cc.Auth = &connectorv1.AuthConfig{Mode: connectorv1.AuthMode_AUTH_MODE_OAUTH_CLIENT_CREDENTIALS, ClientId: "svc", ClientSecret: "s3cret"}
+	f.create(t, "ws", cc)
+	revoke := func(connector, user string) error {
+		_, err := f.client.RevokeAuthorization(ctx(t), &connectorv1.RevokeAuthorizationRequest{WorkspaceId: "ws", ConnectorId: connector, UserId: user})
+		return err
+	}
+	err := revoke("p", "")
+	wantViolations(t, err, "user_id")
+	if !strings.Contains(err.Error(), "AUTH_MODE_OAUTH_USER") {
+		t.Errorf("%q does not say why user_id is required", err)
+	}
+	wantViolations(t, revoke("p", "al\x01ice"), "user_id")
+	err = revoke("plain", "")
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonNotOAuthUser, "")
+	if !strings.Contains(err.Error(), `connector "plain" uses AUTH_MODE_NONE: it uses no OAuth`) {
+		t.Errorf("revoking on a connector without OAuth: %q", err)
+	}
+	row, err := f.db.GetConnector(ctx(t), "ws", "cc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.grant(row.ID, "")
+	if err := revoke("cc", ""); err != nil {
+		t.Errorf("revoking a client credentials connector's token: %v", err)
+	}
+	if got := fake.forgotten(); len(got) != 0 {
+		t.Errorf("forgot %v for no user's connection", got)
+	}
+
+	// Starting an authorization of a connector its users do not authorize.
+	for connector, mode := range map[string]string{"plain": "AUTH_MODE_NONE", "cc": "AUTH_MODE_OAUTH_CLIENT_CREDENTIALS"} {
+		_, err = f.client.StartAuthorization(ctx(t), &connectorv1.StartAuthorizationRequest{WorkspaceId: "ws", ConnectorId: connector, UserId: "x"})
+		wantStatus(t, err, codes.FailedPrecondition, server.ReasonNotOAuthUser, "")
+		if want := fmt.Sprintf("connector %q uses %s: only AUTH_MODE_OAUTH_USER connectors are authorized by their users", connector, mode); !strings.Contains(err.Error(), want) {
+			t.Errorf("StartAuthorization of %s: %q, want %q", connector, err, want)
+		}
+	}
 }

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"strings"
 )
 
@@ -39,4 +41,39 @@ func nextPage[T any](items []T, size int, key func(T) string) ([]T, string) {
 	}
 	items = items[:size]
 	return items, base64.RawURLEncoding.EncodeToString([]byte(pageTokenPrefix + key(items[size-1])))
+}
+
+// pageFilter is the filters of a listing, hashed, that its page tokens
+// carry: a token then only goes on with a listing of the same filters.
+func pageFilter(filters ...string) string {
+	h := sha256.New()
+	for _, f := range filters {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// filteredPage is page for a listing whose tokens carry its filter
+// (pageFilter): a token of a listing with other filters is refused, not
+// read as a place in this one.
+func (c *checker) filteredPage(size int32, token string, def int, filter string) (int, string) {
+	seen := len(c.violations)
+	n, after := c.page(size, token, def)
+	if token == "" || len(c.violations) > seen {
+		return n, ""
+	}
+	f, key, ok := strings.Cut(after, "/")
+	if !ok || f != filter || key == "" {
+		c.add("page_token", "not from a listing with these filters: a page token goes on with the same request it came "+
+			"from, only page_size may change; start again without page_token")
+		return n, ""
+	}
+	return n, key
+}
+
+// nextFilteredPage is nextPage for a listing whose tokens carry its
+// filter.
+func nextFilteredPage[T any](items []T, size int, filter string, key func(T) string) ([]T, string) {
+	return nextPage(items, size, func(item T) string { return filter + "/" + key(item) })
 }

@@ -204,7 +204,8 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 		if err != nil {
 			return nil, err
 		}
-		ar.RunId, ar.ExpireTime = run.ID, p.ExpireTime
+		// Its expire_time is the URL's; the run's (p.ExpireTime) is later.
+		ar.RunId = run.ID
 		p.Authorization = ar
 	}
 	return p, nil

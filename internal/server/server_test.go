@@ -32,7 +32,9 @@ import (
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
@@ -79,6 +81,11 @@ type fixture struct {
 	srv    *server.Server
 	// stop ends the server's background writes, writing what is left.
 	stop func()
+	// url is the database's connection string, for reading tables the
+	// store has no method for.
+	url string
+	// members is the replica's cluster membership (options.replica).
+	members *cluster.Membership
 }
 
 type options struct {
@@ -104,7 +111,21 @@ type options struct {
 	// realOAuth gives the server and the registry an oauth.Manager on the
 	// test's database (oauth is then ignored).
 	realOAuth bool
+	// replica, when set, makes the server a replica of that name on its
+	// database, as main does with several: a cluster membership, the
+	// sessions table routing per-session and per-user connections, and an
+	// internal listener other replicas forward calls to and ask (signed
+	// with forwardKey). Connectors are not shared out among the replicas:
+	// each serves every connector (so stdio connectors, RefreshTools and
+	// CheckConnector cannot be routed).
+	replica string
+	// shared, when set, is the fixture whose database this one uses, for
+	// a second replica.
+	shared *fixture
 }
+
+// forwardKey signs the calls replicas forward to each other.
+var forwardKey = forward.Key(bytes.Repeat([]byte{9}, 32))
 
 // oauthSide is what the server and the registry use of an oauth.Manager.
 type oauthSide interface {
@@ -120,7 +141,18 @@ func setup(t testing.TB, opts ...options) *fixture {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	db := storetest.NewDB(t)
+	var db *store.DB
+	var url string
+	if o.shared != nil {
+		db, url = o.shared.db, o.shared.url
+	} else {
+		url = storetest.NewURL(t)
+		var err error
+		if db, err = store.Open(context.Background(), url, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+	}
 	var box *secret.Box
 	if !o.noKey {
 		var err error
@@ -142,14 +174,20 @@ func setup(t testing.TB, opts ...options) *fixture {
 		o.oauth = server.NewAuthorizer(m)
 	}
 	src := live.NewSource(db, box, logger)
-	reg := registry.New(src, registry.Config{
+	var sessions *live.Sessions // a replica's; its hooks run once the registry serves
+	regCfg := registry.Config{
 		HealthInterval: 200 * time.Millisecond, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		DiscoverTimeout: 300 * time.Millisecond, CloseGrace: 500 * time.Millisecond, UsageInterval: 20 * time.Millisecond,
 		Egress:         o.egress,
 		MaxSessions:    o.maxSessions,
 		TracerProvider: o.tracer,
 		Authorize:      authorizeWith(o.oauth),
-	}, logger)
+	}
+	if o.replica != "" {
+		regCfg.OnSessionOpened = func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) }
+		regCfg.OnSessionClosed = func(id int64, sid string) { sessions.Closed(id, sid) }
+	}
+	reg := registry.New(src, regCfg, logger)
 	if err := reg.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -189,12 +227,42 @@ func setup(t testing.TB, opts ...options) *fixture {
 	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
 	listener.OnListen(lv.Resync)
 	liveCtx, stopLive := context.WithCancel(context.Background())
-	liveDone := make(chan error, 2)
-	go func() { liveDone <- lv.Run(liveCtx) }()
-	go func() { liveDone <- listener.Run(liveCtx) }()
+	jobs := []func(context.Context) error{lv.Run, listener.Run}
+	// A replica, as main makes one (cluster.go).
+	var router *live.Router
+	var members *cluster.Membership
+	var internal net.Listener
+	if o.replica != "" {
+		var err error
+		if internal, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		members = cluster.New(db, cluster.Config{ID: o.replica, Addr: internal.Addr().String(), Logger: logger})
+		if err := members.Register(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		listener.Handle(store.ClusterChannel, members.Notified)
+		pool, err := forward.NewPool(forwardKey, o.replica)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pool.Close() })
+		sessionCap := o.maxSessions
+		if sessionCap == 0 {
+			sessionCap = 64 // the registry's default
+		}
+		sessions = live.NewSessions(db, reg, box, members, pool, sessionCap, logger)
+		router = live.NewRouter(cluster.NewOwners(db, members, db.ActiveConnectorIDs), pool, reg)
+		members.OnChange(func([]cluster.Member) { router.Moved() })
+		jobs = append(jobs, members.Run)
+	}
+	liveDone := make(chan error, len(jobs))
+	for _, job := range jobs {
+		go func() { liveDone <- job(liveCtx) }()
+	}
 	t.Cleanup(func() {
 		stopLive()
-		for range 2 {
+		for range jobs {
 			if err := <-liveDone; err != nil {
 				t.Errorf("live Run: %v", err)
 			}
@@ -220,7 +288,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		authorizer = o.oauth
 	}
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
-		Replicas: replicas, OAuth: authorizer},
+		Replicas: replicas, OAuth: authorizer, Router: router, Sessions: sessions},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second)})
 	// As in main: the counters and run records are written in the
@@ -251,7 +319,27 @@ func setup(t testing.TB, opts ...options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, live: lv, logs: logs, keys: keys, srv: srv, stop: stop}
+	if internal != nil {
+		ig := server.NewInternalGRPCServer(srv, forward.ServerOptions(forwardKey, 0)...)
+		go func() { _ = ig.Serve(internal) }()
+		t.Cleanup(ig.Stop)
+	}
+	return &fixture{client: connectorv1.NewConnectorServiceClient(conn), conn: conn, db: db, reg: reg, live: lv, logs: logs, keys: keys,
+		srv: srv, stop: stop, url: url, members: members}
+}
+
+// waitReplicas waits until each of fs sees them all live.
+func waitReplicas(t *testing.T, fs ...*fixture) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, f := range fs {
+		for len(f.members.Live()) != len(fs) {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s sees %d live replicas, want %d", f.members.Self(), len(f.members.Live()), len(fs))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // authorizeWith is the registry's Authorize over o; nil without one.

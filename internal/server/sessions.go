@@ -7,12 +7,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 const (
@@ -75,7 +78,11 @@ const peerTimeout = 2 * time.Second
 
 // CloseSession implements connector.v1.ConnectorService. A session id is
 // scoped to its workspace: only that workspace's connectors are searched.
-// The registry logs each session it closes.
+// The registry logs each session it closes. Closing a user's connection
+// to an oauth_user connector (session id registry.UserSession) also has
+// every replica forget that user's token, those that hold no connection
+// of theirs included, so that the next call reads it again: how a
+// revoked authorization stops at once everywhere.
 func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSessionRequest) (*connectorv1.CloseSessionResponse, error) {
 	var c checker
 	c.id("workspace_id", req.GetWorkspaceId())
@@ -103,6 +110,7 @@ func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSession
 		if held { // one the registry does not hold has no sessions
 			closed = s.reg.CloseSession(req.GetWorkspaceId(), req.GetSessionId(), id)
 		}
+		s.forgetUserToken(req.GetWorkspaceId(), req.GetConnectorId(), id, req.GetSessionId())
 	}
 	resp := &connectorv1.CloseSessionResponse{Closed: int32(len(closed))}
 	for _, in := range closed {
@@ -131,26 +139,46 @@ func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSession
 	return resp, nil
 }
 
-// heldConnector returns the registry id of a workspace's connector and
-// whether the registry holds it, as it does every active connector whose
-// secrets opened. Only a connector it does not hold goes to the store,
-// which returns store.ErrConnectorNotFound if the workspace has no such
+// forgetUserToken has the Authorizer forget the token of the user whose
+// connection to connector id (a workspace's connectorID) sessionID is, if
+// it is an oauth_user connector's user connection.
+func (s *Server) forgetUserToken(workspaceID, connectorID string, id int64, sessionID string) {
+	user, ok := registry.SessionUser(sessionID)
+	if s.oauth == nil || !ok || id == 0 {
+		return
+	}
+	if row, ok := s.live.Lookup(workspaceID, connectorID); ok && row.Config.AuthMode() != store.AuthUser {
+		return // a per_session connector's caller session that happens to be named so
+	}
+	s.oauth.Forget(id, user)
+}
+
+// heldConnector returns the id of a workspace's connector and whether the
+// registry holds it, as it does every active connector whose secrets
+// opened. Only a connector it does not hold goes to the store, which
+// returns store.ErrConnectorNotFound if the workspace has no such
 // connector.
 func (s *Server) heldConnector(ctx context.Context, workspaceID, connectorID string) (int64, bool, error) {
 	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
 		return id, true, nil
 	}
-	_, err := s.db.GetConnector(ctx, workspaceID, connectorID)
-	return 0, false, err
+	row, err := s.db.GetConnector(ctx, workspaceID, connectorID)
+	if err != nil {
+		return 0, false, err
+	}
+	return row.ID, false, nil
 }
 
-// sessionID checks a caller's session id; empty is checked by the caller,
-// since only some requests need one.
+// sessionID checks a caller's session id, which the service stores and
+// routes on as it is; empty is checked by the caller, since only some
+// requests need one.
 func (c *checker) sessionID(v string) {
 	switch {
 	case len(v) > maxSessionIDLen:
 		c.add("session_id", "longer than %d bytes", maxSessionIDLen)
-	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+	case !utf8.ValidString(v):
+		c.add("session_id", "not valid UTF-8")
+	case strings.ContainsFunc(v, unicode.IsControl):
 		c.add("session_id", "contains a control character")
 	}
 }

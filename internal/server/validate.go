@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -189,15 +191,19 @@ func (c *checker) auth(p *connectorv1.Connector) {
 		// Never echo the value: it is a secret.
 		c.add("connector.auth.client_secret", "longer than %d characters, or contains a line break or NUL byte", maxClientSecretLen)
 	}
-	if len(a.GetScopes()) > maxScopes {
-		c.add("connector.auth.scopes", "more than %d scopes", maxScopes)
-	}
-	for i, s := range a.GetScopes() {
-		if s == "" || len(s) > maxScopeLen || strings.ContainsAny(s, " \t\r\n\x00\"\\") {
-			c.add(fmt.Sprintf("connector.auth.scopes[%d]", i), "a scope is 1-%d characters without spaces, quotes or backslashes", maxScopeLen)
-		}
-	}
+	c.scopes("connector.auth.scopes", a.GetScopes())
 	if mode == store.AuthNone {
+		// Nothing would use them: refused rather than stored unused (a
+		// client secret sealed for nothing).
+		if a.GetClientId() != "" {
+			c.add("connector.auth.client_id", "%s", noOAuth("a client id"))
+		}
+		if a.GetClientSecret() != "" || a.GetHasClientSecret() {
+			c.add("connector.auth.client_secret", "%s", noOAuth("a client secret"))
+		}
+		if len(a.GetScopes()) > 0 {
+			c.add("connector.auth.scopes", "%s", noOAuth("scopes"))
+		}
 		return
 	}
 	if p.GetTransport() == connectorv1.Transport_TRANSPORT_STDIO {
@@ -226,14 +232,66 @@ func (c *checker) auth(p *connectorv1.Connector) {
 	}
 }
 
-// userID checks the user_id of a call or query of an oauth_user connector.
+// noOAuth is why a connector of auth mode none may not have what.
+func noOAuth(what string) string {
+	return "AUTH_MODE_NONE uses no OAuth, so " + what + " would go unused: set auth.mode to AUTH_MODE_OAUTH_CLIENT_CREDENTIALS " +
+		"or AUTH_MODE_OAUTH_USER, or leave it empty (to clear it on update, name the field in update_mask with no value, " +
+		"or replace the whole auth)"
+}
+
+// scopes checks OAuth scopes: each an RFC 6749 scope-token (printable
+// ASCII but for space, '"' and backslash) of at most maxScopeLen
+// characters, none twice (a repeated scope is refused, not merged), at
+// most maxScopes of them.
+func (c *checker) scopes(field string, scopes []string) {
+	if len(scopes) > maxScopes {
+		c.add(field, "more than %d scopes", maxScopes)
+	}
+	for i, s := range scopes {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		switch j := slices.Index(scopes, s); {
+		case !validScope(s):
+			c.add(at, "a scope is 1-%d printable ASCII characters other than space, '\"' and '\\' (RFC 6749 scope-token)", maxScopeLen)
+		case j < i:
+			c.add(at, "repeats %s[%d] (%q): name each scope once", field, j, s)
+		}
+	}
+}
+
+// validScope reports whether s is an RFC 6749 scope-token of at most
+// maxScopeLen characters: 1*( %x21 / %x23-5B / %x5D-7E ).
+func validScope(s string) bool {
+	if s == "" || len(s) > maxScopeLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < 0x21 || b > 0x7e || b == '"' || b == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// userID checks the user_id of a call or query of an oauth_user connector:
+// required, and of the form userIDForm checks.
 func (c *checker) userID(connectorID, v string) {
-	switch {
-	case v == "":
+	if v == "" {
 		c.add("user_id", "required: connector %q is AUTH_MODE_OAUTH_USER, and its calls run with the token of the end user they are for", connectorID)
-	case len(v) > maxUserIDLen:
+		return
+	}
+	c.userIDForm(v)
+}
+
+// userIDForm checks the form of a user_id, which the service stores and
+// routes on as it is: valid UTF-8, at most maxUserIDLen characters (not
+// bytes), no control characters.
+func (c *checker) userIDForm(v string) {
+	switch {
+	case !utf8.ValidString(v):
+		c.add("user_id", "not valid UTF-8")
+	case utf8.RuneCountInString(v) > maxUserIDLen:
 		c.add("user_id", "longer than %d characters", maxUserIDLen)
-	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+	case strings.ContainsFunc(v, unicode.IsControl):
 		c.add("user_id", "contains a control character")
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -14,6 +15,46 @@ func FuzzValidID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if got, want := validID(s), pattern.MatchString(s); got != want {
 			t.Errorf("validID(%q) = %v, want %v", s, got, want)
+		}
+	})
+}
+
+// A user id is counted in characters, not bytes, and must be valid UTF-8
+// without control characters.
+func TestUserIDForm(t *testing.T) {
+	for _, tt := range []struct {
+		id, problem string
+	}{
+		{strings.Repeat("é", 200), ""},
+		{strings.Repeat("é", 256), ""},
+		{"alice@example.com", ""},
+		{strings.Repeat("é", 257), "longer than 256 characters"},
+		{"al\xffice", "not valid UTF-8"},
+		{"alice\x00", "contains a control character"},
+		{"alice\u0085", "contains a control character"},
+		{"alice\x7f", "contains a control character"},
+	} {
+		var c checker
+		c.userIDForm(tt.id)
+		got := ""
+		if len(c.violations) > 0 {
+			got = c.violations[0].problem
+		}
+		if got != tt.problem {
+			t.Errorf("userIDForm(%q): %q, want %q", tt.id, got, tt.problem)
+		}
+	}
+}
+
+// Scopes are RFC 6749 scope-tokens: 1*( %x21 / %x23-5B / %x5D-7E ).
+func FuzzValidScope(f *testing.F) {
+	pattern := regexp.MustCompile(`^[\x21\x23-\x5b\x5d-\x7e]{1,256}$`)
+	for _, s := range []string{"", "read", "files:read", "https://x.test/y", "a b", `a"b`, `a\b`, "é", "a\x00", "[]~!#", strings.Repeat("s", 257)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validScope(s), pattern.MatchString(s); got != want {
+			t.Errorf("validScope(%q) = %v, want %v", s, got, want)
 		}
 	})
 }

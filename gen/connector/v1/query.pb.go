@@ -1234,7 +1234,10 @@ type QueryResult struct {
 	// AWAITING_APPROVAL: the calls that wait for a decision.
 	PendingCalls []*PendingCall `protobuf:"bytes,15,rep,name=pending_calls,json=pendingCalls,proto3" json:"pending_calls,omitempty"`
 	// AWAITING_APPROVAL and AWAITING_AUTHORIZATION: when the run expires if
-	// nobody decides or authorizes.
+	// nobody decides or authorizes (APPROVAL_TIMEOUT after it paused). The
+	// authorization URL of an AWAITING_AUTHORIZATION run expires sooner
+	// (authorization.expire_time); until the run does, ResumeQuery answers a
+	// new one.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// AWAITING_AUTHORIZATION: what the user must do.
 	Authorization *AuthorizationRequired `protobuf:"bytes,17,opt,name=authorization,proto3" json:"authorization,omitempty"`
@@ -1410,7 +1413,11 @@ type AuthorizationRequired struct {
 	// Why: NO_TOKEN (never authorized, or revoked), REAUTHORIZE (the
 	// authorization server refused the refresh token), INSUFFICIENT_SCOPE
 	// (the server asked for more scopes).
-	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When authorization_url stops working: OAUTH_STATE_TTL after it was
+	// made. Not the paused run's expiry (QueryResult.expire_time), which is
+	// later: a user who comes after this gets a new URL by calling again or,
+	// for a run, by ResumeQuery.
 	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

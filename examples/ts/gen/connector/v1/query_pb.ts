@@ -644,7 +644,10 @@ export type QueryResult = Message<"connector.v1.QueryResult"> & {
 
   /**
    * AWAITING_APPROVAL and AWAITING_AUTHORIZATION: when the run expires if
-   * nobody decides or authorizes.
+   * nobody decides or authorizes (APPROVAL_TIMEOUT after it paused). The
+   * authorization URL of an AWAITING_AUTHORIZATION run expires sooner
+   * (authorization.expire_time); until the run does, ResumeQuery answers a
+   * new one.
    *
    * @generated from field: google.protobuf.Timestamp expire_time = 16;
    */
@@ -717,6 +720,11 @@ export type AuthorizationRequired = Message<"connector.v1.AuthorizationRequired"
   reason: string;
 
   /**
+   * When authorization_url stops working: OAUTH_STATE_TTL after it was
+   * made. Not the paused run's expiry (QueryResult.expire_time), which is
+   * later: a user who comes after this gets a new URL by calling again or,
+   * for a run, by ResumeQuery.
+   *
    * @generated from field: google.protobuf.Timestamp expire_time = 7;
    */
   expireTime?: Timestamp | undefined;
