@@ -32,7 +32,9 @@ func (a ManagerAuthorizer) ListGrants(ctx context.Context, f GrantFilter) ([]oau
 }
 
 // Forget implements Authorizer.
-func (a ManagerAuthorizer) Forget(connectorID int64, userID string) { a.Manager.Forget(connectorID, userID) }
+func (a ManagerAuthorizer) Forget(connectorID int64, userID string) {
+	a.Manager.Forget(connectorID, userID)
+}
 
 // PendingWorkspace implements Authorizer.
 func (a ManagerAuthorizer) PendingWorkspace(ctx context.Context, state string) (string, error) {
