@@ -9,11 +9,15 @@ package helm_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +135,7 @@ type objects struct {
 	serviceAccounts []corev1.ServiceAccount
 	pdbs            []policyv1.PodDisruptionBudget
 	netpols         []networkingv1.NetworkPolicy
+	ingresses       []networkingv1.Ingress
 	serviceMonitors []unstructured.Unstructured
 }
 
@@ -173,6 +178,9 @@ func decode(t *testing.T, rendered string) objects {
 		case "networking.k8s.io/v1 NetworkPolicy":
 			objs.netpols = append(objs.netpols, networkingv1.NetworkPolicy{})
 			err = yaml.UnmarshalStrict([]byte(doc), &objs.netpols[len(objs.netpols)-1])
+		case "networking.k8s.io/v1 Ingress":
+			objs.ingresses = append(objs.ingresses, networkingv1.Ingress{})
+			err = yaml.UnmarshalStrict([]byte(doc), &objs.ingresses[len(objs.ingresses)-1])
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			var m map[string]any
 			err = yaml.UnmarshalStrict([]byte(doc), &m)
@@ -197,6 +205,17 @@ func stripComments(doc string) string {
 	return b.String()
 }
 
+// oauthWant is what a rendering promises about OAuth; the zero value is
+// OAuth off: no OAUTH_* setting, callback port, Service, rule or Ingress.
+type oauthWant struct {
+	redirectURL string // OAUTH_REDIRECT_URL
+	metadataURL string // OAUTH_CLIENT_METADATA_URL
+	port        int32  // the callback listener's port; 0: none (the backend calls CompleteAuthorization)
+	tlsSecret   string // the Secret of the listener's certificate; "": it serves HTTP
+	ingress     bool   // an Ingress routes the public paths to the callback Service
+	from        int    // NetworkPolicy peers allowed to reach the callback port; 0: anywhere
+}
+
 // renderings are the values the tests render with, and what each promises.
 var renderings = []struct {
 	name            string
@@ -204,10 +223,18 @@ var renderings = []struct {
 	replicas        int32
 	serviceMonitors int
 	dashboards      int
+	oauth           oauthWant
 }{
 	{name: "defaults", replicas: 3},
-	{name: "all-on", args: []string{"-f", allOnValues}, replicas: 4, serviceMonitors: 1, dashboards: 1},
+	{name: "all-on", args: []string{"-f", allOnValues}, replicas: 4, serviceMonitors: 1, dashboards: 1, oauth: oauthWant{
+		redirectURL: "https://connectors.example.com/oauth/callback", metadataURL: "https://connectors.example.com/oauth/client.json",
+		port: 8081, tlsSecret: "connector-oauth-tls", ingress: true, from: 1}},
 	{name: "preStop-exec", args: []string{"--set", "preStop.exec=true"}, replicas: 3},
+	{name: "oauth-behind-ingress", args: []string{"--set", "oauth.redirectURL=https://connectors.example.com/oauth/callback",
+		"--set", "oauth.trustedProxies={10.244.0.0/16}", "--set", "oauth.ingress.enabled=true", "--set", "ports.oauth=8443"},
+		replicas: 3, oauth: oauthWant{redirectURL: "https://connectors.example.com/oauth/callback", port: 8443, ingress: true}},
+	{name: "oauth-backend-completes", args: []string{"--set", "oauth.redirectURL=https://chat.example.com/oauth/done",
+		"--set", "oauth.serveCallback=false"}, replicas: 3, oauth: oauthWant{redirectURL: "https://chat.example.com/oauth/done"}},
 }
 
 func TestChartRendersValidObjects(t *testing.T) {
@@ -233,6 +260,7 @@ func TestChartRendersValidObjects(t *testing.T) {
 			checkServices(t, d, objs.services)
 			checkPDB(t, d, objs.pdbs)
 			checkNetworkPolicy(t, d, objs.netpols)
+			checkOAuth(t, r.oauth, d, objs)
 			if len(objs.serviceMonitors) != r.serviceMonitors {
 				t.Errorf("%d ServiceMonitors, want %d", len(objs.serviceMonitors), r.serviceMonitors)
 			}
@@ -554,6 +582,8 @@ func checkServices(t *testing.T, d appsv1.Deployment, svcs []corev1.Service) {
 				clusterIP++
 			case p.Name == "metrics" && p.TargetPort.String() == "admin":
 				metrics++
+			case p.Name == "oauth" && p.TargetPort.String() == "oauth" && len(s.Spec.Ports) == 1:
+				// checkOAuth checks it; alone on its Service, which the public ingress routes to.
 			default:
 				t.Errorf("Service %s port %+v", s.Name, p)
 			}
@@ -598,7 +628,7 @@ func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.Ne
 		port := rule.Ports[0].Port.String()
 		seen[port] = true
 		switch port {
-		case "grpc":
+		case "grpc", "oauth": // oauth: checkOAuth
 		case "internal":
 			if len(rule.From) != 1 || rule.From[0].NamespaceSelector != nil || rule.From[0].PodSelector == nil ||
 				!cmp.Equal(rule.From[0].PodSelector.MatchLabels, np.Spec.PodSelector.MatchLabels) {
@@ -970,3 +1000,320 @@ func TestChartRefusesBadValues(t *testing.T) {
 		t.Errorf("good values refused: %v\n%s", err, stderr)
 	}
 }
+
+// checkOAuth: with OAuth off, nothing of it is rendered. With a redirect URL,
+// every replica gets it. With the callback listener, each binds its named
+// port on every interface; a Service of that port alone (no gRPC) selects
+// them for the public ingress; the NetworkPolicy lets the ingress reach it;
+// its certificate, if any, comes read-only from the Secret, mounted whole;
+// and the Ingress, if any, routes only the public paths, to that Service.
+func checkOAuth(t *testing.T, want oauthWant, d appsv1.Deployment, objs objects) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	settings := map[string]string{} // as the process sees them: the ConfigMaps, then env
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef != nil {
+			if cm := findConfigMap(objs.configMaps, from.ConfigMapRef.Name); cm != nil {
+				maps.Copy(settings, cm.Data)
+			}
+		}
+	}
+	for _, e := range c.Env {
+		settings[e.Name] = e.Value
+	}
+	if want.redirectURL == "" {
+		for n := range settings {
+			if strings.HasPrefix(n, "OAUTH_") {
+				t.Errorf("OAuth is off, yet the chart sets %s", n)
+			}
+		}
+	} else if got := settings["OAUTH_REDIRECT_URL"]; got != want.redirectURL {
+		t.Errorf("OAUTH_REDIRECT_URL=%q, want %q", got, want.redirectURL)
+	}
+	if got := settings["OAUTH_CLIENT_METADATA_URL"]; got != want.metadataURL {
+		t.Errorf("OAUTH_CLIENT_METADATA_URL=%q, want %q", got, want.metadataURL)
+	}
+
+	var port int32
+	for _, p := range c.Ports {
+		if p.Name == "oauth" {
+			port = p.ContainerPort
+		}
+	}
+	wantAddr := ""
+	if want.port != 0 {
+		wantAddr = fmt.Sprintf("0.0.0.0:%d", want.port)
+	}
+	if port != want.port || settings["OAUTH_CALLBACK_ADDR"] != wantAddr {
+		t.Errorf("container port oauth %d, OAUTH_CALLBACK_ADDR=%q; want %d and %q", port, settings["OAUTH_CALLBACK_ADDR"], want.port, wantAddr)
+	}
+
+	var svcs []corev1.Service
+	for _, s := range objs.services {
+		if slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "oauth" || p.TargetPort.String() == "oauth" }) {
+			svcs = append(svcs, s)
+		}
+	}
+	var rules []networkingv1.NetworkPolicyIngressRule
+	for _, np := range objs.netpols {
+		for _, rule := range np.Spec.Ingress {
+			if slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.String() == "oauth" }) {
+				rules = append(rules, rule)
+			}
+		}
+	}
+	if want.port == 0 {
+		if len(svcs) != 0 || len(rules) != 0 || len(objs.ingresses) != 0 {
+			t.Errorf("no callback listener, yet %d Services, %d NetworkPolicy rules and %d Ingresses for it", len(svcs), len(rules), len(objs.ingresses))
+		}
+		if settings["OAUTH_CALLBACK_TLS_CERT_FILE"] != "" || settings["OAUTH_CALLBACK_TLS_KEY_FILE"] != "" {
+			t.Error("no callback listener, yet its certificate is set")
+		}
+		return
+	}
+	if len(svcs) != 1 {
+		t.Fatalf("%d Services on the callback port, want 1", len(svcs))
+	}
+	svc := svcs[0]
+	wantProto := "http"
+	if want.tlsSecret != "" {
+		wantProto = "https"
+	}
+	if p := svc.Spec.Ports[0]; len(svc.Spec.Ports) != 1 || p.Port != want.port || p.Protocol != corev1.ProtocolTCP ||
+		p.AppProtocol == nil || *p.AppProtocol != wantProto {
+		t.Errorf("callback Service %s ports %+v, want the oauth port (%d, %s) alone: the public ingress must reach nothing else", svc.Name, svc.Spec.Ports, want.port, wantProto)
+	}
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone || !selects(svc.Spec.Selector, d) {
+		t.Errorf("callback Service %s: clusterIP %q, selector %v; want a virtual IP over the pods", svc.Name, svc.Spec.ClusterIP, svc.Spec.Selector)
+	}
+	if len(rules) != 1 || len(rules[0].Ports) != 1 || len(rules[0].From) != want.from {
+		t.Errorf("NetworkPolicy rules for the callback port %+v, want one, from %d peers (0: anywhere)", rules, want.from)
+	}
+
+	cert, key := settings["OAUTH_CALLBACK_TLS_CERT_FILE"], settings["OAUTH_CALLBACK_TLS_KEY_FILE"]
+	if want.tlsSecret == "" && (cert != "" || key != "") {
+		t.Errorf("OAUTH_CALLBACK_TLS_CERT_FILE=%q, OAUTH_CALLBACK_TLS_KEY_FILE=%q without a Secret", cert, key)
+	}
+	if want.tlsSecret != "" {
+		if cert == "" || key == "" || cert == key {
+			t.Errorf("OAUTH_CALLBACK_TLS_CERT_FILE=%q, OAUTH_CALLBACK_TLS_KEY_FILE=%q; want two files of Secret %s", cert, key, want.tlsSecret)
+		}
+		for _, file := range []string{cert, key} {
+			checkSecretFile(t, d, c, file, want.tlsSecret)
+		}
+	}
+
+	if !want.ingress {
+		if len(objs.ingresses) != 0 {
+			t.Errorf("%d Ingresses, want none", len(objs.ingresses))
+		}
+		return
+	}
+	if len(objs.ingresses) != 1 {
+		t.Fatalf("%d Ingresses, want 1", len(objs.ingresses))
+	}
+	ing := objs.ingresses[0]
+	if ing.Spec.DefaultBackend != nil {
+		t.Errorf("Ingress %s has a default backend: it routes more than the callback", ing.Name)
+	}
+	wantRoutes := map[string][]string{}
+	for _, raw := range []string{want.redirectURL, want.metadataURL} {
+		if raw == "" {
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRoutes[u.Hostname()] = append(wantRoutes[u.Hostname()], u.Path)
+	}
+	routes := map[string][]string{}
+	for _, rule := range ing.Spec.Rules {
+		if rule.HTTP == nil {
+			t.Errorf("Ingress rule for %q routes no paths", rule.Host)
+			continue
+		}
+		for _, p := range rule.HTTP.Paths {
+			routes[rule.Host] = append(routes[rule.Host], p.Path)
+			if b := p.Backend.Service; b == nil || b.Name != svc.Name || b.Port.Name != "oauth" {
+				t.Errorf("Ingress path %s%s goes to %+v, want Service %s port oauth", rule.Host, p.Path, p.Backend, svc.Name)
+			}
+			if p.PathType == nil || *p.PathType != networkingv1.PathTypeExact {
+				t.Errorf("Ingress path %s%s of type %v, want Exact", rule.Host, p.Path, p.PathType)
+			}
+		}
+	}
+	if diff := cmp.Diff(wantRoutes, routes); diff != "" {
+		t.Errorf("Ingress routes (-want +got):\n%s", diff)
+	}
+	for _, tls := range ing.Spec.TLS {
+		for host := range wantRoutes {
+			if !slices.Contains(tls.Hosts, host) {
+				t.Errorf("Ingress TLS %s does not cover %s", tls.SecretName, host)
+			}
+		}
+	}
+}
+
+// checkSecretFile: file is in a read-only mount, not a subPath (Kubernetes
+// never updates those: a renewed certificate would not arrive), of a volume of
+// the Secret that has an item at that path.
+func checkSecretFile(t *testing.T, d appsv1.Deployment, c corev1.Container, file, secret string) {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		if !m.ReadOnly || m.SubPath != "" {
+			t.Errorf("%s: mount %+v, want read-only and whole", file, m)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name != m.Name {
+				continue
+			}
+			if v.Secret == nil || v.Secret.SecretName != secret ||
+				!slices.ContainsFunc(v.Secret.Items, func(k corev1.KeyToPath) bool { return k.Path == rel }) {
+				t.Errorf("%s: volume %+v, want Secret %s with an item at %s", file, v.VolumeSource, secret, rel)
+			}
+			return
+		}
+		t.Errorf("%s: mount of volume %s, which the pod does not have", file, m.Name)
+		return
+	}
+	t.Errorf("%s is in no volume mount", file)
+}
+
+// TestChartRefusesBadOAuthValues: the OAuth values are checked when rendered,
+// and a wrong one fails `helm template` naming it, not a pod at start-up (or,
+// worse, a user's first authorization).
+func TestChartRefusesBadOAuthValues(t *testing.T) {
+	on := []string{"--set", "oauth.redirectURL=https://connectors.example.com/oauth/callback"}
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"--set", "oauth.redirectURL=http://connectors.example.com/oauth/callback"}, "/oauth/redirectURL"}, // http off loopback
+		{[]string{"--set", "oauth.redirectURL=https://connectors.example.com"}, "/oauth/redirectURL"},               // no path to serve it at
+		{[]string{"--set", "oauth.redirectURL=https://connectors.example.com/cb?x=1"}, "/oauth/redirectURL"},
+		{[]string{"--set", "oauth.redirectURL=connectors.example.com/oauth/callback"}, "/oauth/redirectURL"},
+		{append(on, "--set", "oauth.clientMetadataURL=http://connectors.example.com/client.json"), "/oauth/clientMetadataURL"},
+		{append(on, "--set", "oauth.clientMetadataURL=https://connectors.example.com/"), "/oauth/clientMetadataURL"},
+		{append(on, "--set", "oauth.returnToAllowed={chat.example.com}"), "/oauth/returnToAllowed/0"},
+		{append(on, "--set", "oauth.returnToAllowed={https://chat.example.com/?next=x}"), "/oauth/returnToAllowed/0"},
+		{append(on, "--set", "oauth.trustedProxies={10.0.0.0/33}"), "/oauth/trustedProxies/0"},
+		{append(on, "--set", "oauth.trustedProxies={ingress-nginx}"), "/oauth/trustedProxies/0"},
+		{append(on, "--set", "oauth.trustedProxies={10.0.0.0/8,300.1.1.1}"), "/oauth/trustedProxies/1"},
+		{append(on, "--set", "oauth.tls.secretName=Callback_TLS"), "/oauth/tls/secretName"},
+		{append(on, "--set", "oauth.ingress.pathType=Regex"), "/oauth/ingress/pathType"},
+		{append(on, "--set", "oauth.servecallback=false"), "servecallback"},
+		{append(on, "--set", "ports.oauth=70000"), "/ports/oauth"},
+		{append(on, "--set", "ports.oauth=9464"), "ports.oauth=9464 is ports.admin too"},
+		{append(on, "--set", "config.OAUTH_STATE_TTL=10"), "/config/OAUTH_STATE_TTL"},
+		{append(on, "--set", "config.OAUTH_STATE_TTL=48h"), "config.OAUTH_STATE_TTL=48h: at most 24h"},
+		{append(on, "--set", "config.OAUTH_STATE_TTL=1441m"), "config.OAUTH_STATE_TTL=1441m: at most 24h"},
+		{append(on, "--set", "config.OAUTH_STATE_TTL=0s"), "config.OAUTH_STATE_TTL=0s: want a positive duration"},
+		{append(on, "--set", "config.OAUTH_CALLBACK_RATE=0"), "/config/OAUTH_CALLBACK_RATE"},
+		{append(on, "--set", "config.OAUTH_CALLBACK_RATE=fast"), "/config/OAUTH_CALLBACK_RATE"},
+		{append(on, "--set", "config.OAUTH_CALLBACK_BURST=0"), "/config/OAUTH_CALLBACK_BURST"},
+		{[]string{"--set", "oauth.clientMetadataURL=https://connectors.example.com/oauth/client.json"}, "oauth.clientMetadataURL needs oauth.redirectURL"},
+		{[]string{"--set", "oauth.tls.secretName=callback-tls"}, "oauth.tls.secretName: the callback listener is off"},
+		{append(on, "--set", "oauth.serveCallback=false", "--set", "oauth.ingress.enabled=true"), "oauth.ingress.enabled: the callback listener is off"},
+		{append(on, "--set", "oauth.serveCallback=false", "--set", "oauth.clientMetadataURL=https://connectors.example.com/oauth/client.json"), "oauth.clientMetadataURL: the callback listener is off"},
+		{[]string{"--set", "oauth.redirectURL=https://203.0.113.7/oauth/callback", "--set", "oauth.ingress.enabled=true"}, "an Ingress routes host names"},
+	} {
+		_, stderr, err := helm(t, append([]string{"template", release, chartDir}, tc.set...)...)
+		if err == nil {
+			t.Errorf("%v rendered", tc.set)
+		} else if !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v refused without %q:\n%s", tc.set, tc.want, stderr)
+		}
+	}
+	// The forms the service accepts render: http on loopback, IPv6 and single
+	// addresses, 24h, fractional rates.
+	if _, stderr, err := helm(t, "template", release, chartDir, "--set", "oauth.redirectURL=http://localhost:8081/oauth/callback",
+		"--set", "oauth.trustedProxies={fd00:10:244::/56,10.0.0.7,10.244.0.0/16}", "--set", "oauth.returnToAllowed={http://localhost:3000,https://chat.example.com/app}",
+		"--set", "config.OAUTH_STATE_TTL=24h", "--set", "config.OAUTH_CALLBACK_RATE=0.5", "--set", "config.OAUTH_CALLBACK_BURST=5"); err != nil {
+		t.Errorf("good values refused: %v\n%s", err, stderr)
+	}
+}
+
+// TestChartSettingsPassTheBinarysChecks: what each rendering sets, as a pod
+// sees it (the ConfigMap, then env with $(…) expanded, Secrets and the
+// downward API filled in), passes connector-svc's own checks of its settings:
+// `migrate` with exactly that environment gets as far as dialing Postgres, at
+// a port where nothing listens.
+func TestChartSettingsPassTheBinarysChecks(t *testing.T) {
+	helmBin(t)
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{
+		"SECRET_KEY":   base64.StdEncoding.EncodeToString(key),
+		"DATABASE_URL": "postgres://connector@127.0.0.1:1/connector_svc?sslmode=disable",
+	}
+	fields := map[string]string{"metadata.name": release + "-connector-svc-7d9f8c6b5-x2x4z", "status.podIP": "10.244.1.7"}
+	for _, r := range renderings {
+		t.Run(r.name, func(t *testing.T) {
+			objs := decode(t, render(t, r.args...))
+			c := theContainer(t, objs.deployments[0])
+			vars := map[string]string{}
+			var order []string
+			setVar := func(n, v string) {
+				if _, ok := vars[n]; !ok {
+					order = append(order, n)
+				}
+				vars[n] = v
+			}
+			for _, from := range c.EnvFrom {
+				cm := findConfigMap(objs.configMaps, from.ConfigMapRef.Name)
+				if cm == nil {
+					t.Fatalf("envFrom names ConfigMap %s, which the chart does not render", from.ConfigMapRef.Name)
+				}
+				for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
+					setVar(k, cm.Data[k])
+				}
+			}
+			for _, e := range c.Env {
+				switch {
+				case e.ValueFrom == nil:
+					// Kubernetes expands $(NAME) of variables defined before.
+					setVar(e.Name, dependentVar.ReplaceAllStringFunc(e.Value, func(m string) string {
+						if v, ok := vars[m[2:len(m)-1]]; ok {
+							return v
+						}
+						return m
+					}))
+				case e.ValueFrom.FieldRef != nil:
+					setVar(e.Name, fields[e.ValueFrom.FieldRef.FieldPath])
+				case e.ValueFrom.SecretKeyRef != nil:
+					v, ok := secrets[e.Name]
+					if !ok {
+						v = "canary-" + strings.ToLower(e.Name)
+					}
+					setVar(e.Name, v)
+				default:
+					t.Fatalf("env %s from %+v: not filled in here", e.Name, e.ValueFrom)
+				}
+			}
+			cmd := exec.Command(bin, "migrate")
+			for _, n := range order {
+				cmd.Env = append(cmd.Env, n+"="+vars[n])
+			}
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("connector-svc migrate succeeded against a port where nothing listens:\n%s", out)
+			}
+			if !strings.Contains(string(out), "connect to Postgres at 127.0.0.1:1") {
+				t.Errorf("connector-svc refused the settings the chart renders, before dialing Postgres:\n%s", out)
+			}
+		})
+	}
+}
+
+var dependentVar = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)

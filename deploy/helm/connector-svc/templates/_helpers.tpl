@@ -90,7 +90,12 @@ the cluster and flushing metrics. */}}
 
 {{/* Settings the chart sets itself, or that are secrets: never in .Values.config. */}}
 {{- define "connector-svc.reservedSettings" -}}
-{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
+{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "OAUTH_REDIRECT_URL" "OAUTH_CALLBACK_ADDR" "OAUTH_CALLBACK_TLS_CERT_FILE" "OAUTH_CALLBACK_TLS_KEY_FILE" "OAUTH_CLIENT_METADATA_URL" "OAUTH_RETURN_TO_ALLOWED" "OAUTH_CALLBACK_TRUSTED_PROXIES" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
+{{- end -}}
+
+{{/* The value that sets each setting the chart owns, for the message that refuses it in config. */}}
+{{- define "connector-svc.settingValueNames" -}}
+{{- dict "GRPC_ADDR" "ports.grpc" "ADMIN_ADDR" "ports.admin" "INTERNAL_ADDR" "ports.internal" "AUTH" "auth" "SHUTDOWN_GRACE" "shutdownGraceSeconds" "SHUTDOWN_DELAY" "shutdownDelaySeconds" "TLS_CERT_FILE" "tls.existingSecret" "TLS_KEY_FILE" "tls.existingSecret" "TLS_CLIENT_CA_FILE" "tls.clientCA" "LLM_BASE_URL" "llm.baseURL" "LLM_MODEL" "llm.model" "OAUTH_REDIRECT_URL" "oauth.redirectURL" "OAUTH_CALLBACK_ADDR" "ports.oauth" "OAUTH_CALLBACK_TLS_CERT_FILE" "oauth.tls.secretName" "OAUTH_CALLBACK_TLS_KEY_FILE" "oauth.tls.secretName" "OAUTH_CLIENT_METADATA_URL" "oauth.clientMetadataURL" "OAUTH_RETURN_TO_ALLOWED" "oauth.returnToAllowed" "OAUTH_CALLBACK_TRUSTED_PROXIES" "oauth.trustedProxies" | toJson -}}
 {{- end -}}
 
 {{/* Fails on a config key the chart owns or that is a secret; the schema says the same for `helm install`,
@@ -101,12 +106,60 @@ this says it for every path (--set on a schema-less fork, say). */}}
 {{- if has $k (list "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY") -}}
 {{- fail (printf "config.%s: a secret never goes in values or the ConfigMap; put it in a Secret and name it in %s" $k (get (dict "SECRET_KEY" "secretKey.existingSecret" "DATABASE_URL" "databaseURL.existingSecret" "LLM_API_KEY" "llm.apiKey.existingSecret") $k)) -}}
 {{- else if has $k $reserved -}}
-{{- fail (printf "config.%s: the chart sets %s itself (see values.yaml); use its own value instead" $k $k) -}}
+{{- $value := get (include "connector-svc.settingValueNames" $ | fromJson) $k -}}
+{{- fail (printf "config.%s: the chart sets %s itself (see values.yaml); use its own value%s instead" $k $k (ternary (printf " %s" $value) "" (ne $value ""))) -}}
 {{- end -}}
 {{- end -}}
 {{- range .Values.extraEnv -}}
 {{- if has .name $reserved -}}
 {{- fail (printf "extraEnv %s: the chart sets %s itself (see values.yaml); a second one would silently win" .name .name) -}}
+{{- end -}}
+{{- end -}}
+{{- include "connector-svc.checkOAuth" . -}}
+{{- end -}}
+
+{{/* "true" when the pods serve the OAuth callback: a redirect URL, and oauth.serveCallback. */}}
+{{- define "connector-svc.oauthCallback" -}}
+{{- if and .Values.oauth.redirectURL .Values.oauth.serveCallback -}}true{{- end -}}
+{{- end -}}
+
+{{/* Fails on OAuth values that cannot work together; the binary would refuse most of them at start-up, in a pod
+in CrashLoopBackOff. */}}
+{{- define "connector-svc.checkOAuth" -}}
+{{- $o := .Values.oauth -}}
+{{- $off := "the callback listener is off (oauth.redirectURL is empty or oauth.serveCallback false)" -}}
+{{- with .Values.config.OAUTH_STATE_TTL -}}
+{{- /* The duration in seconds, as Go's time.ParseDuration adds up its parts (the schema checked the form). */ -}}
+{{- $unit := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 1e-3 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $seconds := 0.0 -}}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $n := regexFind "^[0-9.]+" . -}}
+{{- $seconds = addf $seconds (mulf (float64 $n) (get $unit (trimPrefix $n .))) -}}
+{{- end -}}
+{{- if le $seconds 0.0 -}}
+{{- fail (printf "config.OAUTH_STATE_TTL=%s: want a positive duration such as 10m" .) -}}
+{{- else if gt $seconds 86400.0 -}}
+{{- fail (printf "config.OAUTH_STATE_TTL=%s: at most 24h; an authorization URL is meant to be used at once" .) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $o.clientMetadataURL (not $o.redirectURL) -}}
+{{- fail "oauth.clientMetadataURL needs oauth.redirectURL: the document lists the redirect URL" -}}
+{{- end -}}
+{{- if not (include "connector-svc.oauthCallback" .) -}}
+{{- if $o.clientMetadataURL -}}
+{{- fail (printf "oauth.clientMetadataURL: %s, and that listener serves the document" $off) -}}
+{{- end -}}
+{{- if $o.tls.secretName -}}
+{{- fail (printf "oauth.tls.secretName: %s; the certificate is that listener's" $off) -}}
+{{- end -}}
+{{- if $o.ingress.enabled -}}
+{{- fail (printf "oauth.ingress.enabled: %s; the Ingress routes to it" $off) -}}
+{{- end -}}
+{{- else -}}
+{{- range $name := list "grpc" "internal" "admin" -}}
+{{- if eq (int (get $.Values.ports $name)) (int $.Values.ports.oauth) -}}
+{{- fail (printf "ports.oauth=%d is ports.%s too: the callback listener needs a port of its own" (int $.Values.ports.oauth) $name) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -121,6 +174,18 @@ LLM_BASE_URL: {{ . | quote }}
 {{- end }}
 {{- with .Values.llm.model }}
 LLM_MODEL: {{ . | quote }}
+{{- end }}
+{{- with .Values.oauth.redirectURL }}
+OAUTH_REDIRECT_URL: {{ . | quote }}
+{{- end }}
+{{- with .Values.oauth.clientMetadataURL }}
+OAUTH_CLIENT_METADATA_URL: {{ . | quote }}
+{{- end }}
+{{- with .Values.oauth.returnToAllowed }}
+OAUTH_RETURN_TO_ALLOWED: {{ join "," . | quote }}
+{{- end }}
+{{- with .Values.oauth.trustedProxies }}
+OAUTH_CALLBACK_TRUSTED_PROXIES: {{ join "," . | quote }}
 {{- end }}
 {{- end -}}
 
