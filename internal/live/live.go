@@ -145,13 +145,6 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 		l.placement.Claim(ctx, row.ID) // new here: its owner claims it at once
 		hold, owns = l.place(row)
 	}
-	// The agent takes the new settings as the row is published: whoever
-	// sees the new row (Row, Lookup) gets an agent of it too.
-	if row.Active {
-		l.agents.settle(row, l.emb)
-	} else {
-		l.agents.forget(row.ID)
-	}
 	l.mu.Lock()
 	if old != nil {
 		delete(l.byRef, ref{old.WorkspaceID, old.ExternalID})
@@ -175,6 +168,11 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 		l.connect(ctx, row, true)
 	case hold && old != nil && row.ConfigVersion != old.ConfigVersion:
 		l.applyTools(ctx, row, owns)
+	}
+	if row.Active {
+		l.agents.settle(row, l.emb)
+	} else {
+		l.agents.forget(row.ID)
 	}
 }
 
