@@ -64,7 +64,7 @@ func TestFlagsAfterTheCommand(t *testing.T) {
 	for args, want := range map[string]string{
 		"migrate -nope":          "migrate: flag provided but not defined: -nope",
 		"migrate now":            `migrate takes flags only, not ["now"]`,
-		"frobnicate":             `unknown command "frobnicate": want serve, migrate, reseal, healthcheck, version or keys`,
+		"frobnicate":             `unknown command "frobnicate": want serve, migrate, reseal, healthcheck, version, keys or oauth`,
 		"keys list -grpc-addr x": "keys list: flag provided but not defined: -grpc-addr",
 	} {
 		err := run(testCtx(t), strings.Fields(args), getenv(nil), io.Discard)

@@ -77,7 +77,8 @@ func TestREADMECommands(t *testing.T) {
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	tlsDir, tlsAddr, mutualAddr := readmeTLS(t)
 	root := readmeRoot(t, tools, tlsDir)
-	addrs := readmeAddrs{svc: svc.addr, tls: tlsAddr, mutual: mutualAddr, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t)}
+	addrs := readmeAddrs{svc: svc.addr, tls: tlsAddr, mutual: mutualAddr, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t),
+		replicaB: freeAddr(t), replicaC: freeAddr(t)}
 	// The blocks put grpcurl on PATH themselves; the environment is the
 	// test's, as a reader's shell is theirs.
 	env := append(os.Environ(), "DATABASE_URL="+url)
@@ -222,7 +223,7 @@ func checkBlock(t *testing.T, b readmeBlock) {
 var historyExpansion = regexp.MustCompile(`![^\s=(]`)
 
 // readmeAddrs are the addresses the README's blocks are pointed at.
-type readmeAddrs struct{ svc, tls, mutual, mcp, oauthMCP, oauthAS string }
+type readmeAddrs struct{ svc, tls, mutual, mcp, oauthMCP, oauthAS, replicaB, replicaC string }
 
 // replace points a block at the test's addresses: localhost:50051 at the
 // service (at the TLS services on lines with -cacert), port 3001 of the
@@ -235,7 +236,10 @@ func (a readmeAddrs) replace(block string) (string, error) {
 	_, asPort, _ := net.SplitHostPort(a.oauthAS)
 	mcp := strings.NewReplacer("127.0.0.1:3001", a.mcp, "/dev/tcp/127.0.0.1/3001", "/dev/tcp/"+host+"/"+port, "PORT=3001", "PORT="+port,
 		"localhost:3002", "localhost:"+mcpPort, "MCP_PORT=3002", "MCP_PORT="+mcpPort,
-		"localhost:3003", "localhost:"+asPort, "MCP_AUTH_PORT=3003", "MCP_AUTH_PORT="+asPort)
+		"localhost:3003", "localhost:"+asPort, "MCP_AUTH_PORT=3003", "MCP_AUTH_PORT="+asPort,
+		// The replicas section's two extra replicas: 50052 and 50053 are
+		// in the ephemeral range, where another test's socket may sit.
+		"50052", portOf(a.replicaB), "50053", portOf(a.replicaC))
 	lines := strings.Split(block, "\n")
 	for i, l := range lines {
 		svc := a.svc
