@@ -356,6 +356,20 @@ func (m *Manager) refresh(ctx context.Context, c Connector, userID string, seen 
 
 func (m *Manager) refreshLocked(ctx context.Context, c Connector, userID string, seen []byte) (*liveToken, error) {
 	log := m.log.With(slog.Int64("connector_row", c.ID), slog.String("user_id", userID))
+	// What the refresh needs from Postgres besides the row is read before
+	// the row is locked: the lock holds a pool connection, and refreshes
+	// of as many users as the pool has connections, each waiting for a
+	// second one, would hold them all.
+	var pre *refreshClient
+	if c.Mode == ModeUser {
+		pre = m.prepareRefresh(ctx, c, userID)
+	}
+	var refused *refreshClient // a client the server refused, dropped once the row is released
+	defer func() {
+		if refused != nil {
+			m.clientRefused(ctx, refused.issuer, refused.cl, refused.err)
+		}
+	}()
 	row, err := m.db.LockOAuthToken(ctx, c.ID, userID, func(cur *store.OAuthToken) (*store.OAuthToken, error) {
 		if c.Mode == ModeClientCredentials {
 			if cur != nil && !bytes.Equal(cur.SealedAccess, seen) {
@@ -371,7 +385,7 @@ func (m *Manager) refreshLocked(ctx context.Context, c Connector, userID string,
 		case !bytes.Equal(cur.SealedAccess, seen):
 			return nil, nil // refreshed (or authorized again) meanwhile
 		}
-		next, err := m.refreshGrant(ctx, c, cur)
+		next, err := m.refreshGrant(ctx, c, cur, pre, &refused)
 		if err == nil {
 			log.DebugContext(ctx, "refreshed an OAuth token")
 			return next, nil
@@ -421,7 +435,8 @@ func (e *reauthError) Unwrap() []error {
 // refreshGrant runs the refresh token grant for cur, asking for the same
 // resource and scopes. A refusal by the server, or tokens that cannot be
 // refreshed at all, is a *reauthError.
-func (m *Manager) refreshGrant(ctx context.Context, c Connector, cur *store.OAuthToken) (*store.OAuthToken, error) {
+func (m *Manager) refreshGrant(ctx context.Context, c Connector, cur *store.OAuthToken, pre *refreshClient,
+	refused **refreshClient) (*store.OAuthToken, error) {
 	required := &RequiredError{ConnectorID: c.ID, UserID: cur.UserID, Reason: ReasonReauthorize}
 	refreshToken, err := m.box.OpenBytes(cur.SealedRefresh, tokenContext("refresh", cur.ConnectorID, cur.UserID))
 	if err != nil {
@@ -431,13 +446,20 @@ func (m *Manager) refreshGrant(ctx context.Context, c Connector, cur *store.OAut
 		return nil, &reauthError{required, errors.New("the server refused the access token and issued no refresh token")}
 	}
 	insecure := insecureOK(cur.Resource)
-	s, err := m.serverMetadata(ctx, cur.Issuer, insecure)
-	if err != nil {
-		return nil, err // the server's metadata may come back: not the user's to fix
+	var s *serverMetadata
+	var cl *client
+	if pre != nil && pre.issuer == cur.Issuer && pre.clientID == cur.ClientID {
+		s, cl = pre.server, pre.cl
+	} else { // the row changed since it was read: rare, read again
+		if s, err = m.serverMetadata(ctx, cur.Issuer, insecure); err != nil {
+			return nil, err // the server's metadata may come back: not the user's to fix
+		}
+		if cl, err = m.clientByID(ctx, c, cur.Issuer, cur.ClientID, s); err != nil {
+			return nil, &reauthError{required, err}
+		}
 	}
-	cl, err := m.clientByID(ctx, c, cur.Issuer, cur.ClientID, s)
-	if err != nil {
-		return nil, &reauthError{required, err}
+	if pre != nil && pre.err != nil && pre.issuer == cur.Issuer && pre.clientID == cur.ClientID {
+		return nil, pre.err
 	}
 	form := url.Values{"grant_type": {grantRenew}, "refresh_token": {string(refreshToken)}, "resource": {cur.Resource}}
 	if len(cur.Scopes) > 0 {
@@ -446,7 +468,7 @@ func (m *Manager) refreshGrant(ctx context.Context, c Connector, cur *store.OAut
 	tr, err := m.tokenRequest(ctx, s.TokenEndpoint, cl, form, insecure)
 	if permanent(err) {
 		// The grant was the client's: one the server forgot takes it along.
-		m.clientRefused(ctx, cur.Issuer, cl, err)
+		*refused = &refreshClient{issuer: cur.Issuer, cl: cl, err: err}
 		return nil, &reauthError{required, err}
 	}
 	if err != nil {
@@ -529,4 +551,32 @@ func (m *Manager) refused(ctx context.Context, c Connector, userID string, tok *
 			slog.String("reason", reason))
 	}
 	return &RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}
+}
+
+// refreshClient is what a refresh of a user's token needs besides the
+// row: the authorization server's metadata and the client the tokens were
+// issued to, read before the row is locked. err is why they cannot be had.
+type refreshClient struct {
+	issuer, clientID string
+	server           *serverMetadata
+	cl               *client
+	err              error
+}
+
+// prepareRefresh reads the user's row without a lock and looks up its
+// server and client; nil when there is no row (the locked read says why).
+func (m *Manager) prepareRefresh(ctx context.Context, c Connector, userID string) *refreshClient {
+	cur, err := m.db.OAuthToken(ctx, c.ID, userID)
+	if err != nil {
+		return nil
+	}
+	pre := &refreshClient{issuer: cur.Issuer, clientID: cur.ClientID}
+	insecure := insecureOK(cur.Resource)
+	if pre.server, pre.err = m.serverMetadata(ctx, cur.Issuer, insecure); pre.err != nil {
+		return pre // the server's metadata may come back: not the user's to fix
+	}
+	if pre.cl, err = m.clientByID(ctx, c, cur.Issuer, cur.ClientID, pre.server); err != nil {
+		pre.err = &reauthError{&RequiredError{ConnectorID: c.ID, UserID: userID, Reason: ReasonReauthorize}, err}
+	}
+	return pre
 }
