@@ -85,6 +85,8 @@ func (s *Source) Spec(c *store.Connector) (registry.Spec, error) {
 		CallTimeout:    cmp.Or(time.Duration(c.Config.CallTimeout), DefaultCallTimeout),
 		Auth:           c.Config.AuthMode(),
 		ClientSecret:   vals.ClientSecret,
+		Elicitation:    c.Config.Elicitation,
+		Sampling:       c.Config.SamplingOn(),
 	}
 	if a := c.Config.Auth; a != nil {
 		spec.ClientID, spec.Scopes = a.ClientID, a.Scopes

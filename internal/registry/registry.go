@@ -50,6 +50,14 @@ type Spec struct {
 
 	ConnectTimeout time.Duration
 	CallTimeout    time.Duration
+
+	// Elicitation declares elicitation (form and URL modes) on the
+	// connector's connections that belong to one user — per-session and
+	// per-user ones — and never on a shared one. Sampling declares
+	// sampling (with tools) on all its connections, answered through
+	// Config.Sample.
+	Elicitation bool
+	Sampling    bool
 }
 
 // State is a connector's connection health.

@@ -70,7 +70,33 @@ type Config struct {
 	// Auth is how the service authenticates to an HTTP connector's server;
 	// nil means static headers only (AuthNone).
 	Auth *AuthConfig `json:"auth,omitempty"`
+	// Elicitation lets the connector's servers ask its user for input
+	// (declared on per-user and per-session connections only).
+	Elicitation bool `json:"elicitation,omitempty"`
+	// Sampling lets its servers ask its model for completions; nil: off.
+	Sampling *SamplingConfig `json:"sampling,omitempty"`
 }
+
+// Sampling policies stored in SamplingConfig.Policy.
+const (
+	SamplingAuto    = "auto"
+	SamplingApprove = "approve"
+)
+
+// SamplingConfig is a connector's sampling settings; a limit's 0 means the
+// service's default.
+type SamplingConfig struct {
+	Enabled              bool   `json:"enabled,omitempty"`
+	Policy               string `json:"policy,omitempty"` // SamplingAuto (or empty) or SamplingApprove
+	MaxTokensPerRequest  int    `json:"max_tokens_per_request,omitempty"`
+	MaxRequestsPerRun    int    `json:"max_requests_per_run,omitempty"`
+	MaxTokensPerRun      int    `json:"max_tokens_per_run,omitempty"`
+	MaxRequestsPerMinute int    `json:"max_requests_per_minute,omitempty"`
+	MaxTokensPerMinute   int    `json:"max_tokens_per_minute,omitempty"`
+}
+
+// SamplingOn says the connector's servers may sample.
+func (c Config) SamplingOn() bool { return c.Sampling != nil && c.Sampling.Enabled }
 
 // Auth modes stored in AuthConfig.Mode.
 const (

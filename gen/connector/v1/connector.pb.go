@@ -388,6 +388,60 @@ func (ProtocolPreference) EnumDescriptor() ([]byte, []int) {
 	return file_connector_v1_connector_proto_rawDescGZIP(), []int{5}
 }
 
+// SamplingPolicy says whether a server's sampling request waits for a person.
+type SamplingPolicy int32
+
+const (
+	SamplingPolicy_SAMPLING_POLICY_UNSPECIFIED SamplingPolicy = 0
+	// Answered by the connector's model at once, within the budgets.
+	SamplingPolicy_SAMPLING_POLICY_AUTO SamplingPolicy = 1
+	// Put to the user as an input (the run pauses AWAITING_INPUT) before the
+	// model is asked; where nobody can be asked (a shared connection, a unary
+	// CallTool) the request is refused.
+	SamplingPolicy_SAMPLING_POLICY_APPROVE SamplingPolicy = 2
+)
+
+// Enum value maps for SamplingPolicy.
+var (
+	SamplingPolicy_name = map[int32]string{
+		0: "SAMPLING_POLICY_UNSPECIFIED",
+		1: "SAMPLING_POLICY_AUTO",
+		2: "SAMPLING_POLICY_APPROVE",
+	}
+	SamplingPolicy_value = map[string]int32{
+		"SAMPLING_POLICY_UNSPECIFIED": 0,
+		"SAMPLING_POLICY_AUTO":        1,
+		"SAMPLING_POLICY_APPROVE":     2,
+	}
+)
+
+func (x SamplingPolicy) Enum() *SamplingPolicy {
+	p := new(SamplingPolicy)
+	*p = x
+	return p
+}
+
+func (x SamplingPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SamplingPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_connector_proto_enumTypes[6].Descriptor()
+}
+
+func (SamplingPolicy) Type() protoreflect.EnumType {
+	return &file_connector_v1_connector_proto_enumTypes[6]
+}
+
+func (x SamplingPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SamplingPolicy.Descriptor instead.
+func (SamplingPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+}
+
 // AuthMode is how the service authenticates to a connector's server.
 type AuthMode int32
 
@@ -434,11 +488,11 @@ func (x AuthMode) String() string {
 }
 
 func (AuthMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_connector_v1_connector_proto_enumTypes[6].Descriptor()
+	return file_connector_v1_connector_proto_enumTypes[7].Descriptor()
 }
 
 func (AuthMode) Type() protoreflect.EnumType {
-	return &file_connector_v1_connector_proto_enumTypes[6]
+	return &file_connector_v1_connector_proto_enumTypes[7]
 }
 
 func (x AuthMode) Number() protoreflect.EnumNumber {
@@ -447,7 +501,7 @@ func (x AuthMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuthMode.Descriptor instead.
 func (AuthMode) EnumDescriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
 }
 
 // StdioConfig runs a local command. The command must be on the service's
@@ -743,8 +797,13 @@ type ConnectorCounters struct {
 	PromptTokens      int64                  `protobuf:"varint,7,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CompletionTokens  int64                  `protobuf:"varint,8,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	LastUsedTime      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_used_time,json=lastUsedTime,proto3" json:"last_used_time,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Sampling requests of the connector's servers answered by its model;
+	// their tokens are in prompt_tokens and completion_tokens too.
+	SamplingCount int64 `protobuf:"varint,10,opt,name=sampling_count,json=samplingCount,proto3" json:"sampling_count,omitempty"`
+	// Inputs (elicitations) its servers asked of users.
+	InputCount    int64 `protobuf:"varint,11,opt,name=input_count,json=inputCount,proto3" json:"input_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConnectorCounters) Reset() {
@@ -840,6 +899,20 @@ func (x *ConnectorCounters) GetLastUsedTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ConnectorCounters) GetSamplingCount() int64 {
+	if x != nil {
+		return x.SamplingCount
+	}
+	return 0
+}
+
+func (x *ConnectorCounters) GetInputCount() int64 {
+	if x != nil {
+		return x.InputCount
+	}
+	return 0
+}
+
 // Connector is one configured MCP server inside a workspace.
 type Connector struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -896,7 +969,17 @@ type Connector struct {
 	ApprovalPolicy ApprovalPolicy `protobuf:"varint,24,opt,name=approval_policy,json=approvalPolicy,proto3,enum=connector.v1.ApprovalPolicy" json:"approval_policy,omitempty"`
 	// How the service authenticates to the server (HTTP transports only);
 	// unset means static headers only (AUTH_MODE_NONE).
-	Auth          *AuthConfig `protobuf:"bytes,25,opt,name=auth,proto3" json:"auth,omitempty"`
+	Auth *AuthConfig `protobuf:"bytes,25,opt,name=auth,proto3" json:"auth,omitempty"`
+	// Servers may ask the connector's user for input in the middle of a tool
+	// call (MCP elicitation, form and URL modes). Off by default. Declared
+	// only on connections that belong to one user: those of a
+	// SESSION_MODE_PER_SESSION connector's sessions and of an
+	// AUTH_MODE_OAUTH_USER connector's users; never on a shared connection,
+	// which has no single user to ask.
+	Elicitation bool `protobuf:"varint,26,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
+	// Servers may ask the connector's model for a completion (MCP sampling),
+	// under budgets. Unset: off.
+	Sampling      *SamplingConfig `protobuf:"bytes,27,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1110,6 +1193,20 @@ func (x *Connector) GetAuth() *AuthConfig {
 	return nil
 }
 
+func (x *Connector) GetElicitation() bool {
+	if x != nil {
+		return x.Elicitation
+	}
+	return false
+}
+
+func (x *Connector) GetSampling() *SamplingConfig {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
 type isConnector_Connection interface {
 	isConnector_Connection()
 }
@@ -1125,6 +1222,105 @@ type Connector_Http struct {
 func (*Connector_Stdio) isConnector_Connection() {}
 
 func (*Connector_Http) isConnector_Connection() {}
+
+// SamplingConfig lets a connector's servers ask its model for completions.
+// Every limit's 0 means the service's default (in parentheses); a request
+// over a budget gets an MCP error that names the budget, never a hang.
+type SamplingConfig struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Policy  SamplingPolicy         `protobuf:"varint,2,opt,name=policy,proto3,enum=connector.v1.SamplingPolicy" json:"policy,omitempty"`
+	// maxTokens asked for above this are capped to it (1024).
+	MaxTokensPerRequest int32 `protobuf:"varint,3,opt,name=max_tokens_per_request,json=maxTokensPerRequest,proto3" json:"max_tokens_per_request,omitempty"`
+	// Per query run, or per direct tool call (10 requests, 16384 tokens).
+	MaxRequestsPerRun int32 `protobuf:"varint,4,opt,name=max_requests_per_run,json=maxRequestsPerRun,proto3" json:"max_requests_per_run,omitempty"`
+	MaxTokensPerRun   int32 `protobuf:"varint,5,opt,name=max_tokens_per_run,json=maxTokensPerRun,proto3" json:"max_tokens_per_run,omitempty"`
+	// Per connector, over all replicas, in any minute (60 requests, 100000
+	// tokens).
+	MaxRequestsPerMinute int32 `protobuf:"varint,6,opt,name=max_requests_per_minute,json=maxRequestsPerMinute,proto3" json:"max_requests_per_minute,omitempty"`
+	MaxTokensPerMinute   int32 `protobuf:"varint,7,opt,name=max_tokens_per_minute,json=maxTokensPerMinute,proto3" json:"max_tokens_per_minute,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *SamplingConfig) Reset() {
+	*x = SamplingConfig{}
+	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingConfig) ProtoMessage() {}
+
+func (x *SamplingConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingConfig.ProtoReflect.Descriptor instead.
+func (*SamplingConfig) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SamplingConfig) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *SamplingConfig) GetPolicy() SamplingPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return SamplingPolicy_SAMPLING_POLICY_UNSPECIFIED
+}
+
+func (x *SamplingConfig) GetMaxTokensPerRequest() int32 {
+	if x != nil {
+		return x.MaxTokensPerRequest
+	}
+	return 0
+}
+
+func (x *SamplingConfig) GetMaxRequestsPerRun() int32 {
+	if x != nil {
+		return x.MaxRequestsPerRun
+	}
+	return 0
+}
+
+func (x *SamplingConfig) GetMaxTokensPerRun() int32 {
+	if x != nil {
+		return x.MaxTokensPerRun
+	}
+	return 0
+}
+
+func (x *SamplingConfig) GetMaxRequestsPerMinute() int32 {
+	if x != nil {
+		return x.MaxRequestsPerMinute
+	}
+	return 0
+}
+
+func (x *SamplingConfig) GetMaxTokensPerMinute() int32 {
+	if x != nil {
+		return x.MaxTokensPerMinute
+	}
+	return 0
+}
 
 // AuthConfig is a connector's OAuth settings. The authorization server is
 // found from the MCP server itself (its 401 challenge and its protected
@@ -1151,7 +1347,7 @@ type AuthConfig struct {
 
 func (x *AuthConfig) Reset() {
 	*x = AuthConfig{}
-	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1359,7 @@ func (x *AuthConfig) String() string {
 func (*AuthConfig) ProtoMessage() {}
 
 func (x *AuthConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[6]
+	mi := &file_connector_v1_connector_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1372,7 @@ func (x *AuthConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthConfig.ProtoReflect.Descriptor instead.
 func (*AuthConfig) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{6}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AuthConfig) GetMode() AuthMode {
@@ -1240,7 +1436,7 @@ type Authorization struct {
 
 func (x *Authorization) Reset() {
 	*x = Authorization{}
-	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1448,7 @@ func (x *Authorization) String() string {
 func (*Authorization) ProtoMessage() {}
 
 func (x *Authorization) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[7]
+	mi := &file_connector_v1_connector_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1461,7 @@ func (x *Authorization) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Authorization.ProtoReflect.Descriptor instead.
 func (*Authorization) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{7}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Authorization) GetWorkspaceId() string {
@@ -1357,7 +1553,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_connector_v1_connector_proto_msgTypes[8]
+	mi := &file_connector_v1_connector_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1565,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[8]
+	mi := &file_connector_v1_connector_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1578,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{8}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Session) GetSessionId() string {
@@ -1455,7 +1651,7 @@ type ToolAnnotations struct {
 
 func (x *ToolAnnotations) Reset() {
 	*x = ToolAnnotations{}
-	mi := &file_connector_v1_connector_proto_msgTypes[9]
+	mi := &file_connector_v1_connector_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1663,7 @@ func (x *ToolAnnotations) String() string {
 func (*ToolAnnotations) ProtoMessage() {}
 
 func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[9]
+	mi := &file_connector_v1_connector_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1676,7 @@ func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
 func (*ToolAnnotations) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{9}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolAnnotations) GetTitle() string {
@@ -1541,7 +1737,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_connector_v1_connector_proto_msgTypes[10]
+	mi := &file_connector_v1_connector_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1749,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_proto_msgTypes[10]
+	mi := &file_connector_v1_connector_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1762,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_proto_rawDescGZIP(), []int{10}
+	return file_connector_v1_connector_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Tool) GetName() string {
@@ -1656,7 +1852,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\alatency\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\alatency\x129\n" +
 	"\n" +
 	"check_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\x12)\n" +
-	"\x10protocol_version\x18\x05 \x01(\tR\x0fprotocolVersion\"\x8c\x03\n" +
+	"\x10protocol_version\x18\x05 \x01(\tR\x0fprotocolVersion\"\xd4\x03\n" +
 	"\x11ConnectorCounters\x12\x1d\n" +
 	"\n" +
 	"call_count\x18\x01 \x01(\x03R\tcallCount\x12\x1f\n" +
@@ -1669,7 +1865,12 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x11query_error_count\x18\x06 \x01(\x03R\x0fqueryErrorCount\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x03R\x10completionTokens\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xa9\t\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\x12%\n" +
+	"\x0esampling_count\x18\n" +
+	" \x01(\x03R\rsamplingCount\x12\x1f\n" +
+	"\vinput_count\x18\v \x01(\x03R\n" +
+	"inputCount\"\x85\n" +
+	"\n" +
 	"\tConnector\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
@@ -1699,9 +1900,19 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x12narrow_tools_above\x18\x16 \x01(\x05R\x10narrowToolsAbove\x12Q\n" +
 	"\x13protocol_preference\x18\x17 \x01(\x0e2 .connector.v1.ProtocolPreferenceR\x12protocolPreference\x12E\n" +
 	"\x0fapproval_policy\x18\x18 \x01(\x0e2\x1c.connector.v1.ApprovalPolicyR\x0eapprovalPolicy\x12,\n" +
-	"\x04auth\x18\x19 \x01(\v2\x18.connector.v1.AuthConfigR\x04authB\f\n" +
+	"\x04auth\x18\x19 \x01(\v2\x18.connector.v1.AuthConfigR\x04auth\x12 \n" +
+	"\velicitation\x18\x1a \x01(\bR\velicitation\x128\n" +
+	"\bsampling\x18\x1b \x01(\v2\x1c.connector.v1.SamplingConfigR\bsamplingB\f\n" +
 	"\n" +
-	"connection\"\xbe\x01\n" +
+	"connection\"\xdd\x02\n" +
+	"\x0eSamplingConfig\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x124\n" +
+	"\x06policy\x18\x02 \x01(\x0e2\x1c.connector.v1.SamplingPolicyR\x06policy\x123\n" +
+	"\x16max_tokens_per_request\x18\x03 \x01(\x05R\x13maxTokensPerRequest\x12/\n" +
+	"\x14max_requests_per_run\x18\x04 \x01(\x05R\x11maxRequestsPerRun\x12+\n" +
+	"\x12max_tokens_per_run\x18\x05 \x01(\x05R\x0fmaxTokensPerRun\x125\n" +
+	"\x17max_requests_per_minute\x18\x06 \x01(\x05R\x14maxRequestsPerMinute\x121\n" +
+	"\x15max_tokens_per_minute\x18\a \x01(\x05R\x12maxTokensPerMinute\"\xbe\x01\n" +
 	"\n" +
 	"AuthConfig\x12*\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x16.connector.v1.AuthModeR\x04mode\x12\x1b\n" +
@@ -1783,7 +1994,11 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x1fPROTOCOL_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROTOCOL_PREFERENCE_AUTO\x10\x01\x12\x1f\n" +
 	"\x1bPROTOCOL_PREFERENCE_CLASSIC\x10\x02\x12#\n" +
-	"\x1fPROTOCOL_PREFERENCE_SESSIONLESS\x10\x03*{\n" +
+	"\x1fPROTOCOL_PREFERENCE_SESSIONLESS\x10\x03*h\n" +
+	"\x0eSamplingPolicy\x12\x1f\n" +
+	"\x1bSAMPLING_POLICY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SAMPLING_POLICY_AUTO\x10\x01\x12\x1b\n" +
+	"\x17SAMPLING_POLICY_APPROVE\x10\x02*{\n" +
 	"\bAuthMode\x12\x19\n" +
 	"\x15AUTH_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eAUTH_MODE_NONE\x10\x01\x12&\n" +
@@ -1802,8 +2017,8 @@ func file_connector_v1_connector_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_proto_rawDescData
 }
 
-var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_connector_v1_connector_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_connector_v1_connector_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_connector_v1_connector_proto_goTypes = []any{
 	(Transport)(0),                // 0: connector.v1.Transport
 	(ConnectorState)(0),           // 1: connector.v1.ConnectorState
@@ -1811,61 +2026,65 @@ var file_connector_v1_connector_proto_goTypes = []any{
 	(ApprovalPolicy)(0),           // 3: connector.v1.ApprovalPolicy
 	(ApprovalOverride)(0),         // 4: connector.v1.ApprovalOverride
 	(ProtocolPreference)(0),       // 5: connector.v1.ProtocolPreference
-	(AuthMode)(0),                 // 6: connector.v1.AuthMode
-	(*StdioConfig)(nil),           // 7: connector.v1.StdioConfig
-	(*HttpConfig)(nil),            // 8: connector.v1.HttpConfig
-	(*RateLimit)(nil),             // 9: connector.v1.RateLimit
-	(*ConnectorHealth)(nil),       // 10: connector.v1.ConnectorHealth
-	(*ConnectorCounters)(nil),     // 11: connector.v1.ConnectorCounters
-	(*Connector)(nil),             // 12: connector.v1.Connector
-	(*AuthConfig)(nil),            // 13: connector.v1.AuthConfig
-	(*Authorization)(nil),         // 14: connector.v1.Authorization
-	(*Session)(nil),               // 15: connector.v1.Session
-	(*ToolAnnotations)(nil),       // 16: connector.v1.ToolAnnotations
-	(*Tool)(nil),                  // 17: connector.v1.Tool
-	nil,                           // 18: connector.v1.StdioConfig.EnvEntry
-	nil,                           // 19: connector.v1.HttpConfig.HeadersEntry
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
+	(SamplingPolicy)(0),           // 6: connector.v1.SamplingPolicy
+	(AuthMode)(0),                 // 7: connector.v1.AuthMode
+	(*StdioConfig)(nil),           // 8: connector.v1.StdioConfig
+	(*HttpConfig)(nil),            // 9: connector.v1.HttpConfig
+	(*RateLimit)(nil),             // 10: connector.v1.RateLimit
+	(*ConnectorHealth)(nil),       // 11: connector.v1.ConnectorHealth
+	(*ConnectorCounters)(nil),     // 12: connector.v1.ConnectorCounters
+	(*Connector)(nil),             // 13: connector.v1.Connector
+	(*SamplingConfig)(nil),        // 14: connector.v1.SamplingConfig
+	(*AuthConfig)(nil),            // 15: connector.v1.AuthConfig
+	(*Authorization)(nil),         // 16: connector.v1.Authorization
+	(*Session)(nil),               // 17: connector.v1.Session
+	(*ToolAnnotations)(nil),       // 18: connector.v1.ToolAnnotations
+	(*Tool)(nil),                  // 19: connector.v1.Tool
+	nil,                           // 20: connector.v1.StdioConfig.EnvEntry
+	nil,                           // 21: connector.v1.HttpConfig.HeadersEntry
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 24: google.protobuf.Struct
 }
 var file_connector_v1_connector_proto_depIdxs = []int32{
-	18, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
-	19, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
+	20, // 0: connector.v1.StdioConfig.env:type_name -> connector.v1.StdioConfig.EnvEntry
+	21, // 1: connector.v1.HttpConfig.headers:type_name -> connector.v1.HttpConfig.HeadersEntry
 	1,  // 2: connector.v1.ConnectorHealth.state:type_name -> connector.v1.ConnectorState
-	20, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
-	21, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
-	21, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
+	22, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
+	23, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
+	23, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
 	0,  // 6: connector.v1.Connector.transport:type_name -> connector.v1.Transport
-	7,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
-	8,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
-	20, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	20, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
+	8,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
+	9,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
+	22, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	22, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 11: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
-	9,  // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
-	10, // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
-	11, // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
-	21, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
-	21, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
+	10, // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
+	11, // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
+	12, // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
+	23, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
+	23, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
 	5,  // 17: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
 	3,  // 18: connector.v1.Connector.approval_policy:type_name -> connector.v1.ApprovalPolicy
-	13, // 19: connector.v1.Connector.auth:type_name -> connector.v1.AuthConfig
-	6,  // 20: connector.v1.AuthConfig.mode:type_name -> connector.v1.AuthMode
-	21, // 21: connector.v1.Authorization.expire_time:type_name -> google.protobuf.Timestamp
-	21, // 22: connector.v1.Authorization.create_time:type_name -> google.protobuf.Timestamp
-	21, // 23: connector.v1.Authorization.update_time:type_name -> google.protobuf.Timestamp
-	21, // 24: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	21, // 25: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
-	1,  // 26: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
-	22, // 27: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	16, // 28: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
-	21, // 29: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
-	4,  // 30: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	15, // 19: connector.v1.Connector.auth:type_name -> connector.v1.AuthConfig
+	14, // 20: connector.v1.Connector.sampling:type_name -> connector.v1.SamplingConfig
+	6,  // 21: connector.v1.SamplingConfig.policy:type_name -> connector.v1.SamplingPolicy
+	7,  // 22: connector.v1.AuthConfig.mode:type_name -> connector.v1.AuthMode
+	23, // 23: connector.v1.Authorization.expire_time:type_name -> google.protobuf.Timestamp
+	23, // 24: connector.v1.Authorization.create_time:type_name -> google.protobuf.Timestamp
+	23, // 25: connector.v1.Authorization.update_time:type_name -> google.protobuf.Timestamp
+	23, // 26: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	23, // 27: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
+	1,  // 28: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
+	24, // 29: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	18, // 30: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
+	23, // 31: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
+	4,  // 32: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_proto_init() }
@@ -1877,14 +2096,14 @@ func file_connector_v1_connector_proto_init() {
 		(*Connector_Stdio)(nil),
 		(*Connector_Http)(nil),
 	}
-	file_connector_v1_connector_proto_msgTypes[9].OneofWrappers = []any{}
+	file_connector_v1_connector_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_proto_rawDesc), len(file_connector_v1_connector_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   13,
+			NumEnums:      8,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

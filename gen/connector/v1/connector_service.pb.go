@@ -1820,8 +1820,14 @@ type CallToolResponse struct {
 	// stopped. A classic streamable-HTTP session moves to another replica
 	// without a restart.
 	SessionRestarted bool `protobuf:"varint,5,opt,name=session_restarted,json=sessionRestarted,proto3" json:"session_restarted,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The server asked for input during the call, which a unary CallTool
+	// cannot carry: each was answered "cancel" (the server was told so), and
+	// is listed here. StreamCallTool carries them to the caller instead.
+	CancelledInputs []*InputRequest `protobuf:"bytes,6,rep,name=cancelled_inputs,json=cancelledInputs,proto3" json:"cancelled_inputs,omitempty"`
+	// The call ran as an MCP task (the tool requires it): the server's id.
+	TaskId        string `protobuf:"bytes,7,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolResponse) Reset() {
@@ -1887,6 +1893,20 @@ func (x *CallToolResponse) GetSessionRestarted() bool {
 		return x.SessionRestarted
 	}
 	return false
+}
+
+func (x *CallToolResponse) GetCancelledInputs() []*InputRequest {
+	if x != nil {
+		return x.CancelledInputs
+	}
+	return nil
+}
+
+func (x *CallToolResponse) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
 }
 
 // As CallToolRequest.
@@ -1988,6 +2008,7 @@ type StreamCallToolResponse struct {
 	//
 	//	*StreamCallToolResponse_Progress
 	//	*StreamCallToolResponse_Result
+	//	*StreamCallToolResponse_InputRequired
 	Event         isStreamCallToolResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2048,6 +2069,15 @@ func (x *StreamCallToolResponse) GetResult() *CallToolResponse {
 	return nil
 }
 
+func (x *StreamCallToolResponse) GetInputRequired() *InputRequest {
+	if x != nil {
+		if x, ok := x.Event.(*StreamCallToolResponse_InputRequired); ok {
+			return x.InputRequired
+		}
+	}
+	return nil
+}
+
 type isStreamCallToolResponse_Event interface {
 	isStreamCallToolResponse_Event()
 }
@@ -2063,9 +2093,18 @@ type StreamCallToolResponse_Result struct {
 	Result *CallToolResponse `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
 }
 
+type StreamCallToolResponse_InputRequired struct {
+	// The server asks the user for input; answer it with AnswerInput
+	// (same workspace, connector, session and user ids) before its
+	// deadline, or it is answered "cancel".
+	InputRequired *InputRequest `protobuf:"bytes,3,opt,name=input_required,json=inputRequired,proto3,oneof"`
+}
+
 func (*StreamCallToolResponse_Progress) isStreamCallToolResponse_Event() {}
 
 func (*StreamCallToolResponse_Result) isStreamCallToolResponse_Event() {}
+
+func (*StreamCallToolResponse_InputRequired) isStreamCallToolResponse_Event() {}
 
 type QueryConnectorRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -2333,6 +2372,7 @@ type StreamQueryConnectorResponse struct {
 	//	*StreamQueryConnectorResponse_ToolCallProgress
 	//	*StreamQueryConnectorResponse_ApprovalRequired
 	//	*StreamQueryConnectorResponse_AuthorizationRequired
+	//	*StreamQueryConnectorResponse_InputRequired
 	Event         isStreamQueryConnectorResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2447,6 +2487,15 @@ func (x *StreamQueryConnectorResponse) GetAuthorizationRequired() *Authorization
 	return nil
 }
 
+func (x *StreamQueryConnectorResponse) GetInputRequired() *InputRequired {
+	if x != nil {
+		if x, ok := x.Event.(*StreamQueryConnectorResponse_InputRequired); ok {
+			return x.InputRequired
+		}
+	}
+	return nil
+}
+
 type isStreamQueryConnectorResponse_Event interface {
 	isStreamQueryConnectorResponse_Event()
 }
@@ -2487,6 +2536,12 @@ type StreamQueryConnectorResponse_AuthorizationRequired struct {
 	AuthorizationRequired *AuthorizationRequired `protobuf:"bytes,8,opt,name=authorization_required,json=authorizationRequired,proto3,oneof"`
 }
 
+type StreamQueryConnectorResponse_InputRequired struct {
+	// The run paused for input to a server; the result follows,
+	// AWAITING_INPUT.
+	InputRequired *InputRequired `protobuf:"bytes,9,opt,name=input_required,json=inputRequired,proto3,oneof"`
+}
+
 func (*StreamQueryConnectorResponse_StepPlanned) isStreamQueryConnectorResponse_Event() {}
 
 func (*StreamQueryConnectorResponse_ToolCallStarted) isStreamQueryConnectorResponse_Event() {}
@@ -2503,11 +2558,189 @@ func (*StreamQueryConnectorResponse_ApprovalRequired) isStreamQueryConnectorResp
 
 func (*StreamQueryConnectorResponse_AuthorizationRequired) isStreamQueryConnectorResponse_Event() {}
 
+func (*StreamQueryConnectorResponse_InputRequired) isStreamQueryConnectorResponse_Event() {}
+
+// InputRequired is sent when a run pauses for its user's input.
+type InputRequired struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	InputRequests []*InputRequest        `protobuf:"bytes,2,rep,name=input_requests,json=inputRequests,proto3" json:"input_requests,omitempty"`
+	// When the run expires if nobody answers (a durable pause); each
+	// request's own deadline is sooner where its server waits on an open call.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputRequired) Reset() {
+	*x = InputRequired{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputRequired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputRequired) ProtoMessage() {}
+
+func (x *InputRequired) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputRequired.ProtoReflect.Descriptor instead.
+func (*InputRequired) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *InputRequired) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *InputRequired) GetInputRequests() []*InputRequest {
+	if x != nil {
+		return x.InputRequests
+	}
+	return nil
+}
+
+func (x *InputRequired) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+type AnswerInputRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// As the StreamCallTool that carries the request.
+	SessionId     string       `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId        string       `protobuf:"bytes,4,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Answer        *InputAnswer `protobuf:"bytes,5,opt,name=answer,proto3" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerInputRequest) Reset() {
+	*x = AnswerInputRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerInputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerInputRequest) ProtoMessage() {}
+
+func (x *AnswerInputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerInputRequest.ProtoReflect.Descriptor instead.
+func (*AnswerInputRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *AnswerInputRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *AnswerInputRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *AnswerInputRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AnswerInputRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *AnswerInputRequest) GetAnswer() *InputAnswer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+type AnswerInputResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerInputResponse) Reset() {
+	*x = AnswerInputResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerInputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerInputResponse) ProtoMessage() {}
+
+func (x *AnswerInputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerInputResponse.ProtoReflect.Descriptor instead.
+func (*AnswerInputResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{40}
+}
+
 type ResumeQueryRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
-	// QueryResult.run_id of a run that is AWAITING_APPROVAL or
-	// AWAITING_AUTHORIZATION.
+	// QueryResult.run_id of a run that is AWAITING_APPROVAL,
+	// AWAITING_AUTHORIZATION or AWAITING_INPUT.
 	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// AWAITING_APPROVAL: exactly one per pending call of the run.
 	// AWAITING_AUTHORIZATION: none; the run goes on once the user has
@@ -2515,14 +2748,16 @@ type ResumeQueryRequest struct {
 	Decisions []*Decision `protobuf:"bytes,3,rep,name=decisions,proto3" json:"decisions,omitempty"`
 	// Who decided (a user id of the chat product), kept in the run's record;
 	// at most 200 characters.
-	ActorId       string `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	ActorId string `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	// AWAITING_INPUT: exactly one per input request of the run.
+	Inputs        []*InputAnswer `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeQueryRequest) Reset() {
 	*x = ResumeQueryRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2769,7 @@ func (x *ResumeQueryRequest) String() string {
 func (*ResumeQueryRequest) ProtoMessage() {}
 
 func (x *ResumeQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[38]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2782,7 @@ func (x *ResumeQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueryRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueryRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{38}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResumeQueryRequest) GetWorkspaceId() string {
@@ -2578,6 +2813,13 @@ func (x *ResumeQueryRequest) GetActorId() string {
 	return ""
 }
 
+func (x *ResumeQueryRequest) GetInputs() []*InputAnswer {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
 type ResumeQueryResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *QueryResult           `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -2587,7 +2829,7 @@ type ResumeQueryResponse struct {
 
 func (x *ResumeQueryResponse) Reset() {
 	*x = ResumeQueryResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2841,7 @@ func (x *ResumeQueryResponse) String() string {
 func (*ResumeQueryResponse) ProtoMessage() {}
 
 func (x *ResumeQueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[39]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2854,7 @@ func (x *ResumeQueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueryResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueryResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{39}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeQueryResponse) GetResult() *QueryResult {
@@ -2629,13 +2871,14 @@ type StreamResumeQueryRequest struct {
 	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	Decisions     []*Decision            `protobuf:"bytes,3,rep,name=decisions,proto3" json:"decisions,omitempty"`
 	ActorId       string                 `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	Inputs        []*InputAnswer         `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamResumeQueryRequest) Reset() {
 	*x = StreamResumeQueryRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2890,7 @@ func (x *StreamResumeQueryRequest) String() string {
 func (*StreamResumeQueryRequest) ProtoMessage() {}
 
 func (x *StreamResumeQueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[40]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2903,7 @@ func (x *StreamResumeQueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResumeQueryRequest.ProtoReflect.Descriptor instead.
 func (*StreamResumeQueryRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{40}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StreamResumeQueryRequest) GetWorkspaceId() string {
@@ -2691,6 +2934,13 @@ func (x *StreamResumeQueryRequest) GetActorId() string {
 	return ""
 }
 
+func (x *StreamResumeQueryRequest) GetInputs() []*InputAnswer {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
 type StreamResumeQueryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What StreamQueryConnector would send at this point of the run: the
@@ -2702,7 +2952,7 @@ type StreamResumeQueryResponse struct {
 
 func (x *StreamResumeQueryResponse) Reset() {
 	*x = StreamResumeQueryResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2964,7 @@ func (x *StreamResumeQueryResponse) String() string {
 func (*StreamResumeQueryResponse) ProtoMessage() {}
 
 func (x *StreamResumeQueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[41]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2977,7 @@ func (x *StreamResumeQueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResumeQueryResponse.ProtoReflect.Descriptor instead.
 func (*StreamResumeQueryResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{41}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StreamResumeQueryResponse) GetEvent() *StreamQueryConnectorResponse {
@@ -2747,7 +2997,7 @@ type GetQueryRunRequest struct {
 
 func (x *GetQueryRunRequest) Reset() {
 	*x = GetQueryRunRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +3009,7 @@ func (x *GetQueryRunRequest) String() string {
 func (*GetQueryRunRequest) ProtoMessage() {}
 
 func (x *GetQueryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[42]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +3022,7 @@ func (x *GetQueryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueryRunRequest.ProtoReflect.Descriptor instead.
 func (*GetQueryRunRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{42}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetQueryRunRequest) GetWorkspaceId() string {
@@ -2798,7 +3048,7 @@ type GetQueryRunResponse struct {
 
 func (x *GetQueryRunResponse) Reset() {
 	*x = GetQueryRunResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +3060,7 @@ func (x *GetQueryRunResponse) String() string {
 func (*GetQueryRunResponse) ProtoMessage() {}
 
 func (x *GetQueryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[43]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +3073,7 @@ func (x *GetQueryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueryRunResponse.ProtoReflect.Descriptor instead.
 func (*GetQueryRunResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{43}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetQueryRunResponse) GetRun() *QueryRun {
@@ -2852,7 +3102,7 @@ type ListQueryRunsRequest struct {
 
 func (x *ListQueryRunsRequest) Reset() {
 	*x = ListQueryRunsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3114,7 @@ func (x *ListQueryRunsRequest) String() string {
 func (*ListQueryRunsRequest) ProtoMessage() {}
 
 func (x *ListQueryRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[44]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3127,7 @@ func (x *ListQueryRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueryRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListQueryRunsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{44}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListQueryRunsRequest) GetWorkspaceId() string {
@@ -2941,7 +3191,7 @@ type ListQueryRunsResponse struct {
 
 func (x *ListQueryRunsResponse) Reset() {
 	*x = ListQueryRunsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3203,7 @@ func (x *ListQueryRunsResponse) String() string {
 func (*ListQueryRunsResponse) ProtoMessage() {}
 
 func (x *ListQueryRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[45]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3216,7 @@ func (x *ListQueryRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueryRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListQueryRunsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{45}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListQueryRunsResponse) GetRuns() []*QueryRun {
@@ -2996,7 +3246,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3258,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[46]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3271,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{46}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSessionsRequest) GetWorkspaceId() string {
@@ -3063,7 +3313,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3325,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[47]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3338,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{47}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -3117,7 +3367,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[48]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3379,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[48]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3392,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{48}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CloseSessionRequest) GetWorkspaceId() string {
@@ -3179,7 +3429,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[49]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3441,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[49]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3454,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{49}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CloseSessionResponse) GetClosed() int32 {
@@ -3234,7 +3484,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[50]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3496,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[50]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3509,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{50}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateApiKeyRequest) GetWorkspaceId() string {
@@ -3294,7 +3544,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[51]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3556,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[51]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3569,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{51}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateApiKeyResponse) GetApiKey() *ApiKey {
@@ -3348,7 +3598,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[52]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3610,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[52]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3623,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{52}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListApiKeysRequest) GetWorkspaceId() string {
@@ -3408,7 +3658,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[53]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3670,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[53]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3683,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{53}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListApiKeysResponse) GetApiKeys() []*ApiKey {
@@ -3460,7 +3710,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[54]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3722,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[54]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3735,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{54}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RevokeApiKeyRequest) GetWorkspaceId() string {
@@ -3511,7 +3761,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_connector_v1_connector_service_proto_msgTypes[55]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3773,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_connector_service_proto_msgTypes[55]
+	mi := &file_connector_v1_connector_service_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3786,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{55}
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RevokeApiKeyResponse) GetApiKey() *ApiKey {
@@ -3671,13 +3921,15 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
 	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\x12\x17\n" +
-	"\auser_id\x18\a \x01(\tR\x06userId\"\x8a\x02\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\"\xea\x02\n" +
 	"\x10CallToolResponse\x12/\n" +
 	"\acontent\x18\x01 \x03(\v2\x15.connector.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x125\n" +
 	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12+\n" +
-	"\x11session_restarted\x18\x05 \x01(\bR\x10sessionRestarted\"\x8e\x02\n" +
+	"\x11session_restarted\x18\x05 \x01(\bR\x10sessionRestarted\x12E\n" +
+	"\x10cancelled_inputs\x18\x06 \x03(\v2\x1a.connector.v1.InputRequestR\x0fcancelledInputs\x12\x17\n" +
+	"\atask_id\x18\a \x01(\tR\x06taskId\"\x8e\x02\n" +
 	"\x15StreamCallToolRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1b\n" +
@@ -3686,10 +3938,11 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12#\n" +
 	"\ruser_approved\x18\x06 \x01(\bR\fuserApproved\x12\x17\n" +
-	"\auser_id\x18\a \x01(\tR\x06userId\"\x91\x01\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\"\xd6\x01\n" +
 	"\x16StreamCallToolResponse\x124\n" +
 	"\bprogress\x18\x01 \x01(\v2\x16.connector.v1.ProgressH\x00R\bprogress\x128\n" +
-	"\x06result\x18\x02 \x01(\v2\x1e.connector.v1.CallToolResponseH\x00R\x06resultB\a\n" +
+	"\x06result\x18\x02 \x01(\v2\x1e.connector.v1.CallToolResponseH\x00R\x06result\x12C\n" +
+	"\x0einput_required\x18\x03 \x01(\v2\x1a.connector.v1.InputRequestH\x00R\rinputRequiredB\a\n" +
 	"\x05event\"\xff\x01\n" +
 	"\x15QueryConnectorRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
@@ -3712,7 +3965,7 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\tplan_only\x18\x06 \x01(\bR\bplanOnly\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\a \x01(\tR\tsessionId\x12\x17\n" +
-	"\auser_id\x18\b \x01(\tR\x06userId\"\xeb\x04\n" +
+	"\auser_id\x18\b \x01(\tR\x06userId\"\xb1\x05\n" +
 	"\x1cStreamQueryConnectorResponse\x12>\n" +
 	"\fstep_planned\x18\x01 \x01(\v2\x19.connector.v1.StepPlannedH\x00R\vstepPlanned\x12K\n" +
 	"\x11tool_call_started\x18\x02 \x01(\v2\x1d.connector.v1.ToolCallStartedH\x00R\x0ftoolCallStarted\x12N\n" +
@@ -3721,20 +3974,36 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\v2\x19.connector.v1.QueryResultH\x00R\x06result\x12N\n" +
 	"\x12tool_call_progress\x18\x06 \x01(\v2\x1e.connector.v1.ToolCallProgressH\x00R\x10toolCallProgress\x12M\n" +
 	"\x11approval_required\x18\a \x01(\v2\x1e.connector.v1.ApprovalRequiredH\x00R\x10approvalRequired\x12\\\n" +
-	"\x16authorization_required\x18\b \x01(\v2#.connector.v1.AuthorizationRequiredH\x00R\x15authorizationRequiredB\a\n" +
-	"\x05event\"\x9f\x01\n" +
+	"\x16authorization_required\x18\b \x01(\v2#.connector.v1.AuthorizationRequiredH\x00R\x15authorizationRequired\x12D\n" +
+	"\x0einput_required\x18\t \x01(\v2\x1b.connector.v1.InputRequiredH\x00R\rinputRequiredB\a\n" +
+	"\x05event\"\xa6\x01\n" +
+	"\rInputRequired\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12A\n" +
+	"\x0einput_requests\x18\x02 \x03(\v2\x1a.connector.v1.InputRequestR\rinputRequests\x12;\n" +
+	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\xc5\x01\n" +
+	"\x12AnswerInputRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x04 \x01(\tR\x06userId\x121\n" +
+	"\x06answer\x18\x05 \x01(\v2\x19.connector.v1.InputAnswerR\x06answer\"\x15\n" +
+	"\x13AnswerInputResponse\"\xd2\x01\n" +
 	"\x12ResumeQueryRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x124\n" +
 	"\tdecisions\x18\x03 \x03(\v2\x16.connector.v1.DecisionR\tdecisions\x12\x19\n" +
-	"\bactor_id\x18\x04 \x01(\tR\aactorId\"H\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\x121\n" +
+	"\x06inputs\x18\x05 \x03(\v2\x19.connector.v1.InputAnswerR\x06inputs\"H\n" +
 	"\x13ResumeQueryResponse\x121\n" +
-	"\x06result\x18\x01 \x01(\v2\x19.connector.v1.QueryResultR\x06result\"\xa5\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.connector.v1.QueryResultR\x06result\"\xd8\x01\n" +
 	"\x18StreamResumeQueryRequest\x12!\n" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x124\n" +
 	"\tdecisions\x18\x03 \x03(\v2\x16.connector.v1.DecisionR\tdecisions\x12\x19\n" +
-	"\bactor_id\x18\x04 \x01(\tR\aactorId\"]\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\x121\n" +
+	"\x06inputs\x18\x05 \x03(\v2\x19.connector.v1.InputAnswerR\x06inputs\"]\n" +
 	"\x19StreamResumeQueryResponse\x12@\n" +
 	"\x05event\x18\x01 \x01(\v2*.connector.v1.StreamQueryConnectorResponseR\x05event\"N\n" +
 	"\x12GetQueryRunRequest\x12!\n" +
@@ -3791,7 +4060,7 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"E\n" +
 	"\x14RevokeApiKeyResponse\x12-\n" +
-	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\xcd\x14\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\xa1\x15\n" +
 	"\x10ConnectorService\x12^\n" +
 	"\x0fCreateConnector\x12$.connector.v1.CreateConnectorRequest\x1a%.connector.v1.CreateConnectorResponse\x12U\n" +
 	"\fGetConnector\x12!.connector.v1.GetConnectorRequest\x1a\".connector.v1.GetConnectorResponse\x12[\n" +
@@ -3806,7 +4075,8 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fRefreshTools\x12!.connector.v1.RefreshToolsRequest\x1a\".connector.v1.RefreshToolsResponse\x12[\n" +
 	"\x0eCheckConnector\x12#.connector.v1.CheckConnectorRequest\x1a$.connector.v1.CheckConnectorResponse\x12I\n" +
 	"\bCallTool\x12\x1d.connector.v1.CallToolRequest\x1a\x1e.connector.v1.CallToolResponse\x12]\n" +
-	"\x0eStreamCallTool\x12#.connector.v1.StreamCallToolRequest\x1a$.connector.v1.StreamCallToolResponse0\x01\x12[\n" +
+	"\x0eStreamCallTool\x12#.connector.v1.StreamCallToolRequest\x1a$.connector.v1.StreamCallToolResponse0\x01\x12R\n" +
+	"\vAnswerInput\x12 .connector.v1.AnswerInputRequest\x1a!.connector.v1.AnswerInputResponse\x12[\n" +
 	"\x0eQueryConnector\x12#.connector.v1.QueryConnectorRequest\x1a$.connector.v1.QueryConnectorResponse\x12o\n" +
 	"\x14StreamQueryConnector\x12).connector.v1.StreamQueryConnectorRequest\x1a*.connector.v1.StreamQueryConnectorResponse0\x01\x12U\n" +
 	"\fListSessions\x12!.connector.v1.ListSessionsRequest\x1a\".connector.v1.ListSessionsResponse\x12U\n" +
@@ -3835,7 +4105,7 @@ func file_connector_v1_connector_service_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_service_proto_rawDescData
 }
 
-var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*StartAuthorizationRequest)(nil),     // 0: connector.v1.StartAuthorizationRequest
 	(*StartAuthorizationResponse)(nil),    // 1: connector.v1.StartAuthorizationResponse
@@ -3875,160 +4145,175 @@ var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*QueryConnectorResponse)(nil),        // 35: connector.v1.QueryConnectorResponse
 	(*StreamQueryConnectorRequest)(nil),   // 36: connector.v1.StreamQueryConnectorRequest
 	(*StreamQueryConnectorResponse)(nil),  // 37: connector.v1.StreamQueryConnectorResponse
-	(*ResumeQueryRequest)(nil),            // 38: connector.v1.ResumeQueryRequest
-	(*ResumeQueryResponse)(nil),           // 39: connector.v1.ResumeQueryResponse
-	(*StreamResumeQueryRequest)(nil),      // 40: connector.v1.StreamResumeQueryRequest
-	(*StreamResumeQueryResponse)(nil),     // 41: connector.v1.StreamResumeQueryResponse
-	(*GetQueryRunRequest)(nil),            // 42: connector.v1.GetQueryRunRequest
-	(*GetQueryRunResponse)(nil),           // 43: connector.v1.GetQueryRunResponse
-	(*ListQueryRunsRequest)(nil),          // 44: connector.v1.ListQueryRunsRequest
-	(*ListQueryRunsResponse)(nil),         // 45: connector.v1.ListQueryRunsResponse
-	(*ListSessionsRequest)(nil),           // 46: connector.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),          // 47: connector.v1.ListSessionsResponse
-	(*CloseSessionRequest)(nil),           // 48: connector.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),          // 49: connector.v1.CloseSessionResponse
-	(*CreateApiKeyRequest)(nil),           // 50: connector.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),          // 51: connector.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),            // 52: connector.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),           // 53: connector.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),           // 54: connector.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),          // 55: connector.v1.RevokeApiKeyResponse
-	(*timestamppb.Timestamp)(nil),         // 56: google.protobuf.Timestamp
-	(*Authorization)(nil),                 // 57: connector.v1.Authorization
-	(*Connector)(nil),                     // 58: connector.v1.Connector
-	(*fieldmaskpb.FieldMask)(nil),         // 59: google.protobuf.FieldMask
-	(*Tool)(nil),                          // 60: connector.v1.Tool
-	(ApprovalOverride)(0),                 // 61: connector.v1.ApprovalOverride
-	(*ConnectorHealth)(nil),               // 62: connector.v1.ConnectorHealth
-	(*structpb.Struct)(nil),               // 63: google.protobuf.Struct
-	(*Content)(nil),                       // 64: connector.v1.Content
-	(*durationpb.Duration)(nil),           // 65: google.protobuf.Duration
-	(*Progress)(nil),                      // 66: connector.v1.Progress
-	(*QueryResult)(nil),                   // 67: connector.v1.QueryResult
-	(*StepPlanned)(nil),                   // 68: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),               // 69: connector.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),              // 70: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),                   // 71: connector.v1.AnswerReady
-	(*ToolCallProgress)(nil),              // 72: connector.v1.ToolCallProgress
-	(*ApprovalRequired)(nil),              // 73: connector.v1.ApprovalRequired
-	(*AuthorizationRequired)(nil),         // 74: connector.v1.AuthorizationRequired
-	(*Decision)(nil),                      // 75: connector.v1.Decision
-	(*QueryRun)(nil),                      // 76: connector.v1.QueryRun
-	(QueryStatus)(0),                      // 77: connector.v1.QueryStatus
-	(*Session)(nil),                       // 78: connector.v1.Session
-	(ApiKeyScope)(0),                      // 79: connector.v1.ApiKeyScope
-	(*ApiKey)(nil),                        // 80: connector.v1.ApiKey
+	(*InputRequired)(nil),                 // 38: connector.v1.InputRequired
+	(*AnswerInputRequest)(nil),            // 39: connector.v1.AnswerInputRequest
+	(*AnswerInputResponse)(nil),           // 40: connector.v1.AnswerInputResponse
+	(*ResumeQueryRequest)(nil),            // 41: connector.v1.ResumeQueryRequest
+	(*ResumeQueryResponse)(nil),           // 42: connector.v1.ResumeQueryResponse
+	(*StreamResumeQueryRequest)(nil),      // 43: connector.v1.StreamResumeQueryRequest
+	(*StreamResumeQueryResponse)(nil),     // 44: connector.v1.StreamResumeQueryResponse
+	(*GetQueryRunRequest)(nil),            // 45: connector.v1.GetQueryRunRequest
+	(*GetQueryRunResponse)(nil),           // 46: connector.v1.GetQueryRunResponse
+	(*ListQueryRunsRequest)(nil),          // 47: connector.v1.ListQueryRunsRequest
+	(*ListQueryRunsResponse)(nil),         // 48: connector.v1.ListQueryRunsResponse
+	(*ListSessionsRequest)(nil),           // 49: connector.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),          // 50: connector.v1.ListSessionsResponse
+	(*CloseSessionRequest)(nil),           // 51: connector.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),          // 52: connector.v1.CloseSessionResponse
+	(*CreateApiKeyRequest)(nil),           // 53: connector.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),          // 54: connector.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),            // 55: connector.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),           // 56: connector.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),           // 57: connector.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),          // 58: connector.v1.RevokeApiKeyResponse
+	(*timestamppb.Timestamp)(nil),         // 59: google.protobuf.Timestamp
+	(*Authorization)(nil),                 // 60: connector.v1.Authorization
+	(*Connector)(nil),                     // 61: connector.v1.Connector
+	(*fieldmaskpb.FieldMask)(nil),         // 62: google.protobuf.FieldMask
+	(*Tool)(nil),                          // 63: connector.v1.Tool
+	(ApprovalOverride)(0),                 // 64: connector.v1.ApprovalOverride
+	(*ConnectorHealth)(nil),               // 65: connector.v1.ConnectorHealth
+	(*structpb.Struct)(nil),               // 66: google.protobuf.Struct
+	(*Content)(nil),                       // 67: connector.v1.Content
+	(*durationpb.Duration)(nil),           // 68: google.protobuf.Duration
+	(*InputRequest)(nil),                  // 69: connector.v1.InputRequest
+	(*Progress)(nil),                      // 70: connector.v1.Progress
+	(*QueryResult)(nil),                   // 71: connector.v1.QueryResult
+	(*StepPlanned)(nil),                   // 72: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),               // 73: connector.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),              // 74: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),                   // 75: connector.v1.AnswerReady
+	(*ToolCallProgress)(nil),              // 76: connector.v1.ToolCallProgress
+	(*ApprovalRequired)(nil),              // 77: connector.v1.ApprovalRequired
+	(*AuthorizationRequired)(nil),         // 78: connector.v1.AuthorizationRequired
+	(*InputAnswer)(nil),                   // 79: connector.v1.InputAnswer
+	(*Decision)(nil),                      // 80: connector.v1.Decision
+	(*QueryRun)(nil),                      // 81: connector.v1.QueryRun
+	(QueryStatus)(0),                      // 82: connector.v1.QueryStatus
+	(*Session)(nil),                       // 83: connector.v1.Session
+	(ApiKeyScope)(0),                      // 84: connector.v1.ApiKeyScope
+	(*ApiKey)(nil),                        // 85: connector.v1.ApiKey
 }
 var file_connector_v1_connector_service_proto_depIdxs = []int32{
-	56, // 0: connector.v1.StartAuthorizationResponse.expire_time:type_name -> google.protobuf.Timestamp
-	57, // 1: connector.v1.CompleteAuthorizationResponse.authorization:type_name -> connector.v1.Authorization
-	57, // 2: connector.v1.ListAuthorizationsResponse.authorizations:type_name -> connector.v1.Authorization
-	58, // 3: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
-	58, // 4: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
-	58, // 5: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
-	58, // 6: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
-	58, // 7: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
-	59, // 8: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	58, // 9: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
-	58, // 10: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	58, // 11: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	60, // 12: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
-	61, // 13: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
-	60, // 14: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
-	60, // 15: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
-	62, // 16: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
-	63, // 17: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	64, // 18: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
-	63, // 19: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	65, // 20: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	63, // 21: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	66, // 22: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
-	31, // 23: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
-	67, // 24: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	68, // 25: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
-	69, // 26: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
-	70, // 27: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
-	71, // 28: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
-	67, // 29: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	72, // 30: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
-	73, // 31: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
-	74, // 32: connector.v1.StreamQueryConnectorResponse.authorization_required:type_name -> connector.v1.AuthorizationRequired
-	75, // 33: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
-	67, // 34: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
-	75, // 35: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
-	37, // 36: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
-	76, // 37: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
-	77, // 38: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
-	56, // 39: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	56, // 40: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
-	76, // 41: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
-	78, // 42: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
-	78, // 43: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
-	79, // 44: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
-	80, // 45: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	80, // 46: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
-	80, // 47: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	8,  // 48: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
-	10, // 49: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
-	12, // 50: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
-	14, // 51: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
-	16, // 52: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
-	18, // 53: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
-	20, // 54: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
-	22, // 55: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
-	24, // 56: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
-	26, // 57: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
-	28, // 58: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
-	30, // 59: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
-	32, // 60: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
-	34, // 61: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
-	36, // 62: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
-	46, // 63: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
-	48, // 64: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
-	38, // 65: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
-	40, // 66: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
-	42, // 67: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
-	44, // 68: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
-	50, // 69: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
-	52, // 70: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
-	54, // 71: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
-	0,  // 72: connector.v1.ConnectorService.StartAuthorization:input_type -> connector.v1.StartAuthorizationRequest
-	2,  // 73: connector.v1.ConnectorService.CompleteAuthorization:input_type -> connector.v1.CompleteAuthorizationRequest
-	4,  // 74: connector.v1.ConnectorService.ListAuthorizations:input_type -> connector.v1.ListAuthorizationsRequest
-	6,  // 75: connector.v1.ConnectorService.RevokeAuthorization:input_type -> connector.v1.RevokeAuthorizationRequest
-	9,  // 76: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
-	11, // 77: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
-	13, // 78: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
-	15, // 79: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
-	17, // 80: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
-	19, // 81: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
-	21, // 82: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
-	23, // 83: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
-	25, // 84: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
-	27, // 85: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
-	29, // 86: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
-	31, // 87: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
-	33, // 88: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
-	35, // 89: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
-	37, // 90: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
-	47, // 91: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
-	49, // 92: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
-	39, // 93: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
-	41, // 94: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
-	43, // 95: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
-	45, // 96: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
-	51, // 97: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
-	53, // 98: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
-	55, // 99: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
-	1,  // 100: connector.v1.ConnectorService.StartAuthorization:output_type -> connector.v1.StartAuthorizationResponse
-	3,  // 101: connector.v1.ConnectorService.CompleteAuthorization:output_type -> connector.v1.CompleteAuthorizationResponse
-	5,  // 102: connector.v1.ConnectorService.ListAuthorizations:output_type -> connector.v1.ListAuthorizationsResponse
-	7,  // 103: connector.v1.ConnectorService.RevokeAuthorization:output_type -> connector.v1.RevokeAuthorizationResponse
-	76, // [76:104] is the sub-list for method output_type
-	48, // [48:76] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	59, // 0: connector.v1.StartAuthorizationResponse.expire_time:type_name -> google.protobuf.Timestamp
+	60, // 1: connector.v1.CompleteAuthorizationResponse.authorization:type_name -> connector.v1.Authorization
+	60, // 2: connector.v1.ListAuthorizationsResponse.authorizations:type_name -> connector.v1.Authorization
+	61, // 3: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
+	61, // 4: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
+	61, // 5: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
+	61, // 6: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
+	61, // 7: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
+	62, // 8: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	61, // 9: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
+	61, // 10: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	61, // 11: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	63, // 12: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
+	64, // 13: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
+	63, // 14: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
+	63, // 15: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
+	65, // 16: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
+	66, // 17: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	67, // 18: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
+	66, // 19: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	68, // 20: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	69, // 21: connector.v1.CallToolResponse.cancelled_inputs:type_name -> connector.v1.InputRequest
+	66, // 22: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	70, // 23: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
+	31, // 24: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
+	69, // 25: connector.v1.StreamCallToolResponse.input_required:type_name -> connector.v1.InputRequest
+	71, // 26: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	72, // 27: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
+	73, // 28: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
+	74, // 29: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
+	75, // 30: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
+	71, // 31: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	76, // 32: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
+	77, // 33: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
+	78, // 34: connector.v1.StreamQueryConnectorResponse.authorization_required:type_name -> connector.v1.AuthorizationRequired
+	38, // 35: connector.v1.StreamQueryConnectorResponse.input_required:type_name -> connector.v1.InputRequired
+	69, // 36: connector.v1.InputRequired.input_requests:type_name -> connector.v1.InputRequest
+	59, // 37: connector.v1.InputRequired.expire_time:type_name -> google.protobuf.Timestamp
+	79, // 38: connector.v1.AnswerInputRequest.answer:type_name -> connector.v1.InputAnswer
+	80, // 39: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	79, // 40: connector.v1.ResumeQueryRequest.inputs:type_name -> connector.v1.InputAnswer
+	71, // 41: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
+	80, // 42: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	79, // 43: connector.v1.StreamResumeQueryRequest.inputs:type_name -> connector.v1.InputAnswer
+	37, // 44: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
+	81, // 45: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
+	82, // 46: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
+	59, // 47: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	59, // 48: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	81, // 49: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
+	83, // 50: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
+	83, // 51: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
+	84, // 52: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
+	85, // 53: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	85, // 54: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
+	85, // 55: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	8,  // 56: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
+	10, // 57: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
+	12, // 58: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
+	14, // 59: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
+	16, // 60: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
+	18, // 61: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
+	20, // 62: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
+	22, // 63: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
+	24, // 64: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
+	26, // 65: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
+	28, // 66: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
+	30, // 67: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
+	32, // 68: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
+	39, // 69: connector.v1.ConnectorService.AnswerInput:input_type -> connector.v1.AnswerInputRequest
+	34, // 70: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
+	36, // 71: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
+	49, // 72: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
+	51, // 73: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
+	41, // 74: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
+	43, // 75: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
+	45, // 76: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
+	47, // 77: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
+	53, // 78: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
+	55, // 79: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
+	57, // 80: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
+	0,  // 81: connector.v1.ConnectorService.StartAuthorization:input_type -> connector.v1.StartAuthorizationRequest
+	2,  // 82: connector.v1.ConnectorService.CompleteAuthorization:input_type -> connector.v1.CompleteAuthorizationRequest
+	4,  // 83: connector.v1.ConnectorService.ListAuthorizations:input_type -> connector.v1.ListAuthorizationsRequest
+	6,  // 84: connector.v1.ConnectorService.RevokeAuthorization:input_type -> connector.v1.RevokeAuthorizationRequest
+	9,  // 85: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
+	11, // 86: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
+	13, // 87: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
+	15, // 88: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
+	17, // 89: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
+	19, // 90: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
+	21, // 91: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
+	23, // 92: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
+	25, // 93: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
+	27, // 94: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
+	29, // 95: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
+	31, // 96: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
+	33, // 97: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
+	40, // 98: connector.v1.ConnectorService.AnswerInput:output_type -> connector.v1.AnswerInputResponse
+	35, // 99: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
+	37, // 100: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
+	50, // 101: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
+	52, // 102: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
+	42, // 103: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
+	44, // 104: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
+	46, // 105: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
+	48, // 106: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
+	54, // 107: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
+	56, // 108: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
+	58, // 109: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
+	1,  // 110: connector.v1.ConnectorService.StartAuthorization:output_type -> connector.v1.StartAuthorizationResponse
+	3,  // 111: connector.v1.ConnectorService.CompleteAuthorization:output_type -> connector.v1.CompleteAuthorizationResponse
+	5,  // 112: connector.v1.ConnectorService.ListAuthorizations:output_type -> connector.v1.ListAuthorizationsResponse
+	7,  // 113: connector.v1.ConnectorService.RevokeAuthorization:output_type -> connector.v1.RevokeAuthorizationResponse
+	85, // [85:114] is the sub-list for method output_type
+	56, // [56:85] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_service_proto_init() }
@@ -4044,6 +4329,7 @@ func file_connector_v1_connector_service_proto_init() {
 	file_connector_v1_connector_service_proto_msgTypes[33].OneofWrappers = []any{
 		(*StreamCallToolResponse_Progress)(nil),
 		(*StreamCallToolResponse_Result)(nil),
+		(*StreamCallToolResponse_InputRequired)(nil),
 	}
 	file_connector_v1_connector_service_proto_msgTypes[37].OneofWrappers = []any{
 		(*StreamQueryConnectorResponse_StepPlanned)(nil),
@@ -4054,6 +4340,7 @@ func file_connector_v1_connector_service_proto_init() {
 		(*StreamQueryConnectorResponse_ToolCallProgress)(nil),
 		(*StreamQueryConnectorResponse_ApprovalRequired)(nil),
 		(*StreamQueryConnectorResponse_AuthorizationRequired)(nil),
+		(*StreamQueryConnectorResponse_InputRequired)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4061,7 +4348,7 @@ func file_connector_v1_connector_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_service_proto_rawDesc), len(file_connector_v1_connector_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	ConnectorService_CheckConnector_FullMethodName        = "/connector.v1.ConnectorService/CheckConnector"
 	ConnectorService_CallTool_FullMethodName              = "/connector.v1.ConnectorService/CallTool"
 	ConnectorService_StreamCallTool_FullMethodName        = "/connector.v1.ConnectorService/StreamCallTool"
+	ConnectorService_AnswerInput_FullMethodName           = "/connector.v1.ConnectorService/AnswerInput"
 	ConnectorService_QueryConnector_FullMethodName        = "/connector.v1.ConnectorService/QueryConnector"
 	ConnectorService_StreamQueryConnector_FullMethodName  = "/connector.v1.ConnectorService/StreamQueryConnector"
 	ConnectorService_ListSessions_FullMethodName          = "/connector.v1.ConnectorService/ListSessions"
@@ -89,6 +90,9 @@ type ConnectorServiceClient interface {
 	// errors, and streams the MCP server's progress notifications for the
 	// call, in order, before its result.
 	StreamCallTool(ctx context.Context, in *StreamCallToolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCallToolResponse], error)
+	// Answers an input request a StreamCallTool carries (input_required).
+	// Runs answer theirs with ResumeQuery.
+	AnswerInput(ctx context.Context, in *AnswerInputRequest, opts ...grpc.CallOption) (*AnswerInputResponse, error)
 	// Runs the connector agent on a query.
 	QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
@@ -292,6 +296,16 @@ func (c *connectorServiceClient) StreamCallTool(ctx context.Context, in *StreamC
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConnectorService_StreamCallToolClient = grpc.ServerStreamingClient[StreamCallToolResponse]
+
+func (c *connectorServiceClient) AnswerInput(ctx context.Context, in *AnswerInputRequest, opts ...grpc.CallOption) (*AnswerInputResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AnswerInputResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_AnswerInput_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *connectorServiceClient) QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -501,6 +515,9 @@ type ConnectorServiceServer interface {
 	// errors, and streams the MCP server's progress notifications for the
 	// call, in order, before its result.
 	StreamCallTool(*StreamCallToolRequest, grpc.ServerStreamingServer[StreamCallToolResponse]) error
+	// Answers an input request a StreamCallTool carries (input_required).
+	// Runs answer theirs with ResumeQuery.
+	AnswerInput(context.Context, *AnswerInputRequest) (*AnswerInputResponse, error)
 	// Runs the connector agent on a query.
 	QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
@@ -604,6 +621,9 @@ func (UnimplementedConnectorServiceServer) CallTool(context.Context, *CallToolRe
 }
 func (UnimplementedConnectorServiceServer) StreamCallTool(*StreamCallToolRequest, grpc.ServerStreamingServer[StreamCallToolResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamCallTool not implemented")
+}
+func (UnimplementedConnectorServiceServer) AnswerInput(context.Context, *AnswerInputRequest) (*AnswerInputResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AnswerInput not implemented")
 }
 func (UnimplementedConnectorServiceServer) QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryConnector not implemented")
@@ -897,6 +917,24 @@ func _ConnectorService_StreamCallTool_Handler(srv interface{}, stream grpc.Serve
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConnectorService_StreamCallToolServer = grpc.ServerStreamingServer[StreamCallToolResponse]
+
+func _ConnectorService_AnswerInput_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerInputRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).AnswerInput(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_AnswerInput_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).AnswerInput(ctx, req.(*AnswerInputRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _ConnectorService_QueryConnector_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueryConnectorRequest)
@@ -1208,6 +1246,10 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CallTool",
 			Handler:    _ConnectorService_CallTool_Handler,
+		},
+		{
+			MethodName: "AnswerInput",
+			Handler:    _ConnectorService_AnswerInput_Handler,
 		},
 		{
 			MethodName: "QueryConnector",

@@ -50,6 +50,9 @@ const (
 	// must authorize again, or grant more scopes): authorization says where
 	// to send them. ResumeQuery goes on with it once they have.
 	QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION QueryStatus = 8
+	// A server asked the user for input in the middle of a tool call
+	// (QueryResult.input_requests); ResumeQuery carries the answers.
+	QueryStatus_QUERY_STATUS_AWAITING_INPUT QueryStatus = 9
 )
 
 // Enum value maps for QueryStatus.
@@ -64,6 +67,7 @@ var (
 		6: "QUERY_STATUS_FAILED",
 		7: "QUERY_STATUS_RUNNING",
 		8: "QUERY_STATUS_AWAITING_AUTHORIZATION",
+		9: "QUERY_STATUS_AWAITING_INPUT",
 	}
 	QueryStatus_value = map[string]int32{
 		"QUERY_STATUS_UNSPECIFIED":            0,
@@ -75,6 +79,7 @@ var (
 		"QUERY_STATUS_FAILED":                 6,
 		"QUERY_STATUS_RUNNING":                7,
 		"QUERY_STATUS_AWAITING_AUTHORIZATION": 8,
+		"QUERY_STATUS_AWAITING_INPUT":         9,
 	}
 )
 
@@ -159,6 +164,122 @@ func (x DecisionKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use DecisionKind.Descriptor instead.
 func (DecisionKind) EnumDescriptor() ([]byte, []int) {
 	return file_connector_v1_query_proto_rawDescGZIP(), []int{1}
+}
+
+// InputMode is how a server asks for input.
+type InputMode int32
+
+const (
+	InputMode_INPUT_MODE_UNSPECIFIED InputMode = 0
+	// Fill in a form: requested_schema is a flat object of strings, numbers,
+	// booleans and enums.
+	InputMode_INPUT_MODE_FORM InputMode = 1
+	// Open a URL (the server's page, for example a third party's login); the
+	// service never fetches it.
+	InputMode_INPUT_MODE_URL InputMode = 2
+	// Let the connector's model answer a sampling request (sampling policy
+	// APPROVE): sampling says what would be sent.
+	InputMode_INPUT_MODE_SAMPLING InputMode = 3
+)
+
+// Enum value maps for InputMode.
+var (
+	InputMode_name = map[int32]string{
+		0: "INPUT_MODE_UNSPECIFIED",
+		1: "INPUT_MODE_FORM",
+		2: "INPUT_MODE_URL",
+		3: "INPUT_MODE_SAMPLING",
+	}
+	InputMode_value = map[string]int32{
+		"INPUT_MODE_UNSPECIFIED": 0,
+		"INPUT_MODE_FORM":        1,
+		"INPUT_MODE_URL":         2,
+		"INPUT_MODE_SAMPLING":    3,
+	}
+)
+
+func (x InputMode) Enum() *InputMode {
+	p := new(InputMode)
+	*p = x
+	return p
+}
+
+func (x InputMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InputMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_query_proto_enumTypes[2].Descriptor()
+}
+
+func (InputMode) Type() protoreflect.EnumType {
+	return &file_connector_v1_query_proto_enumTypes[2]
+}
+
+func (x InputMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InputMode.Descriptor instead.
+func (InputMode) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{2}
+}
+
+// InputAction is the user's answer to an input request.
+type InputAction int32
+
+const (
+	InputAction_INPUT_ACTION_UNSPECIFIED InputAction = 0
+	// FORM: content is sent to the server; URL: the user opened the URL (or
+	// is done there); SAMPLING: the model may answer.
+	InputAction_INPUT_ACTION_ACCEPT InputAction = 1
+	// The user said no.
+	InputAction_INPUT_ACTION_DECLINE InputAction = 2
+	// The user dismissed it without choosing.
+	InputAction_INPUT_ACTION_CANCEL InputAction = 3
+)
+
+// Enum value maps for InputAction.
+var (
+	InputAction_name = map[int32]string{
+		0: "INPUT_ACTION_UNSPECIFIED",
+		1: "INPUT_ACTION_ACCEPT",
+		2: "INPUT_ACTION_DECLINE",
+		3: "INPUT_ACTION_CANCEL",
+	}
+	InputAction_value = map[string]int32{
+		"INPUT_ACTION_UNSPECIFIED": 0,
+		"INPUT_ACTION_ACCEPT":      1,
+		"INPUT_ACTION_DECLINE":     2,
+		"INPUT_ACTION_CANCEL":      3,
+	}
+)
+
+func (x InputAction) Enum() *InputAction {
+	p := new(InputAction)
+	*p = x
+	return p
+}
+
+func (x InputAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InputAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_connector_v1_query_proto_enumTypes[3].Descriptor()
+}
+
+func (InputAction) Type() protoreflect.EnumType {
+	return &file_connector_v1_query_proto_enumTypes[3]
+}
+
+func (x InputAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InputAction.Descriptor instead.
+func (InputAction) EnumDescriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{3}
 }
 
 // Content is one item of a tool result.
@@ -869,7 +990,14 @@ type ToolCall struct {
 	// Set for a call that needed approval, once decided.
 	Decision *CallDecision `protobuf:"bytes,8,opt,name=decision,proto3" json:"decision,omitempty"`
 	// The call waits for a decision.
-	Pending       bool `protobuf:"varint,9,opt,name=pending,proto3" json:"pending,omitempty"`
+	Pending bool `protobuf:"varint,9,opt,name=pending,proto3" json:"pending,omitempty"`
+	// What the server asked the user during the call, with the answers.
+	Inputs []*InputRequest `protobuf:"bytes,10,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// Sampling requests the server made during the call, each answered (or
+	// refused) by the connector's model.
+	Samplings []*SamplingCall `protobuf:"bytes,11,rep,name=samplings,proto3" json:"samplings,omitempty"`
+	// The call ran as an MCP task (its tool requires it): the server's id.
+	TaskId        string `protobuf:"bytes,12,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -965,6 +1093,27 @@ func (x *ToolCall) GetPending() bool {
 		return x.Pending
 	}
 	return false
+}
+
+func (x *ToolCall) GetInputs() []*InputRequest {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *ToolCall) GetSamplings() []*SamplingCall {
+	if x != nil {
+		return x.Samplings
+	}
+	return nil
+}
+
+func (x *ToolCall) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
 }
 
 // Step is one model turn and the tool calls it asked for.
@@ -1241,6 +1390,8 @@ type QueryResult struct {
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// AWAITING_AUTHORIZATION: what the user must do.
 	Authorization *AuthorizationRequired `protobuf:"bytes,17,opt,name=authorization,proto3" json:"authorization,omitempty"`
+	// AWAITING_INPUT: what the server asks the user, one answer each.
+	InputRequests []*InputRequest `protobuf:"bytes,18,rep,name=input_requests,json=inputRequests,proto3" json:"input_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1394,6 +1545,467 @@ func (x *QueryResult) GetAuthorization() *AuthorizationRequired {
 	return nil
 }
 
+func (x *QueryResult) GetInputRequests() []*InputRequest {
+	if x != nil {
+		return x.InputRequests
+	}
+	return nil
+}
+
+// InputRequest is what an MCP server asks the user in the middle of a tool
+// call. Show the server's name and message, offer decline and cancel, and
+// for a URL show the whole URL with url_host highlighted and open it only
+// with the user's consent.
+type InputRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the answer names (InputAnswer.input_id).
+	InputId     string `protobuf:"bytes,1,opt,name=input_id,json=inputId,proto3" json:"input_id,omitempty"`
+	ConnectorId string `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// The connector's name: which server asks.
+	Server string `protobuf:"bytes,3,opt,name=server,proto3" json:"server,omitempty"`
+	// The tool call that asked, and its step in the run.
+	CallId    string    `protobuf:"bytes,4,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool      string    `protobuf:"bytes,5,opt,name=tool,proto3" json:"tool,omitempty"`
+	StepIndex int32     `protobuf:"varint,6,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	Mode      InputMode `protobuf:"varint,7,opt,name=mode,proto3,enum=connector.v1.InputMode" json:"mode,omitempty"`
+	Message   string    `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	// FORM: the JSON schema the content must match.
+	RequestedSchema *structpb.Struct `protobuf:"bytes,9,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	// URL: where the user goes, and that URL's host.
+	Url     string `protobuf:"bytes,10,opt,name=url,proto3" json:"url,omitempty"`
+	UrlHost string `protobuf:"bytes,11,opt,name=url_host,json=urlHost,proto3" json:"url_host,omitempty"`
+	// SAMPLING: the request the model would answer.
+	Sampling *SamplingRequest `protobuf:"bytes,12,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// When the request is answered "cancel" if nobody answers it: the
+	// connection's limit for a server that waits on an open call. Unset when
+	// the pause is durable (the server's protocol lets the call be retried
+	// later, also after a restart): the run then expires as an approval does.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The pause outlives the tool call: the call is retried with the answer.
+	Durable bool `protobuf:"varint,14,opt,name=durable,proto3" json:"durable,omitempty"`
+	// Output only, in records: how it was answered.
+	Answer        *InputAnswer `protobuf:"bytes,15,opt,name=answer,proto3" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputRequest) Reset() {
+	*x = InputRequest{}
+	mi := &file_connector_v1_query_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputRequest) ProtoMessage() {}
+
+func (x *InputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputRequest.ProtoReflect.Descriptor instead.
+func (*InputRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *InputRequest) GetInputId() string {
+	if x != nil {
+		return x.InputId
+	}
+	return ""
+}
+
+func (x *InputRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *InputRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *InputRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *InputRequest) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *InputRequest) GetStepIndex() int32 {
+	if x != nil {
+		return x.StepIndex
+	}
+	return 0
+}
+
+func (x *InputRequest) GetMode() InputMode {
+	if x != nil {
+		return x.Mode
+	}
+	return InputMode_INPUT_MODE_UNSPECIFIED
+}
+
+func (x *InputRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *InputRequest) GetRequestedSchema() *structpb.Struct {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return nil
+}
+
+func (x *InputRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *InputRequest) GetUrlHost() string {
+	if x != nil {
+		return x.UrlHost
+	}
+	return ""
+}
+
+func (x *InputRequest) GetSampling() *SamplingRequest {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
+func (x *InputRequest) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *InputRequest) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *InputRequest) GetAnswer() *InputAnswer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+// InputAnswer answers one InputRequest.
+type InputAnswer struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	InputId string                 `protobuf:"bytes,1,opt,name=input_id,json=inputId,proto3" json:"input_id,omitempty"`
+	Action  InputAction            `protobuf:"varint,2,opt,name=action,proto3,enum=connector.v1.InputAction" json:"action,omitempty"`
+	// ACCEPT of a FORM: checked against the requested schema before the
+	// server sees it (INVALID_ARGUMENT names the field).
+	Content *structpb.Struct `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// Output only.
+	AnswerTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=answer_time,json=answerTime,proto3" json:"answer_time,omitempty"`
+	// Output only: who answered (ResumeQuery's actor_id).
+	ActorId       string `protobuf:"bytes,5,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputAnswer) Reset() {
+	*x = InputAnswer{}
+	mi := &file_connector_v1_query_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputAnswer) ProtoMessage() {}
+
+func (x *InputAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputAnswer.ProtoReflect.Descriptor instead.
+func (*InputAnswer) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *InputAnswer) GetInputId() string {
+	if x != nil {
+		return x.InputId
+	}
+	return ""
+}
+
+func (x *InputAnswer) GetAction() InputAction {
+	if x != nil {
+		return x.Action
+	}
+	return InputAction_INPUT_ACTION_UNSPECIFIED
+}
+
+func (x *InputAnswer) GetContent() *structpb.Struct {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *InputAnswer) GetAnswerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AnswerTime
+	}
+	return nil
+}
+
+func (x *InputAnswer) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+// SamplingRequest is what a server asked the connector's model, as shown
+// for approval and kept in the run's record (messages as text excerpts).
+type SamplingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SystemPrompt  string                 `protobuf:"bytes,1,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
+	Messages      []string               `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	MaxTokens     int32                  `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	Tools         []string               `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SamplingRequest) Reset() {
+	*x = SamplingRequest{}
+	mi := &file_connector_v1_query_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingRequest) ProtoMessage() {}
+
+func (x *SamplingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingRequest.ProtoReflect.Descriptor instead.
+func (*SamplingRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SamplingRequest) GetSystemPrompt() string {
+	if x != nil {
+		return x.SystemPrompt
+	}
+	return ""
+}
+
+func (x *SamplingRequest) GetMessages() []string {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *SamplingRequest) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *SamplingRequest) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+// SamplingCall is one sampling request served for a tool call of a run: a
+// step of its own in the run's record.
+type SamplingCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool call during which the server asked.
+	CallId           string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool             string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	Model            string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Messages         int32  `protobuf:"varint,4,opt,name=messages,proto3" json:"messages,omitempty"`
+	PromptTokens     int64  `protobuf:"varint,5,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CompletionTokens int64  `protobuf:"varint,6,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	// endTurn, maxTokens, stopSequence or toolUse.
+	StopReason string `protobuf:"bytes,7,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// Tools the model asked the server to run (never run by the service).
+	ToolUses []string `protobuf:"bytes,8,rep,name=tool_uses,json=toolUses,proto3" json:"tool_uses,omitempty"`
+	// Why it was refused or failed (over a budget, declined, the model
+	// failed); empty when answered.
+	Error         string               `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	Duration      *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
+	ResultExcerpt string               `protobuf:"bytes,11,opt,name=result_excerpt,json=resultExcerpt,proto3" json:"result_excerpt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SamplingCall) Reset() {
+	*x = SamplingCall{}
+	mi := &file_connector_v1_query_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingCall) ProtoMessage() {}
+
+func (x *SamplingCall) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_query_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingCall.ProtoReflect.Descriptor instead.
+func (*SamplingCall) Descriptor() ([]byte, []int) {
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SamplingCall) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *SamplingCall) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *SamplingCall) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *SamplingCall) GetMessages() int32 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *SamplingCall) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *SamplingCall) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
+func (x *SamplingCall) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *SamplingCall) GetToolUses() []string {
+	if x != nil {
+		return x.ToolUses
+	}
+	return nil
+}
+
+func (x *SamplingCall) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SamplingCall) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *SamplingCall) GetResultExcerpt() string {
+	if x != nil {
+		return x.ResultExcerpt
+	}
+	return ""
+}
+
 // AuthorizationRequired says a user must authorize the service on a
 // connector's server before the call or run can go on. The chat backend
 // shows authorization_url to that user; after they have authorized it, the
@@ -1425,7 +2037,7 @@ type AuthorizationRequired struct {
 
 func (x *AuthorizationRequired) Reset() {
 	*x = AuthorizationRequired{}
-	mi := &file_connector_v1_query_proto_msgTypes[15]
+	mi := &file_connector_v1_query_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +2049,7 @@ func (x *AuthorizationRequired) String() string {
 func (*AuthorizationRequired) ProtoMessage() {}
 
 func (x *AuthorizationRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[15]
+	mi := &file_connector_v1_query_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +2062,7 @@ func (x *AuthorizationRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizationRequired.ProtoReflect.Descriptor instead.
 func (*AuthorizationRequired) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{15}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AuthorizationRequired) GetRunId() string {
@@ -1514,7 +2126,7 @@ type ApprovalRequired struct {
 
 func (x *ApprovalRequired) Reset() {
 	*x = ApprovalRequired{}
-	mi := &file_connector_v1_query_proto_msgTypes[16]
+	mi := &file_connector_v1_query_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +2138,7 @@ func (x *ApprovalRequired) String() string {
 func (*ApprovalRequired) ProtoMessage() {}
 
 func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[16]
+	mi := &file_connector_v1_query_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +2151,7 @@ func (x *ApprovalRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequired.ProtoReflect.Descriptor instead.
 func (*ApprovalRequired) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{16}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApprovalRequired) GetRunId() string {
@@ -1587,7 +2199,7 @@ type QueryRun struct {
 
 func (x *QueryRun) Reset() {
 	*x = QueryRun{}
-	mi := &file_connector_v1_query_proto_msgTypes[17]
+	mi := &file_connector_v1_query_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +2211,7 @@ func (x *QueryRun) String() string {
 func (*QueryRun) ProtoMessage() {}
 
 func (x *QueryRun) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[17]
+	mi := &file_connector_v1_query_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +2224,7 @@ func (x *QueryRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRun.ProtoReflect.Descriptor instead.
 func (*QueryRun) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{17}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueryRun) GetRunId() string {
@@ -1709,7 +2321,7 @@ type StepPlanned struct {
 
 func (x *StepPlanned) Reset() {
 	*x = StepPlanned{}
-	mi := &file_connector_v1_query_proto_msgTypes[18]
+	mi := &file_connector_v1_query_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +2333,7 @@ func (x *StepPlanned) String() string {
 func (*StepPlanned) ProtoMessage() {}
 
 func (x *StepPlanned) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[18]
+	mi := &file_connector_v1_query_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +2346,7 @@ func (x *StepPlanned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepPlanned.ProtoReflect.Descriptor instead.
 func (*StepPlanned) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{18}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StepPlanned) GetStep() *Step {
@@ -1755,7 +2367,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_connector_v1_query_proto_msgTypes[19]
+	mi := &file_connector_v1_query_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +2379,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[19]
+	mi := &file_connector_v1_query_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +2392,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{19}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolCallStarted) GetStepIndex() int32 {
@@ -1813,7 +2425,7 @@ type ToolCallProgress struct {
 
 func (x *ToolCallProgress) Reset() {
 	*x = ToolCallProgress{}
-	mi := &file_connector_v1_query_proto_msgTypes[20]
+	mi := &file_connector_v1_query_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2437,7 @@ func (x *ToolCallProgress) String() string {
 func (*ToolCallProgress) ProtoMessage() {}
 
 func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[20]
+	mi := &file_connector_v1_query_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2450,7 @@ func (x *ToolCallProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallProgress.ProtoReflect.Descriptor instead.
 func (*ToolCallProgress) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{20}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolCallProgress) GetStepIndex() int32 {
@@ -1880,7 +2492,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_connector_v1_query_proto_msgTypes[21]
+	mi := &file_connector_v1_query_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2504,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[21]
+	mi := &file_connector_v1_query_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2517,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{21}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ToolCallFinished) GetStepIndex() int32 {
@@ -1932,7 +2544,7 @@ type AnswerReady struct {
 
 func (x *AnswerReady) Reset() {
 	*x = AnswerReady{}
-	mi := &file_connector_v1_query_proto_msgTypes[22]
+	mi := &file_connector_v1_query_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2556,7 @@ func (x *AnswerReady) String() string {
 func (*AnswerReady) ProtoMessage() {}
 
 func (x *AnswerReady) ProtoReflect() protoreflect.Message {
-	mi := &file_connector_v1_query_proto_msgTypes[22]
+	mi := &file_connector_v1_query_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2569,7 @@ func (x *AnswerReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerReady.ProtoReflect.Descriptor instead.
 func (*AnswerReady) Descriptor() ([]byte, []int) {
-	return file_connector_v1_query_proto_rawDescGZIP(), []int{22}
+	return file_connector_v1_query_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AnswerReady) GetAnswer() string {
@@ -2020,7 +2632,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\vdecide_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"decideTime\x12\x1c\n" +
 	"\n" +
-	"api_key_id\x18\x06 \x01(\tR\bapiKeyId\"\xd9\x02\n" +
+	"api_key_id\x18\x06 \x01(\tR\bapiKeyId\"\xe0\x03\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x125\n" +
@@ -2030,7 +2642,11 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x0frejected_reason\x18\x06 \x01(\tR\x0erejectedReason\x125\n" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x126\n" +
 	"\bdecision\x18\b \x01(\v2\x1a.connector.v1.CallDecisionR\bdecision\x12\x18\n" +
-	"\apending\x18\t \x01(\bR\apending\"h\n" +
+	"\apending\x18\t \x01(\bR\apending\x122\n" +
+	"\x06inputs\x18\n" +
+	" \x03(\v2\x1a.connector.v1.InputRequestR\x06inputs\x128\n" +
+	"\tsamplings\x18\v \x03(\v2\x1a.connector.v1.SamplingCallR\tsamplings\x12\x17\n" +
+	"\atask_id\x18\f \x01(\tR\x06taskId\"h\n" +
 	"\x04Step\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12,\n" +
 	"\x05calls\x18\x02 \x03(\v2\x16.connector.v1.ToolCallR\x05calls\x12\x1c\n" +
@@ -2046,7 +2662,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xfa\x05\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xbd\x06\n" +
 	"\vQueryResult\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12!\n" +
@@ -2068,7 +2684,53 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\rpending_calls\x18\x0f \x03(\v2\x19.connector.v1.PendingCallR\fpendingCalls\x12;\n" +
 	"\vexpire_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12I\n" +
-	"\rauthorization\x18\x11 \x01(\v2#.connector.v1.AuthorizationRequiredR\rauthorization\"\x84\x02\n" +
+	"\rauthorization\x18\x11 \x01(\v2#.connector.v1.AuthorizationRequiredR\rauthorization\x12A\n" +
+	"\x0einput_requests\x18\x12 \x03(\v2\x1a.connector.v1.InputRequestR\rinputRequests\"\xa8\x04\n" +
+	"\fInputRequest\x12\x19\n" +
+	"\binput_id\x18\x01 \x01(\tR\ainputId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x16\n" +
+	"\x06server\x18\x03 \x01(\tR\x06server\x12\x17\n" +
+	"\acall_id\x18\x04 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x05 \x01(\tR\x04tool\x12\x1d\n" +
+	"\n" +
+	"step_index\x18\x06 \x01(\x05R\tstepIndex\x12+\n" +
+	"\x04mode\x18\a \x01(\x0e2\x17.connector.v1.InputModeR\x04mode\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12B\n" +
+	"\x10requested_schema\x18\t \x01(\v2\x17.google.protobuf.StructR\x0frequestedSchema\x12\x10\n" +
+	"\x03url\x18\n" +
+	" \x01(\tR\x03url\x12\x19\n" +
+	"\burl_host\x18\v \x01(\tR\aurlHost\x129\n" +
+	"\bsampling\x18\f \x01(\v2\x1d.connector.v1.SamplingRequestR\bsampling\x126\n" +
+	"\bdeadline\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x18\n" +
+	"\adurable\x18\x0e \x01(\bR\adurable\x121\n" +
+	"\x06answer\x18\x0f \x01(\v2\x19.connector.v1.InputAnswerR\x06answer\"\xe6\x01\n" +
+	"\vInputAnswer\x12\x19\n" +
+	"\binput_id\x18\x01 \x01(\tR\ainputId\x121\n" +
+	"\x06action\x18\x02 \x01(\x0e2\x19.connector.v1.InputActionR\x06action\x121\n" +
+	"\acontent\x18\x03 \x01(\v2\x17.google.protobuf.StructR\acontent\x12;\n" +
+	"\vanswer_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"answerTime\x12\x19\n" +
+	"\bactor_id\x18\x05 \x01(\tR\aactorId\"\x87\x01\n" +
+	"\x0fSamplingRequest\x12#\n" +
+	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12\x1a\n" +
+	"\bmessages\x18\x02 \x03(\tR\bmessages\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x03 \x01(\x05R\tmaxTokens\x12\x14\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\"\xf1\x02\n" +
+	"\fSamplingCall\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1a\n" +
+	"\bmessages\x18\x04 \x01(\x05R\bmessages\x12#\n" +
+	"\rprompt_tokens\x18\x05 \x01(\x03R\fpromptTokens\x12+\n" +
+	"\x11completion_tokens\x18\x06 \x01(\x03R\x10completionTokens\x12\x1f\n" +
+	"\vstop_reason\x18\a \x01(\tR\n" +
+	"stopReason\x12\x1b\n" +
+	"\ttool_uses\x18\b \x03(\tR\btoolUses\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x125\n" +
+	"\bduration\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\bduration\x12%\n" +
+	"\x0eresult_excerpt\x18\v \x01(\tR\rresultExcerpt\"\x84\x02\n" +
 	"\x15AuthorizationRequired\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x17\n" +
@@ -2118,7 +2780,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"step_index\x18\x01 \x01(\x05R\tstepIndex\x12*\n" +
 	"\x04call\x18\x02 \x01(\v2\x16.connector.v1.ToolCallR\x04call\"%\n" +
 	"\vAnswerReady\x12\x16\n" +
-	"\x06answer\x18\x01 \x01(\tR\x06answer*\x9e\x02\n" +
+	"\x06answer\x18\x01 \x01(\tR\x06answer*\xbf\x02\n" +
 	"\vQueryStatus\x12\x1c\n" +
 	"\x18QUERY_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16QUERY_STATUS_COMPLETED\x10\x01\x12!\n" +
@@ -2128,12 +2790,23 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x14QUERY_STATUS_EXPIRED\x10\x05\x12\x17\n" +
 	"\x13QUERY_STATUS_FAILED\x10\x06\x12\x18\n" +
 	"\x14QUERY_STATUS_RUNNING\x10\a\x12'\n" +
-	"#QUERY_STATUS_AWAITING_AUTHORIZATION\x10\b*\x82\x01\n" +
+	"#QUERY_STATUS_AWAITING_AUTHORIZATION\x10\b\x12\x1f\n" +
+	"\x1bQUERY_STATUS_AWAITING_INPUT\x10\t*\x82\x01\n" +
 	"\fDecisionKind\x12\x1d\n" +
 	"\x19DECISION_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_KIND_APPROVE\x10\x01\x12 \n" +
 	"\x1cDECISION_KIND_APPROVE_EDITED\x10\x02\x12\x16\n" +
-	"\x12DECISION_KIND_DENY\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\x12DECISION_KIND_DENY\x10\x03*i\n" +
+	"\tInputMode\x12\x1a\n" +
+	"\x16INPUT_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fINPUT_MODE_FORM\x10\x01\x12\x12\n" +
+	"\x0eINPUT_MODE_URL\x10\x02\x12\x17\n" +
+	"\x13INPUT_MODE_SAMPLING\x10\x03*w\n" +
+	"\vInputAction\x12\x1c\n" +
+	"\x18INPUT_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13INPUT_ACTION_ACCEPT\x10\x01\x12\x18\n" +
+	"\x14INPUT_ACTION_DECLINE\x10\x02\x12\x17\n" +
+	"\x13INPUT_ACTION_CANCEL\x10\x03BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_query_proto_rawDescOnce sync.Once
@@ -2147,84 +2820,102 @@ func file_connector_v1_query_proto_rawDescGZIP() []byte {
 	return file_connector_v1_query_proto_rawDescData
 }
 
-var file_connector_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_connector_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_connector_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_connector_v1_query_proto_goTypes = []any{
 	(QueryStatus)(0),              // 0: connector.v1.QueryStatus
 	(DecisionKind)(0),             // 1: connector.v1.DecisionKind
-	(*Content)(nil),               // 2: connector.v1.Content
-	(*TextContent)(nil),           // 3: connector.v1.TextContent
-	(*BinaryContent)(nil),         // 4: connector.v1.BinaryContent
-	(*ResourceLink)(nil),          // 5: connector.v1.ResourceLink
-	(*EmbeddedResource)(nil),      // 6: connector.v1.EmbeddedResource
-	(*Progress)(nil),              // 7: connector.v1.Progress
-	(*Decision)(nil),              // 8: connector.v1.Decision
-	(*PendingCall)(nil),           // 9: connector.v1.PendingCall
-	(*CallDecision)(nil),          // 10: connector.v1.CallDecision
-	(*ToolCall)(nil),              // 11: connector.v1.ToolCall
-	(*Step)(nil),                  // 12: connector.v1.Step
-	(*PlannedTool)(nil),           // 13: connector.v1.PlannedTool
-	(*QueryContext)(nil),          // 14: connector.v1.QueryContext
-	(*TokenUsage)(nil),            // 15: connector.v1.TokenUsage
-	(*QueryResult)(nil),           // 16: connector.v1.QueryResult
-	(*AuthorizationRequired)(nil), // 17: connector.v1.AuthorizationRequired
-	(*ApprovalRequired)(nil),      // 18: connector.v1.ApprovalRequired
-	(*QueryRun)(nil),              // 19: connector.v1.QueryRun
-	(*StepPlanned)(nil),           // 20: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),       // 21: connector.v1.ToolCallStarted
-	(*ToolCallProgress)(nil),      // 22: connector.v1.ToolCallProgress
-	(*ToolCallFinished)(nil),      // 23: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),           // 24: connector.v1.AnswerReady
-	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
-	(*ToolAnnotations)(nil),       // 26: connector.v1.ToolAnnotations
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(InputMode)(0),                // 2: connector.v1.InputMode
+	(InputAction)(0),              // 3: connector.v1.InputAction
+	(*Content)(nil),               // 4: connector.v1.Content
+	(*TextContent)(nil),           // 5: connector.v1.TextContent
+	(*BinaryContent)(nil),         // 6: connector.v1.BinaryContent
+	(*ResourceLink)(nil),          // 7: connector.v1.ResourceLink
+	(*EmbeddedResource)(nil),      // 8: connector.v1.EmbeddedResource
+	(*Progress)(nil),              // 9: connector.v1.Progress
+	(*Decision)(nil),              // 10: connector.v1.Decision
+	(*PendingCall)(nil),           // 11: connector.v1.PendingCall
+	(*CallDecision)(nil),          // 12: connector.v1.CallDecision
+	(*ToolCall)(nil),              // 13: connector.v1.ToolCall
+	(*Step)(nil),                  // 14: connector.v1.Step
+	(*PlannedTool)(nil),           // 15: connector.v1.PlannedTool
+	(*QueryContext)(nil),          // 16: connector.v1.QueryContext
+	(*TokenUsage)(nil),            // 17: connector.v1.TokenUsage
+	(*QueryResult)(nil),           // 18: connector.v1.QueryResult
+	(*InputRequest)(nil),          // 19: connector.v1.InputRequest
+	(*InputAnswer)(nil),           // 20: connector.v1.InputAnswer
+	(*SamplingRequest)(nil),       // 21: connector.v1.SamplingRequest
+	(*SamplingCall)(nil),          // 22: connector.v1.SamplingCall
+	(*AuthorizationRequired)(nil), // 23: connector.v1.AuthorizationRequired
+	(*ApprovalRequired)(nil),      // 24: connector.v1.ApprovalRequired
+	(*QueryRun)(nil),              // 25: connector.v1.QueryRun
+	(*StepPlanned)(nil),           // 26: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),       // 27: connector.v1.ToolCallStarted
+	(*ToolCallProgress)(nil),      // 28: connector.v1.ToolCallProgress
+	(*ToolCallFinished)(nil),      // 29: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),           // 30: connector.v1.AnswerReady
+	(*structpb.Struct)(nil),       // 31: google.protobuf.Struct
+	(*ToolAnnotations)(nil),       // 32: connector.v1.ToolAnnotations
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
 }
 var file_connector_v1_query_proto_depIdxs = []int32{
-	3,  // 0: connector.v1.Content.text:type_name -> connector.v1.TextContent
-	4,  // 1: connector.v1.Content.image:type_name -> connector.v1.BinaryContent
-	4,  // 2: connector.v1.Content.audio:type_name -> connector.v1.BinaryContent
-	5,  // 3: connector.v1.Content.resource_link:type_name -> connector.v1.ResourceLink
-	6,  // 4: connector.v1.Content.resource:type_name -> connector.v1.EmbeddedResource
+	5,  // 0: connector.v1.Content.text:type_name -> connector.v1.TextContent
+	6,  // 1: connector.v1.Content.image:type_name -> connector.v1.BinaryContent
+	6,  // 2: connector.v1.Content.audio:type_name -> connector.v1.BinaryContent
+	7,  // 3: connector.v1.Content.resource_link:type_name -> connector.v1.ResourceLink
+	8,  // 4: connector.v1.Content.resource:type_name -> connector.v1.EmbeddedResource
 	1,  // 5: connector.v1.Decision.kind:type_name -> connector.v1.DecisionKind
-	25, // 6: connector.v1.Decision.edited_arguments:type_name -> google.protobuf.Struct
-	25, // 7: connector.v1.PendingCall.arguments:type_name -> google.protobuf.Struct
-	26, // 8: connector.v1.PendingCall.annotations:type_name -> connector.v1.ToolAnnotations
+	31, // 6: connector.v1.Decision.edited_arguments:type_name -> google.protobuf.Struct
+	31, // 7: connector.v1.PendingCall.arguments:type_name -> google.protobuf.Struct
+	32, // 8: connector.v1.PendingCall.annotations:type_name -> connector.v1.ToolAnnotations
 	1,  // 9: connector.v1.CallDecision.kind:type_name -> connector.v1.DecisionKind
-	25, // 10: connector.v1.CallDecision.original_arguments:type_name -> google.protobuf.Struct
-	27, // 11: connector.v1.CallDecision.decide_time:type_name -> google.protobuf.Timestamp
-	25, // 12: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
-	28, // 13: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
-	10, // 14: connector.v1.ToolCall.decision:type_name -> connector.v1.CallDecision
-	11, // 15: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
-	25, // 16: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
-	5,  // 17: connector.v1.QueryContext.resource_links:type_name -> connector.v1.ResourceLink
-	0,  // 18: connector.v1.QueryResult.status:type_name -> connector.v1.QueryStatus
-	12, // 19: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
-	13, // 20: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
-	14, // 21: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
-	15, // 22: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
-	28, // 23: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
-	9,  // 24: connector.v1.QueryResult.pending_calls:type_name -> connector.v1.PendingCall
-	27, // 25: connector.v1.QueryResult.expire_time:type_name -> google.protobuf.Timestamp
-	17, // 26: connector.v1.QueryResult.authorization:type_name -> connector.v1.AuthorizationRequired
-	27, // 27: connector.v1.AuthorizationRequired.expire_time:type_name -> google.protobuf.Timestamp
-	9,  // 28: connector.v1.ApprovalRequired.pending_calls:type_name -> connector.v1.PendingCall
-	27, // 29: connector.v1.ApprovalRequired.expire_time:type_name -> google.protobuf.Timestamp
-	0,  // 30: connector.v1.QueryRun.status:type_name -> connector.v1.QueryStatus
-	16, // 31: connector.v1.QueryRun.result:type_name -> connector.v1.QueryResult
-	27, // 32: connector.v1.QueryRun.create_time:type_name -> google.protobuf.Timestamp
-	27, // 33: connector.v1.QueryRun.update_time:type_name -> google.protobuf.Timestamp
-	27, // 34: connector.v1.QueryRun.finish_time:type_name -> google.protobuf.Timestamp
-	12, // 35: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
-	11, // 36: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
-	7,  // 37: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
-	11, // 38: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	31, // 10: connector.v1.CallDecision.original_arguments:type_name -> google.protobuf.Struct
+	33, // 11: connector.v1.CallDecision.decide_time:type_name -> google.protobuf.Timestamp
+	31, // 12: connector.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
+	34, // 13: connector.v1.ToolCall.duration:type_name -> google.protobuf.Duration
+	12, // 14: connector.v1.ToolCall.decision:type_name -> connector.v1.CallDecision
+	19, // 15: connector.v1.ToolCall.inputs:type_name -> connector.v1.InputRequest
+	22, // 16: connector.v1.ToolCall.samplings:type_name -> connector.v1.SamplingCall
+	13, // 17: connector.v1.Step.calls:type_name -> connector.v1.ToolCall
+	31, // 18: connector.v1.QueryContext.structured_content:type_name -> google.protobuf.Struct
+	7,  // 19: connector.v1.QueryContext.resource_links:type_name -> connector.v1.ResourceLink
+	0,  // 20: connector.v1.QueryResult.status:type_name -> connector.v1.QueryStatus
+	14, // 21: connector.v1.QueryResult.steps:type_name -> connector.v1.Step
+	15, // 22: connector.v1.QueryResult.plan:type_name -> connector.v1.PlannedTool
+	16, // 23: connector.v1.QueryResult.contexts:type_name -> connector.v1.QueryContext
+	17, // 24: connector.v1.QueryResult.usage:type_name -> connector.v1.TokenUsage
+	34, // 25: connector.v1.QueryResult.duration:type_name -> google.protobuf.Duration
+	11, // 26: connector.v1.QueryResult.pending_calls:type_name -> connector.v1.PendingCall
+	33, // 27: connector.v1.QueryResult.expire_time:type_name -> google.protobuf.Timestamp
+	23, // 28: connector.v1.QueryResult.authorization:type_name -> connector.v1.AuthorizationRequired
+	19, // 29: connector.v1.QueryResult.input_requests:type_name -> connector.v1.InputRequest
+	2,  // 30: connector.v1.InputRequest.mode:type_name -> connector.v1.InputMode
+	31, // 31: connector.v1.InputRequest.requested_schema:type_name -> google.protobuf.Struct
+	21, // 32: connector.v1.InputRequest.sampling:type_name -> connector.v1.SamplingRequest
+	33, // 33: connector.v1.InputRequest.deadline:type_name -> google.protobuf.Timestamp
+	20, // 34: connector.v1.InputRequest.answer:type_name -> connector.v1.InputAnswer
+	3,  // 35: connector.v1.InputAnswer.action:type_name -> connector.v1.InputAction
+	31, // 36: connector.v1.InputAnswer.content:type_name -> google.protobuf.Struct
+	33, // 37: connector.v1.InputAnswer.answer_time:type_name -> google.protobuf.Timestamp
+	34, // 38: connector.v1.SamplingCall.duration:type_name -> google.protobuf.Duration
+	33, // 39: connector.v1.AuthorizationRequired.expire_time:type_name -> google.protobuf.Timestamp
+	11, // 40: connector.v1.ApprovalRequired.pending_calls:type_name -> connector.v1.PendingCall
+	33, // 41: connector.v1.ApprovalRequired.expire_time:type_name -> google.protobuf.Timestamp
+	0,  // 42: connector.v1.QueryRun.status:type_name -> connector.v1.QueryStatus
+	18, // 43: connector.v1.QueryRun.result:type_name -> connector.v1.QueryResult
+	33, // 44: connector.v1.QueryRun.create_time:type_name -> google.protobuf.Timestamp
+	33, // 45: connector.v1.QueryRun.update_time:type_name -> google.protobuf.Timestamp
+	33, // 46: connector.v1.QueryRun.finish_time:type_name -> google.protobuf.Timestamp
+	14, // 47: connector.v1.StepPlanned.step:type_name -> connector.v1.Step
+	13, // 48: connector.v1.ToolCallStarted.call:type_name -> connector.v1.ToolCall
+	9,  // 49: connector.v1.ToolCallProgress.progress:type_name -> connector.v1.Progress
+	13, // 50: connector.v1.ToolCallFinished.call:type_name -> connector.v1.ToolCall
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_query_proto_init() }
@@ -2245,8 +2936,8 @@ func file_connector_v1_query_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_query_proto_rawDesc), len(file_connector_v1_query_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   23,
+			NumEnums:      4,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

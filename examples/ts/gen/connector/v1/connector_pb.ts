@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file connector/v1/connector.proto.
  */
 export const file_connector_v1_connector: GenFile = /*@__PURE__*/
-  fileDesc("Chxjb25uZWN0b3IvdjEvY29ubmVjdG9yLnByb3RvEgxjb25uZWN0b3IudjEimwEKC1N0ZGlvQ29uZmlnEg8KB2NvbW1hbmQYASABKAkSDAoEYXJncxgCIAMoCRIvCgNlbnYYAyADKAsyIi5jb25uZWN0b3IudjEuU3RkaW9Db25maWcuRW52RW50cnkSEAoIZW52X2tleXMYBCADKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKXAQoKSHR0cENvbmZpZxILCgN1cmwYASABKAkSNgoHaGVhZGVycxgCIAMoCzIlLmNvbm5lY3Rvci52MS5IdHRwQ29uZmlnLkhlYWRlcnNFbnRyeRIUCgxoZWFkZXJfbmFtZXMYAyADKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoJUmF0ZUxpbWl0EhsKE3JlcXVlc3RzX3Blcl9zZWNvbmQYASABKAESDQoFYnVyc3QYAiABKAUiyAEKD0Nvbm5lY3RvckhlYWx0aBIrCgVzdGF0ZRgBIAEoDjIcLmNvbm5lY3Rvci52MS5Db25uZWN0b3JTdGF0ZRISCgpsYXN0X2Vycm9yGAIgASgJEioKB2xhdGVuY3kYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKY2hlY2tfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcHJvdG9jb2xfdmVyc2lvbhgFIAEoCSKHAgoRQ29ubmVjdG9yQ291bnRlcnMSEgoKY2FsbF9jb3VudBgBIAEoAxITCgtlcnJvcl9jb3VudBgCIAEoAxIXCg9yZWNvbm5lY3RfY291bnQYAyABKAMSGgoScmVpbml0aWFsaXplX2NvdW50GAQgASgDEhMKC3F1ZXJ5X2NvdW50GAUgASgDEhkKEXF1ZXJ5X2Vycm9yX2NvdW50GAYgASgDEhUKDXByb21wdF90b2tlbnMYByABKAMSGQoRY29tcGxldGlvbl90b2tlbnMYCCABKAMSMgoObGFzdF91c2VkX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpAHCglDb25uZWN0b3ISFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEhMKC2Rlc2NyaXB0aW9uGAQgASgJEioKCXRyYW5zcG9ydBgFIAEoDjIXLmNvbm5lY3Rvci52MS5UcmFuc3BvcnQSKgoFc3RkaW8YBiABKAsyGS5jb25uZWN0b3IudjEuU3RkaW9Db25maWdIABIoCgRodHRwGAcgASgLMhguY29ubmVjdG9yLnYxLkh0dHBDb25maWdIABIyCg9jb25uZWN0X3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMY2FsbF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHNlc3Npb25fbW9kZRgKIAEoDjIZLmNvbm5lY3Rvci52MS5TZXNzaW9uTW9kZRINCgVtb2RlbBgLIAEoCRIrCgpyYXRlX2xpbWl0GAwgASgLMhcuY29ubmVjdG9yLnYxLlJhdGVMaW1pdBIZChFkaXNhYmxlX25ld190b29scxgNIAEoCBIOCgZhY3RpdmUYDiABKAgSLQoGaGVhbHRoGA8gASgLMh0uY29ubmVjdG9yLnYxLkNvbm5lY3RvckhlYWx0aBISCgp0b29sX2NvdW50GBAgASgFEjEKCGNvdW50ZXJzGBEgASgLMh8uY29ubmVjdG9yLnYxLkNvbm5lY3RvckNvdW50ZXJzEi8KC2NyZWF0ZV90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNb3Blbl9zZXNzaW9ucxgUIAEoBRIaChJuYXJyb3dfdG9vbHNfYWJvdmUYFiABKAUSPQoTcHJvdG9jb2xfcHJlZmVyZW5jZRgXIAEoDjIgLmNvbm5lY3Rvci52MS5Qcm90b2NvbFByZWZlcmVuY2USNQoPYXBwcm92YWxfcG9saWN5GBggASgOMhwuY29ubmVjdG9yLnYxLkFwcHJvdmFsUG9saWN5EiYKBGF1dGgYGSABKAsyGC5jb25uZWN0b3IudjEuQXV0aENvbmZpZ0IMCgpjb25uZWN0aW9uIocBCgpBdXRoQ29uZmlnEiQKBG1vZGUYASABKA4yFi5jb25uZWN0b3IudjEuQXV0aE1vZGUSEQoJY2xpZW50X2lkGAIgASgJEhUKDWNsaWVudF9zZWNyZXQYAyABKAkSGQoRaGFzX2NsaWVudF9zZWNyZXQYBCABKAgSDgoGc2NvcGVzGAUgAygJIpQCCg1BdXRob3JpemF0aW9uEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSDwoHdXNlcl9pZBgDIAEoCRIOCgZzY29wZXMYBCADKAkSLwoLZXhwaXJlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3JlZnJlc2hhYmxlGAYgASgIEg4KBmlzc3VlchgHIAEoCRIvCgtjcmVhdGVfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvkBCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSFAoMY29ubmVjdG9yX2lkGAIgASgJEi0KCW9wZW5fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoObGFzdF91c2VkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmNhbGxfY291bnQYBSABKAMSEwoLZXJyb3JfY291bnQYBiABKAMSKwoFc3RhdGUYByABKA4yHC5jb25uZWN0b3IudjEuQ29ubmVjdG9yU3RhdGUSCwoDcGlkGAggASgFIugBCg9Ub29sQW5ub3RhdGlvbnMSDQoFdGl0bGUYASABKAkSGwoOcmVhZF9vbmx5X2hpbnQYAiABKAhIAIgBARIdChBkZXN0cnVjdGl2ZV9oaW50GAMgASgISAGIAQESHAoPaWRlbXBvdGVudF9oaW50GAQgASgISAKIAQESHAoPb3Blbl93b3JsZF9oaW50GAUgASgISAOIAQFCEQoPX3JlYWRfb25seV9oaW50QhMKEV9kZXN0cnVjdGl2ZV9oaW50QhIKEF9pZGVtcG90ZW50X2hpbnRCEgoQX29wZW5fd29ybGRfaGludCKiAgoEVG9vbBIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEi0KDGlucHV0X3NjaGVtYRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMgoLYW5ub3RhdGlvbnMYBCABKAsyHS5jb25uZWN0b3IudjEuVG9vbEFubm90YXRpb25zEg8KB2VuYWJsZWQYBSABKAgSGQoRcmVxdWlyZXNfYXBwcm92YWwYBiABKAgSLQoJc3luY190aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI5ChFhcHByb3ZhbF9vdmVycmlkZRgIIAEoDjIeLmNvbm5lY3Rvci52MS5BcHByb3ZhbE92ZXJyaWRlKm0KCVRyYW5zcG9ydBIZChVUUkFOU1BPUlRfVU5TUEVDSUZJRUQQABITCg9UUkFOU1BPUlRfU1RESU8QARIRCg1UUkFOU1BPUlRfU1NFEAISHQoZVFJBTlNQT1JUX1NUUkVBTUFCTEVfSFRUUBADKsMBCg5Db25uZWN0b3JTdGF0ZRIfChtDT05ORUNUT1JfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhDT05ORUNUT1JfU1RBVEVfSU5BQ1RJVkUQARIeChpDT05ORUNUT1JfU1RBVEVfQ09OTkVDVElORxACEhkKFUNPTk5FQ1RPUl9TVEFURV9SRUFEWRADEhwKGENPTk5FQ1RPUl9TVEFURV9ERUdSQURFRBAEEhkKFUNPTk5FQ1RPUl9TVEFURV9FUlJPUhAFKmIKC1Nlc3Npb25Nb2RlEhwKGFNFU1NJT05fTU9ERV9VTlNQRUNJRklFRBAAEhcKE1NFU1NJT05fTU9ERV9TSEFSRUQQARIcChhTRVNTSU9OX01PREVfUEVSX1NFU1NJT04QAiqFAQoOQXBwcm92YWxQb2xpY3kSHwobQVBQUk9WQUxfUE9MSUNZX1VOU1BFQ0lGSUVEEAASGAoUQVBQUk9WQUxfUE9MSUNZX05PTkUQARIfChtBUFBST1ZBTF9QT0xJQ1lfREVTVFJVQ1RJVkUQAhIXChNBUFBST1ZBTF9QT0xJQ1lfQUxMEAMqjgEKEEFwcHJvdmFsT3ZlcnJpZGUSIQodQVBQUk9WQUxfT1ZFUlJJREVfVU5TUEVDSUZJRUQQABIcChhBUFBST1ZBTF9PVkVSUklERV9QT0xJQ1kQARIcChhBUFBST1ZBTF9PVkVSUklERV9BTFdBWVMQAhIbChdBUFBST1ZBTF9PVkVSUklERV9ORVZFUhADKp0BChJQcm90b2NvbFByZWZlcmVuY2USIwofUFJPVE9DT0xfUFJFRkVSRU5DRV9VTlNQRUNJRklFRBAAEhwKGFBST1RPQ09MX1BSRUZFUkVOQ0VfQVVUTxABEh8KG1BST1RPQ09MX1BSRUZFUkVOQ0VfQ0xBU1NJQxACEiMKH1BST1RPQ09MX1BSRUZFUkVOQ0VfU0VTU0lPTkxFU1MQAyp7CghBdXRoTW9kZRIZChVBVVRIX01PREVfVU5TUEVDSUZJRUQQABISCg5BVVRIX01PREVfTk9ORRABEiYKIkFVVEhfTU9ERV9PQVVUSF9DTElFTlRfQ1JFREVOVElBTFMQAhIYChRBVVRIX01PREVfT0FVVEhfVVNFUhADQkVaQ2dpdGh1Yi5jb20vY29ubmVjdG9yLXN2Yy9jb25uZWN0b3Itc3ZjL2dlbi9jb25uZWN0b3IvdjE7Y29ubmVjdG9ydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chxjb25uZWN0b3IvdjEvY29ubmVjdG9yLnByb3RvEgxjb25uZWN0b3IudjEimwEKC1N0ZGlvQ29uZmlnEg8KB2NvbW1hbmQYASABKAkSDAoEYXJncxgCIAMoCRIvCgNlbnYYAyADKAsyIi5jb25uZWN0b3IudjEuU3RkaW9Db25maWcuRW52RW50cnkSEAoIZW52X2tleXMYBCADKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKXAQoKSHR0cENvbmZpZxILCgN1cmwYASABKAkSNgoHaGVhZGVycxgCIAMoCzIlLmNvbm5lY3Rvci52MS5IdHRwQ29uZmlnLkhlYWRlcnNFbnRyeRIUCgxoZWFkZXJfbmFtZXMYAyADKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoJUmF0ZUxpbWl0EhsKE3JlcXVlc3RzX3Blcl9zZWNvbmQYASABKAESDQoFYnVyc3QYAiABKAUiyAEKD0Nvbm5lY3RvckhlYWx0aBIrCgVzdGF0ZRgBIAEoDjIcLmNvbm5lY3Rvci52MS5Db25uZWN0b3JTdGF0ZRISCgpsYXN0X2Vycm9yGAIgASgJEioKB2xhdGVuY3kYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKY2hlY2tfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcHJvdG9jb2xfdmVyc2lvbhgFIAEoCSK0AgoRQ29ubmVjdG9yQ291bnRlcnMSEgoKY2FsbF9jb3VudBgBIAEoAxITCgtlcnJvcl9jb3VudBgCIAEoAxIXCg9yZWNvbm5lY3RfY291bnQYAyABKAMSGgoScmVpbml0aWFsaXplX2NvdW50GAQgASgDEhMKC3F1ZXJ5X2NvdW50GAUgASgDEhkKEXF1ZXJ5X2Vycm9yX2NvdW50GAYgASgDEhUKDXByb21wdF90b2tlbnMYByABKAMSGQoRY29tcGxldGlvbl90b2tlbnMYCCABKAMSMgoObGFzdF91c2VkX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnNhbXBsaW5nX2NvdW50GAogASgDEhMKC2lucHV0X2NvdW50GAsgASgDItUHCglDb25uZWN0b3ISFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEhMKC2Rlc2NyaXB0aW9uGAQgASgJEioKCXRyYW5zcG9ydBgFIAEoDjIXLmNvbm5lY3Rvci52MS5UcmFuc3BvcnQSKgoFc3RkaW8YBiABKAsyGS5jb25uZWN0b3IudjEuU3RkaW9Db25maWdIABIoCgRodHRwGAcgASgLMhguY29ubmVjdG9yLnYxLkh0dHBDb25maWdIABIyCg9jb25uZWN0X3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMY2FsbF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHNlc3Npb25fbW9kZRgKIAEoDjIZLmNvbm5lY3Rvci52MS5TZXNzaW9uTW9kZRINCgVtb2RlbBgLIAEoCRIrCgpyYXRlX2xpbWl0GAwgASgLMhcuY29ubmVjdG9yLnYxLlJhdGVMaW1pdBIZChFkaXNhYmxlX25ld190b29scxgNIAEoCBIOCgZhY3RpdmUYDiABKAgSLQoGaGVhbHRoGA8gASgLMh0uY29ubmVjdG9yLnYxLkNvbm5lY3RvckhlYWx0aBISCgp0b29sX2NvdW50GBAgASgFEjEKCGNvdW50ZXJzGBEgASgLMh8uY29ubmVjdG9yLnYxLkNvbm5lY3RvckNvdW50ZXJzEi8KC2NyZWF0ZV90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNb3Blbl9zZXNzaW9ucxgUIAEoBRIaChJuYXJyb3dfdG9vbHNfYWJvdmUYFiABKAUSPQoTcHJvdG9jb2xfcHJlZmVyZW5jZRgXIAEoDjIgLmNvbm5lY3Rvci52MS5Qcm90b2NvbFByZWZlcmVuY2USNQoPYXBwcm92YWxfcG9saWN5GBggASgOMhwuY29ubmVjdG9yLnYxLkFwcHJvdmFsUG9saWN5EiYKBGF1dGgYGSABKAsyGC5jb25uZWN0b3IudjEuQXV0aENvbmZpZxITCgtlbGljaXRhdGlvbhgaIAEoCBIuCghzYW1wbGluZxgbIAEoCzIcLmNvbm5lY3Rvci52MS5TYW1wbGluZ0NvbmZpZ0IMCgpjb25uZWN0aW9uIukBCg5TYW1wbGluZ0NvbmZpZxIPCgdlbmFibGVkGAEgASgIEiwKBnBvbGljeRgCIAEoDjIcLmNvbm5lY3Rvci52MS5TYW1wbGluZ1BvbGljeRIeChZtYXhfdG9rZW5zX3Blcl9yZXF1ZXN0GAMgASgFEhwKFG1heF9yZXF1ZXN0c19wZXJfcnVuGAQgASgFEhoKEm1heF90b2tlbnNfcGVyX3J1bhgFIAEoBRIfChdtYXhfcmVxdWVzdHNfcGVyX21pbnV0ZRgGIAEoBRIdChVtYXhfdG9rZW5zX3Blcl9taW51dGUYByABKAUihwEKCkF1dGhDb25maWcSJAoEbW9kZRgBIAEoDjIWLmNvbm5lY3Rvci52MS5BdXRoTW9kZRIRCgljbGllbnRfaWQYAiABKAkSFQoNY2xpZW50X3NlY3JldBgDIAEoCRIZChFoYXNfY2xpZW50X3NlY3JldBgEIAEoCBIOCgZzY29wZXMYBSADKAkilAIKDUF1dGhvcml6YXRpb24SFAoMd29ya3NwYWNlX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEg4KBnNjb3BlcxgEIAMoCRIvCgtleHBpcmVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcmVmcmVzaGFibGUYBiABKAgSDgoGaXNzdWVyGAcgASgJEi8KC2NyZWF0ZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi+QEKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIUCgxjb25uZWN0b3JfaWQYAiABKAkSLQoJb3Blbl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5sYXN0X3VzZWRfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKY2FsbF9jb3VudBgFIAEoAxITCgtlcnJvcl9jb3VudBgGIAEoAxIrCgVzdGF0ZRgHIAEoDjIcLmNvbm5lY3Rvci52MS5Db25uZWN0b3JTdGF0ZRILCgNwaWQYCCABKAUi6AEKD1Rvb2xBbm5vdGF0aW9ucxINCgV0aXRsZRgBIAEoCRIbCg5yZWFkX29ubHlfaGludBgCIAEoCEgAiAEBEh0KEGRlc3RydWN0aXZlX2hpbnQYAyABKAhIAYgBARIcCg9pZGVtcG90ZW50X2hpbnQYBCABKAhIAogBARIcCg9vcGVuX3dvcmxkX2hpbnQYBSABKAhIA4gBAUIRCg9fcmVhZF9vbmx5X2hpbnRCEwoRX2Rlc3RydWN0aXZlX2hpbnRCEgoQX2lkZW1wb3RlbnRfaGludEISChBfb3Blbl93b3JsZF9oaW50IqICCgRUb29sEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIyCgthbm5vdGF0aW9ucxgEIAEoCzIdLmNvbm5lY3Rvci52MS5Ub29sQW5ub3RhdGlvbnMSDwoHZW5hYmxlZBgFIAEoCBIZChFyZXF1aXJlc19hcHByb3ZhbBgGIAEoCBItCglzeW5jX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjkKEWFwcHJvdmFsX292ZXJyaWRlGAggASgOMh4uY29ubmVjdG9yLnYxLkFwcHJvdmFsT3ZlcnJpZGUqbQoJVHJhbnNwb3J0EhkKFVRSQU5TUE9SVF9VTlNQRUNJRklFRBAAEhMKD1RSQU5TUE9SVF9TVERJTxABEhEKDVRSQU5TUE9SVF9TU0UQAhIdChlUUkFOU1BPUlRfU1RSRUFNQUJMRV9IVFRQEAMqwwEKDkNvbm5lY3RvclN0YXRlEh8KG0NPTk5FQ1RPUl9TVEFURV9VTlNQRUNJRklFRBAAEhwKGENPTk5FQ1RPUl9TVEFURV9JTkFDVElWRRABEh4KGkNPTk5FQ1RPUl9TVEFURV9DT05ORUNUSU5HEAISGQoVQ09OTkVDVE9SX1NUQVRFX1JFQURZEAMSHAoYQ09OTkVDVE9SX1NUQVRFX0RFR1JBREVEEAQSGQoVQ09OTkVDVE9SX1NUQVRFX0VSUk9SEAUqYgoLU2Vzc2lvbk1vZGUSHAoYU0VTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTU0VTU0lPTl9NT0RFX1NIQVJFRBABEhwKGFNFU1NJT05fTU9ERV9QRVJfU0VTU0lPThACKoUBCg5BcHByb3ZhbFBvbGljeRIfChtBUFBST1ZBTF9QT0xJQ1lfVU5TUEVDSUZJRUQQABIYChRBUFBST1ZBTF9QT0xJQ1lfTk9ORRABEh8KG0FQUFJPVkFMX1BPTElDWV9ERVNUUlVDVElWRRACEhcKE0FQUFJPVkFMX1BPTElDWV9BTEwQAyqOAQoQQXBwcm92YWxPdmVycmlkZRIhCh1BUFBST1ZBTF9PVkVSUklERV9VTlNQRUNJRklFRBAAEhwKGEFQUFJPVkFMX09WRVJSSURFX1BPTElDWRABEhwKGEFQUFJPVkFMX09WRVJSSURFX0FMV0FZUxACEhsKF0FQUFJPVkFMX09WRVJSSURFX05FVkVSEAMqnQEKElByb3RvY29sUHJlZmVyZW5jZRIjCh9QUk9UT0NPTF9QUkVGRVJFTkNFX1VOU1BFQ0lGSUVEEAASHAoYUFJPVE9DT0xfUFJFRkVSRU5DRV9BVVRPEAESHwobUFJPVE9DT0xfUFJFRkVSRU5DRV9DTEFTU0lDEAISIwofUFJPVE9DT0xfUFJFRkVSRU5DRV9TRVNTSU9OTEVTUxADKmgKDlNhbXBsaW5nUG9saWN5Eh8KG1NBTVBMSU5HX1BPTElDWV9VTlNQRUNJRklFRBAAEhgKFFNBTVBMSU5HX1BPTElDWV9BVVRPEAESGwoXU0FNUExJTkdfUE9MSUNZX0FQUFJPVkUQAip7CghBdXRoTW9kZRIZChVBVVRIX01PREVfVU5TUEVDSUZJRUQQABISCg5BVVRIX01PREVfTk9ORRABEiYKIkFVVEhfTU9ERV9PQVVUSF9DTElFTlRfQ1JFREVOVElBTFMQAhIYChRBVVRIX01PREVfT0FVVEhfVVNFUhADQkVaQ2dpdGh1Yi5jb20vY29ubmVjdG9yLXN2Yy9jb25uZWN0b3Itc3ZjL2dlbi9jb25uZWN0b3IvdjE7Y29ubmVjdG9ydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * StdioConfig runs a local command. The command must be on the service's
@@ -221,6 +221,21 @@ export type ConnectorCounters = Message<"connector.v1.ConnectorCounters"> & {
    * @generated from field: google.protobuf.Timestamp last_used_time = 9;
    */
   lastUsedTime?: Timestamp | undefined;
+
+  /**
+   * Sampling requests of the connector's servers answered by its model;
+   * their tokens are in prompt_tokens and completion_tokens too.
+   *
+   * @generated from field: int64 sampling_count = 10;
+   */
+  samplingCount: bigint;
+
+  /**
+   * Inputs (elicitations) its servers asked of users.
+   *
+   * @generated from field: int64 input_count = 11;
+   */
+  inputCount: bigint;
 };
 
 /**
@@ -406,6 +421,26 @@ export type Connector = Message<"connector.v1.Connector"> & {
    * @generated from field: connector.v1.AuthConfig auth = 25;
    */
   auth?: AuthConfig | undefined;
+
+  /**
+   * Servers may ask the connector's user for input in the middle of a tool
+   * call (MCP elicitation, form and URL modes). Off by default. Declared
+   * only on connections that belong to one user: those of a
+   * SESSION_MODE_PER_SESSION connector's sessions and of an
+   * AUTH_MODE_OAUTH_USER connector's users; never on a shared connection,
+   * which has no single user to ask.
+   *
+   * @generated from field: bool elicitation = 26;
+   */
+  elicitation: boolean;
+
+  /**
+   * Servers may ask the connector's model for a completion (MCP sampling),
+   * under budgets. Unset: off.
+   *
+   * @generated from field: connector.v1.SamplingConfig sampling = 27;
+   */
+  sampling?: SamplingConfig | undefined;
 };
 
 /**
@@ -414,6 +449,64 @@ export type Connector = Message<"connector.v1.Connector"> & {
  */
 export const ConnectorSchema: GenMessage<Connector> = /*@__PURE__*/
   messageDesc(file_connector_v1_connector, 5);
+
+/**
+ * SamplingConfig lets a connector's servers ask its model for completions.
+ * Every limit's 0 means the service's default (in parentheses); a request
+ * over a budget gets an MCP error that names the budget, never a hang.
+ *
+ * @generated from message connector.v1.SamplingConfig
+ */
+export type SamplingConfig = Message<"connector.v1.SamplingConfig"> & {
+  /**
+   * @generated from field: bool enabled = 1;
+   */
+  enabled: boolean;
+
+  /**
+   * @generated from field: connector.v1.SamplingPolicy policy = 2;
+   */
+  policy: SamplingPolicy;
+
+  /**
+   * maxTokens asked for above this are capped to it (1024).
+   *
+   * @generated from field: int32 max_tokens_per_request = 3;
+   */
+  maxTokensPerRequest: number;
+
+  /**
+   * Per query run, or per direct tool call (10 requests, 16384 tokens).
+   *
+   * @generated from field: int32 max_requests_per_run = 4;
+   */
+  maxRequestsPerRun: number;
+
+  /**
+   * @generated from field: int32 max_tokens_per_run = 5;
+   */
+  maxTokensPerRun: number;
+
+  /**
+   * Per connector, over all replicas, in any minute (60 requests, 100000
+   * tokens).
+   *
+   * @generated from field: int32 max_requests_per_minute = 6;
+   */
+  maxRequestsPerMinute: number;
+
+  /**
+   * @generated from field: int32 max_tokens_per_minute = 7;
+   */
+  maxTokensPerMinute: number;
+};
+
+/**
+ * Describes the message connector.v1.SamplingConfig.
+ * Use `create(SamplingConfigSchema)` to create a new message.
+ */
+export const SamplingConfigSchema: GenMessage<SamplingConfig> = /*@__PURE__*/
+  messageDesc(file_connector_v1_connector, 6);
 
 /**
  * AuthConfig is a connector's OAuth settings. The authorization server is
@@ -467,7 +560,7 @@ export type AuthConfig = Message<"connector.v1.AuthConfig"> & {
  * Use `create(AuthConfigSchema)` to create a new message.
  */
 export const AuthConfigSchema: GenMessage<AuthConfig> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector, 6);
+  messageDesc(file_connector_v1_connector, 7);
 
 /**
  * Authorization is one user's (or, for AUTH_MODE_OAUTH_CLIENT_CREDENTIALS,
@@ -540,7 +633,7 @@ export type Authorization = Message<"connector.v1.Authorization"> & {
  * Use `create(AuthorizationSchema)` to create a new message.
  */
 export const AuthorizationSchema: GenMessage<Authorization> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector, 7);
+  messageDesc(file_connector_v1_connector, 8);
 
 /**
  * Session is one caller session's own connection to a
@@ -608,7 +701,7 @@ export type Session = Message<"connector.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector, 8);
+  messageDesc(file_connector_v1_connector, 9);
 
 /**
  * ToolAnnotations are the MCP tool hints. Unset means the server gave none.
@@ -647,7 +740,7 @@ export type ToolAnnotations = Message<"connector.v1.ToolAnnotations"> & {
  * Use `create(ToolAnnotationsSchema)` to create a new message.
  */
 export const ToolAnnotationsSchema: GenMessage<ToolAnnotations> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector, 9);
+  messageDesc(file_connector_v1_connector, 10);
 
 /**
  * Tool is one tool of a connector's catalog.
@@ -712,7 +805,7 @@ export type Tool = Message<"connector.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_connector_v1_connector, 10);
+  messageDesc(file_connector_v1_connector, 11);
 
 /**
  * Transport is how the service talks to a connector's MCP server.
@@ -984,6 +1077,40 @@ export const ProtocolPreferenceSchema: GenEnum<ProtocolPreference> = /*@__PURE__
   enumDesc(file_connector_v1_connector, 5);
 
 /**
+ * SamplingPolicy says whether a server's sampling request waits for a person.
+ *
+ * @generated from enum connector.v1.SamplingPolicy
+ */
+export enum SamplingPolicy {
+  /**
+   * @generated from enum value: SAMPLING_POLICY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Answered by the connector's model at once, within the budgets.
+   *
+   * @generated from enum value: SAMPLING_POLICY_AUTO = 1;
+   */
+  AUTO = 1,
+
+  /**
+   * Put to the user as an input (the run pauses AWAITING_INPUT) before the
+   * model is asked; where nobody can be asked (a shared connection, a unary
+   * CallTool) the request is refused.
+   *
+   * @generated from enum value: SAMPLING_POLICY_APPROVE = 2;
+   */
+  APPROVE = 2,
+}
+
+/**
+ * Describes the enum connector.v1.SamplingPolicy.
+ */
+export const SamplingPolicySchema: GenEnum<SamplingPolicy> = /*@__PURE__*/
+  enumDesc(file_connector_v1_connector, 6);
+
+/**
  * AuthMode is how the service authenticates to a connector's server.
  *
  * @generated from enum connector.v1.AuthMode
@@ -1027,5 +1154,5 @@ export enum AuthMode {
  * Describes the enum connector.v1.AuthMode.
  */
 export const AuthModeSchema: GenEnum<AuthMode> = /*@__PURE__*/
-  enumDesc(file_connector_v1_connector, 6);
+  enumDesc(file_connector_v1_connector, 7);
 

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file connector/v1/query.proto.
  */
 export const file_connector_v1_query: GenFile = /*@__PURE__*/
-  fileDesc("Chhjb25uZWN0b3IvdjEvcXVlcnkucHJvdG8SDGNvbm5lY3Rvci52MSKBAgoHQ29udGVudBIpCgR0ZXh0GAEgASgLMhkuY29ubmVjdG9yLnYxLlRleHRDb250ZW50SAASLAoFaW1hZ2UYAiABKAsyGy5jb25uZWN0b3IudjEuQmluYXJ5Q29udGVudEgAEiwKBWF1ZGlvGAMgASgLMhsuY29ubmVjdG9yLnYxLkJpbmFyeUNvbnRlbnRIABIzCg1yZXNvdXJjZV9saW5rGAQgASgLMhouY29ubmVjdG9yLnYxLlJlc291cmNlTGlua0gAEjIKCHJlc291cmNlGAUgASgLMh4uY29ubmVjdG9yLnYxLkVtYmVkZGVkUmVzb3VyY2VIAEIGCgRraW5kIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiMAoNQmluYXJ5Q29udGVudBIRCgltaW1lX3R5cGUYASABKAkSDAoEZGF0YRgCIAEoDCJRCgxSZXNvdXJjZUxpbmsSCwoDdXJpGAEgASgJEgwKBG5hbWUYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEQoJbWltZV90eXBlGAQgASgJIk4KEEVtYmVkZGVkUmVzb3VyY2USCwoDdXJpGAEgASgJEhEKCW1pbWVfdHlwZRgCIAEoCRIMCgR0ZXh0GAMgASgJEgwKBGJsb2IYBCABKAwiPAoIUHJvZ3Jlc3MSEAoIcHJvZ3Jlc3MYASABKAESDQoFdG90YWwYAiABKAESDwoHbWVzc2FnZRgDIAEoCSKJAQoIRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIoCgRraW5kGAIgASgOMhouY29ubmVjdG9yLnYxLkRlY2lzaW9uS2luZBIxChBlZGl0ZWRfYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdtZXNzYWdlGAQgASgJIs0BCgtQZW5kaW5nQ2FsbBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIYChB0b29sX2Rlc2NyaXB0aW9uGAQgASgJEjIKC2Fubm90YXRpb25zGAUgASgLMh0uY29ubmVjdG9yLnYxLlRvb2xBbm5vdGF0aW9ucxIRCglyZWFzb25pbmcYBiABKAkSEgoKc3RlcF9pbmRleBgHIAEoBSLVAQoMQ2FsbERlY2lzaW9uEigKBGtpbmQYASABKA4yGi5jb25uZWN0b3IudjEuRGVjaXNpb25LaW5kEjMKEm9yaWdpbmFsX2FyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHbWVzc2FnZRgDIAEoCRIQCghhY3Rvcl9pZBgEIAEoCRIvCgtkZWNpZGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKYXBpX2tleV9pZBgGIAEoCSL/AQoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhYKDnJlc3VsdF9leGNlcnB0GAQgASgJEhAKCGlzX2Vycm9yGAUgASgIEhcKD3JlamVjdGVkX3JlYXNvbhgGIAEoCRIrCghkdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCghkZWNpc2lvbhgIIAEoCzIaLmNvbm5lY3Rvci52MS5DYWxsRGVjaXNpb24SDwoHcGVuZGluZxgJIAEoCCJPCgRTdGVwEg0KBWluZGV4GAEgASgFEiUKBWNhbGxzGAIgAygLMhYuY29ubmVjdG9yLnYxLlRvb2xDYWxsEhEKCXJlYXNvbmluZxgDIAEoCSIsCgtQbGFubmVkVG9vbBIMCgR0b29sGAEgASgJEg8KB3B1cnBvc2UYAiABKAkihQEKDFF1ZXJ5Q29udGV4dBIMCgR0b29sGAEgASgJEjMKEnN0cnVjdHVyZWRfY29udGVudBgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMgoOcmVzb3VyY2VfbGlua3MYAyADKAsyGi5jb25uZWN0b3IudjEuUmVzb3VyY2VMaW5rIlQKClRva2VuVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoAxIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoAxIUCgx0b3RhbF90b2tlbnMYAyABKAMixwQKC1F1ZXJ5UmVzdWx0EikKBnN0YXR1cxgBIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIOCgZhbnN3ZXIYAiABKAkSFAoMY29ubmVjdG9yX2lkGAMgASgJEhYKDmNvbm5lY3Rvcl9uYW1lGAQgASgJEhIKCnRvb2xzX3VzZWQYBSADKAkSIQoFc3RlcHMYBiADKAsyEi5jb25uZWN0b3IudjEuU3RlcBInCgRwbGFuGAcgAygLMhkuY29ubmVjdG9yLnYxLlBsYW5uZWRUb29sEiwKCGNvbnRleHRzGAggAygLMhouY29ubmVjdG9yLnYxLlF1ZXJ5Q29udGV4dBInCgV1c2FnZRgJIAEoCzIYLmNvbm5lY3Rvci52MS5Ub2tlblVzYWdlEisKCGR1cmF0aW9uGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Rvb2xzX3RvdGFsGAsgASgFEhUKDXRvb2xzX29mZmVyZWQYDCADKAkSEAoIbmFycm93ZWQYDSABKAgSDgoGcnVuX2lkGA4gASgJEjAKDXBlbmRpbmdfY2FsbHMYDyADKAsyGS5jb25uZWN0b3IudjEuUGVuZGluZ0NhbGwSLwoLZXhwaXJlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjoKDWF1dGhvcml6YXRpb24YESABKAsyIy5jb25uZWN0b3IudjEuQXV0aG9yaXphdGlvblJlcXVpcmVkIroBChVBdXRob3JpemF0aW9uUmVxdWlyZWQSDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhkKEWF1dGhvcml6YXRpb25fdXJsGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIOCgZyZWFzb24YBiABKAkSLwoLZXhwaXJlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoUBChBBcHByb3ZhbFJlcXVpcmVkEg4KBnJ1bl9pZBgBIAEoCRIwCg1wZW5kaW5nX2NhbGxzGAIgAygLMhkuY29ubmVjdG9yLnYxLlBlbmRpbmdDYWxsEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLvAgoIUXVlcnlSdW4SDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg0KBXF1ZXJ5GAQgASgJEg8KB2NvbnRleHQYBSABKAkSEQoJbWF4X3Rvb2xzGAYgASgFEikKBnN0YXR1cxgHIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIpCgZyZXN1bHQYCCABKAsyGS5jb25uZWN0b3IudjEuUXVlcnlSZXN1bHQSDQoFZXJyb3IYCSABKAkSLwoLY3JlYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLwoLU3RlcFBsYW5uZWQSIAoEc3RlcBgBIAEoCzISLmNvbm5lY3Rvci52MS5TdGVwIksKD1Rvb2xDYWxsU3RhcnRlZBISCgpzdGVwX2luZGV4GAEgASgFEiQKBGNhbGwYAiABKAsyFi5jb25uZWN0b3IudjEuVG9vbENhbGwibwoQVG9vbENhbGxQcm9ncmVzcxISCgpzdGVwX2luZGV4GAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIoCghwcm9ncmVzcxgEIAEoCzIWLmNvbm5lY3Rvci52MS5Qcm9ncmVzcyJMChBUb29sQ2FsbEZpbmlzaGVkEhIKCnN0ZXBfaW5kZXgYASABKAUSJAoEY2FsbBgCIAEoCzIWLmNvbm5lY3Rvci52MS5Ub29sQ2FsbCIdCgtBbnN3ZXJSZWFkeRIOCgZhbnN3ZXIYASABKAkqngIKC1F1ZXJ5U3RhdHVzEhwKGFFVRVJZX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFlFVRVJZX1NUQVRVU19DT01QTEVURUQQARIhCh1RVUVSWV9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBACEhgKFFFVRVJZX1NUQVRVU19QTEFOTkVEEAMSIgoeUVVFUllfU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAQSGAoUUVVFUllfU1RBVFVTX0VYUElSRUQQBRIXChNRVUVSWV9TVEFUVVNfRkFJTEVEEAYSGAoUUVVFUllfU1RBVFVTX1JVTk5JTkcQBxInCiNRVUVSWV9TVEFUVVNfQVdBSVRJTkdfQVVUSE9SSVpBVElPThAIKoIBCgxEZWNpc2lvbktpbmQSHQoZREVDSVNJT05fS0lORF9VTlNQRUNJRklFRBAAEhkKFURFQ0lTSU9OX0tJTkRfQVBQUk9WRRABEiAKHERFQ0lTSU9OX0tJTkRfQVBQUk9WRV9FRElURUQQAhIWChJERUNJU0lPTl9LSU5EX0RFTlkQA0JFWkNnaXRodWIuY29tL2Nvbm5lY3Rvci1zdmMvY29ubmVjdG9yLXN2Yy9nZW4vY29ubmVjdG9yL3YxO2Nvbm5lY3RvcnYxYgZwcm90bzM", [file_connector_v1_connector, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chhjb25uZWN0b3IvdjEvcXVlcnkucHJvdG8SDGNvbm5lY3Rvci52MSKBAgoHQ29udGVudBIpCgR0ZXh0GAEgASgLMhkuY29ubmVjdG9yLnYxLlRleHRDb250ZW50SAASLAoFaW1hZ2UYAiABKAsyGy5jb25uZWN0b3IudjEuQmluYXJ5Q29udGVudEgAEiwKBWF1ZGlvGAMgASgLMhsuY29ubmVjdG9yLnYxLkJpbmFyeUNvbnRlbnRIABIzCg1yZXNvdXJjZV9saW5rGAQgASgLMhouY29ubmVjdG9yLnYxLlJlc291cmNlTGlua0gAEjIKCHJlc291cmNlGAUgASgLMh4uY29ubmVjdG9yLnYxLkVtYmVkZGVkUmVzb3VyY2VIAEIGCgRraW5kIhsKC1RleHRDb250ZW50EgwKBHRleHQYASABKAkiMAoNQmluYXJ5Q29udGVudBIRCgltaW1lX3R5cGUYASABKAkSDAoEZGF0YRgCIAEoDCJRCgxSZXNvdXJjZUxpbmsSCwoDdXJpGAEgASgJEgwKBG5hbWUYAiABKAkSEwoLZGVzY3JpcHRpb24YAyABKAkSEQoJbWltZV90eXBlGAQgASgJIk4KEEVtYmVkZGVkUmVzb3VyY2USCwoDdXJpGAEgASgJEhEKCW1pbWVfdHlwZRgCIAEoCRIMCgR0ZXh0GAMgASgJEgwKBGJsb2IYBCABKAwiPAoIUHJvZ3Jlc3MSEAoIcHJvZ3Jlc3MYASABKAESDQoFdG90YWwYAiABKAESDwoHbWVzc2FnZRgDIAEoCSKJAQoIRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIoCgRraW5kGAIgASgOMhouY29ubmVjdG9yLnYxLkRlY2lzaW9uS2luZBIxChBlZGl0ZWRfYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIPCgdtZXNzYWdlGAQgASgJIs0BCgtQZW5kaW5nQ2FsbBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIYChB0b29sX2Rlc2NyaXB0aW9uGAQgASgJEjIKC2Fubm90YXRpb25zGAUgASgLMh0uY29ubmVjdG9yLnYxLlRvb2xBbm5vdGF0aW9ucxIRCglyZWFzb25pbmcYBiABKAkSEgoKc3RlcF9pbmRleBgHIAEoBSLVAQoMQ2FsbERlY2lzaW9uEigKBGtpbmQYASABKA4yGi5jb25uZWN0b3IudjEuRGVjaXNpb25LaW5kEjMKEm9yaWdpbmFsX2FyZ3VtZW50cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHbWVzc2FnZRgDIAEoCRIQCghhY3Rvcl9pZBgEIAEoCRIvCgtkZWNpZGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKYXBpX2tleV9pZBgGIAEoCSLrAgoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhYKDnJlc3VsdF9leGNlcnB0GAQgASgJEhAKCGlzX2Vycm9yGAUgASgIEhcKD3JlamVjdGVkX3JlYXNvbhgGIAEoCRIrCghkdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCghkZWNpc2lvbhgIIAEoCzIaLmNvbm5lY3Rvci52MS5DYWxsRGVjaXNpb24SDwoHcGVuZGluZxgJIAEoCBIqCgZpbnB1dHMYCiADKAsyGi5jb25uZWN0b3IudjEuSW5wdXRSZXF1ZXN0Ei0KCXNhbXBsaW5ncxgLIAMoCzIaLmNvbm5lY3Rvci52MS5TYW1wbGluZ0NhbGwSDwoHdGFza19pZBgMIAEoCSJPCgRTdGVwEg0KBWluZGV4GAEgASgFEiUKBWNhbGxzGAIgAygLMhYuY29ubmVjdG9yLnYxLlRvb2xDYWxsEhEKCXJlYXNvbmluZxgDIAEoCSIsCgtQbGFubmVkVG9vbBIMCgR0b29sGAEgASgJEg8KB3B1cnBvc2UYAiABKAkihQEKDFF1ZXJ5Q29udGV4dBIMCgR0b29sGAEgASgJEjMKEnN0cnVjdHVyZWRfY29udGVudBgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMgoOcmVzb3VyY2VfbGlua3MYAyADKAsyGi5jb25uZWN0b3IudjEuUmVzb3VyY2VMaW5rIlQKClRva2VuVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoAxIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoAxIUCgx0b3RhbF90b2tlbnMYAyABKAMi+wQKC1F1ZXJ5UmVzdWx0EikKBnN0YXR1cxgBIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIOCgZhbnN3ZXIYAiABKAkSFAoMY29ubmVjdG9yX2lkGAMgASgJEhYKDmNvbm5lY3Rvcl9uYW1lGAQgASgJEhIKCnRvb2xzX3VzZWQYBSADKAkSIQoFc3RlcHMYBiADKAsyEi5jb25uZWN0b3IudjEuU3RlcBInCgRwbGFuGAcgAygLMhkuY29ubmVjdG9yLnYxLlBsYW5uZWRUb29sEiwKCGNvbnRleHRzGAggAygLMhouY29ubmVjdG9yLnYxLlF1ZXJ5Q29udGV4dBInCgV1c2FnZRgJIAEoCzIYLmNvbm5lY3Rvci52MS5Ub2tlblVzYWdlEisKCGR1cmF0aW9uGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Rvb2xzX3RvdGFsGAsgASgFEhUKDXRvb2xzX29mZmVyZWQYDCADKAkSEAoIbmFycm93ZWQYDSABKAgSDgoGcnVuX2lkGA4gASgJEjAKDXBlbmRpbmdfY2FsbHMYDyADKAsyGS5jb25uZWN0b3IudjEuUGVuZGluZ0NhbGwSLwoLZXhwaXJlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjoKDWF1dGhvcml6YXRpb24YESABKAsyIy5jb25uZWN0b3IudjEuQXV0aG9yaXphdGlvblJlcXVpcmVkEjIKDmlucHV0X3JlcXVlc3RzGBIgAygLMhouY29ubmVjdG9yLnYxLklucHV0UmVxdWVzdCKeAwoMSW5wdXRSZXF1ZXN0EhAKCGlucHV0X2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIOCgZzZXJ2ZXIYAyABKAkSDwoHY2FsbF9pZBgEIAEoCRIMCgR0b29sGAUgASgJEhIKCnN0ZXBfaW5kZXgYBiABKAUSJQoEbW9kZRgHIAEoDjIXLmNvbm5lY3Rvci52MS5JbnB1dE1vZGUSDwoHbWVzc2FnZRgIIAEoCRIxChByZXF1ZXN0ZWRfc2NoZW1hGAkgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBILCgN1cmwYCiABKAkSEAoIdXJsX2hvc3QYCyABKAkSLwoIc2FtcGxpbmcYDCABKAsyHS5jb25uZWN0b3IudjEuU2FtcGxpbmdSZXF1ZXN0EiwKCGRlYWRsaW5lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdkdXJhYmxlGA4gASgIEikKBmFuc3dlchgPIAEoCzIZLmNvbm5lY3Rvci52MS5JbnB1dEFuc3dlciK3AQoLSW5wdXRBbnN3ZXISEAoIaW5wdXRfaWQYASABKAkSKQoGYWN0aW9uGAIgASgOMhkuY29ubmVjdG9yLnYxLklucHV0QWN0aW9uEigKB2NvbnRlbnQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei8KC2Fuc3dlcl90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhY3Rvcl9pZBgFIAEoCSJdCg9TYW1wbGluZ1JlcXVlc3QSFQoNc3lzdGVtX3Byb21wdBgBIAEoCRIQCghtZXNzYWdlcxgCIAMoCRISCgptYXhfdG9rZW5zGAMgASgFEg0KBXRvb2xzGAQgAygJIvwBCgxTYW1wbGluZ0NhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEg0KBW1vZGVsGAMgASgJEhAKCG1lc3NhZ2VzGAQgASgFEhUKDXByb21wdF90b2tlbnMYBSABKAMSGQoRY29tcGxldGlvbl90b2tlbnMYBiABKAMSEwoLc3RvcF9yZWFzb24YByABKAkSEQoJdG9vbF91c2VzGAggAygJEg0KBWVycm9yGAkgASgJEisKCGR1cmF0aW9uGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnJlc3VsdF9leGNlcnB0GAsgASgJIroBChVBdXRob3JpemF0aW9uUmVxdWlyZWQSDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEhkKEWF1dGhvcml6YXRpb25fdXJsGAQgASgJEg4KBnNjb3BlcxgFIAMoCRIOCgZyZWFzb24YBiABKAkSLwoLZXhwaXJlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoUBChBBcHByb3ZhbFJlcXVpcmVkEg4KBnJ1bl9pZBgBIAEoCRIwCg1wZW5kaW5nX2NhbGxzGAIgAygLMhkuY29ubmVjdG9yLnYxLlBlbmRpbmdDYWxsEi8KC2V4cGlyZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLvAgoIUXVlcnlSdW4SDgoGcnVuX2lkGAEgASgJEhQKDGNvbm5lY3Rvcl9pZBgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEg0KBXF1ZXJ5GAQgASgJEg8KB2NvbnRleHQYBSABKAkSEQoJbWF4X3Rvb2xzGAYgASgFEikKBnN0YXR1cxgHIAEoDjIZLmNvbm5lY3Rvci52MS5RdWVyeVN0YXR1cxIpCgZyZXN1bHQYCCABKAsyGS5jb25uZWN0b3IudjEuUXVlcnlSZXN1bHQSDQoFZXJyb3IYCSABKAkSLwoLY3JlYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLwoLU3RlcFBsYW5uZWQSIAoEc3RlcBgBIAEoCzISLmNvbm5lY3Rvci52MS5TdGVwIksKD1Rvb2xDYWxsU3RhcnRlZBISCgpzdGVwX2luZGV4GAEgASgFEiQKBGNhbGwYAiABKAsyFi5jb25uZWN0b3IudjEuVG9vbENhbGwibwoQVG9vbENhbGxQcm9ncmVzcxISCgpzdGVwX2luZGV4GAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIoCghwcm9ncmVzcxgEIAEoCzIWLmNvbm5lY3Rvci52MS5Qcm9ncmVzcyJMChBUb29sQ2FsbEZpbmlzaGVkEhIKCnN0ZXBfaW5kZXgYASABKAUSJAoEY2FsbBgCIAEoCzIWLmNvbm5lY3Rvci52MS5Ub29sQ2FsbCIdCgtBbnN3ZXJSZWFkeRIOCgZhbnN3ZXIYASABKAkqvwIKC1F1ZXJ5U3RhdHVzEhwKGFFVRVJZX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFlFVRVJZX1NUQVRVU19DT01QTEVURUQQARIhCh1RVUVSWV9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBACEhgKFFFVRVJZX1NUQVRVU19QTEFOTkVEEAMSIgoeUVVFUllfU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAQSGAoUUVVFUllfU1RBVFVTX0VYUElSRUQQBRIXChNRVUVSWV9TVEFUVVNfRkFJTEVEEAYSGAoUUVVFUllfU1RBVFVTX1JVTk5JTkcQBxInCiNRVUVSWV9TVEFUVVNfQVdBSVRJTkdfQVVUSE9SSVpBVElPThAIEh8KG1FVRVJZX1NUQVRVU19BV0FJVElOR19JTlBVVBAJKoIBCgxEZWNpc2lvbktpbmQSHQoZREVDSVNJT05fS0lORF9VTlNQRUNJRklFRBAAEhkKFURFQ0lTSU9OX0tJTkRfQVBQUk9WRRABEiAKHERFQ0lTSU9OX0tJTkRfQVBQUk9WRV9FRElURUQQAhIWChJERUNJU0lPTl9LSU5EX0RFTlkQAyppCglJbnB1dE1vZGUSGgoWSU5QVVRfTU9ERV9VTlNQRUNJRklFRBAAEhMKD0lOUFVUX01PREVfRk9STRABEhIKDklOUFVUX01PREVfVVJMEAISFwoTSU5QVVRfTU9ERV9TQU1QTElORxADKncKC0lucHV0QWN0aW9uEhwKGElOUFVUX0FDVElPTl9VTlNQRUNJRklFRBAAEhcKE0lOUFVUX0FDVElPTl9BQ0NFUFQQARIYChRJTlBVVF9BQ1RJT05fREVDTElORRACEhcKE0lOUFVUX0FDVElPTl9DQU5DRUwQA0JFWkNnaXRodWIuY29tL2Nvbm5lY3Rvci1zdmMvY29ubmVjdG9yLXN2Yy9nZW4vY29ubmVjdG9yL3YxO2Nvbm5lY3RvcnYxYgZwcm90bzM", [file_connector_v1_connector, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Content is one item of a tool result.
@@ -420,6 +420,28 @@ export type ToolCall = Message<"connector.v1.ToolCall"> & {
    * @generated from field: bool pending = 9;
    */
   pending: boolean;
+
+  /**
+   * What the server asked the user during the call, with the answers.
+   *
+   * @generated from field: repeated connector.v1.InputRequest inputs = 10;
+   */
+  inputs: InputRequest[];
+
+  /**
+   * Sampling requests the server made during the call, each answered (or
+   * refused) by the connector's model.
+   *
+   * @generated from field: repeated connector.v1.SamplingCall samplings = 11;
+   */
+  samplings: SamplingCall[];
+
+  /**
+   * The call ran as an MCP task (its tool requires it): the server's id.
+   *
+   * @generated from field: string task_id = 12;
+   */
+  taskId: string;
 };
 
 /**
@@ -659,6 +681,13 @@ export type QueryResult = Message<"connector.v1.QueryResult"> & {
    * @generated from field: connector.v1.AuthorizationRequired authorization = 17;
    */
   authorization?: AuthorizationRequired | undefined;
+
+  /**
+   * AWAITING_INPUT: what the server asks the user, one answer each.
+   *
+   * @generated from field: repeated connector.v1.InputRequest input_requests = 18;
+   */
+  inputRequests: InputRequest[];
 };
 
 /**
@@ -667,6 +696,279 @@ export type QueryResult = Message<"connector.v1.QueryResult"> & {
  */
 export const QueryResultSchema: GenMessage<QueryResult> = /*@__PURE__*/
   messageDesc(file_connector_v1_query, 14);
+
+/**
+ * InputRequest is what an MCP server asks the user in the middle of a tool
+ * call. Show the server's name and message, offer decline and cancel, and
+ * for a URL show the whole URL with url_host highlighted and open it only
+ * with the user's consent.
+ *
+ * @generated from message connector.v1.InputRequest
+ */
+export type InputRequest = Message<"connector.v1.InputRequest"> & {
+  /**
+   * What the answer names (InputAnswer.input_id).
+   *
+   * @generated from field: string input_id = 1;
+   */
+  inputId: string;
+
+  /**
+   * @generated from field: string connector_id = 2;
+   */
+  connectorId: string;
+
+  /**
+   * The connector's name: which server asks.
+   *
+   * @generated from field: string server = 3;
+   */
+  server: string;
+
+  /**
+   * The tool call that asked, and its step in the run.
+   *
+   * @generated from field: string call_id = 4;
+   */
+  callId: string;
+
+  /**
+   * @generated from field: string tool = 5;
+   */
+  tool: string;
+
+  /**
+   * @generated from field: int32 step_index = 6;
+   */
+  stepIndex: number;
+
+  /**
+   * @generated from field: connector.v1.InputMode mode = 7;
+   */
+  mode: InputMode;
+
+  /**
+   * @generated from field: string message = 8;
+   */
+  message: string;
+
+  /**
+   * FORM: the JSON schema the content must match.
+   *
+   * @generated from field: google.protobuf.Struct requested_schema = 9;
+   */
+  requestedSchema?: JsonObject | undefined;
+
+  /**
+   * URL: where the user goes, and that URL's host.
+   *
+   * @generated from field: string url = 10;
+   */
+  url: string;
+
+  /**
+   * @generated from field: string url_host = 11;
+   */
+  urlHost: string;
+
+  /**
+   * SAMPLING: the request the model would answer.
+   *
+   * @generated from field: connector.v1.SamplingRequest sampling = 12;
+   */
+  sampling?: SamplingRequest | undefined;
+
+  /**
+   * When the request is answered "cancel" if nobody answers it: the
+   * connection's limit for a server that waits on an open call. Unset when
+   * the pause is durable (the server's protocol lets the call be retried
+   * later, also after a restart): the run then expires as an approval does.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 13;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * The pause outlives the tool call: the call is retried with the answer.
+   *
+   * @generated from field: bool durable = 14;
+   */
+  durable: boolean;
+
+  /**
+   * Output only, in records: how it was answered.
+   *
+   * @generated from field: connector.v1.InputAnswer answer = 15;
+   */
+  answer?: InputAnswer | undefined;
+};
+
+/**
+ * Describes the message connector.v1.InputRequest.
+ * Use `create(InputRequestSchema)` to create a new message.
+ */
+export const InputRequestSchema: GenMessage<InputRequest> = /*@__PURE__*/
+  messageDesc(file_connector_v1_query, 15);
+
+/**
+ * InputAnswer answers one InputRequest.
+ *
+ * @generated from message connector.v1.InputAnswer
+ */
+export type InputAnswer = Message<"connector.v1.InputAnswer"> & {
+  /**
+   * @generated from field: string input_id = 1;
+   */
+  inputId: string;
+
+  /**
+   * @generated from field: connector.v1.InputAction action = 2;
+   */
+  action: InputAction;
+
+  /**
+   * ACCEPT of a FORM: checked against the requested schema before the
+   * server sees it (INVALID_ARGUMENT names the field).
+   *
+   * @generated from field: google.protobuf.Struct content = 3;
+   */
+  content?: JsonObject | undefined;
+
+  /**
+   * Output only.
+   *
+   * @generated from field: google.protobuf.Timestamp answer_time = 4;
+   */
+  answerTime?: Timestamp | undefined;
+
+  /**
+   * Output only: who answered (ResumeQuery's actor_id).
+   *
+   * @generated from field: string actor_id = 5;
+   */
+  actorId: string;
+};
+
+/**
+ * Describes the message connector.v1.InputAnswer.
+ * Use `create(InputAnswerSchema)` to create a new message.
+ */
+export const InputAnswerSchema: GenMessage<InputAnswer> = /*@__PURE__*/
+  messageDesc(file_connector_v1_query, 16);
+
+/**
+ * SamplingRequest is what a server asked the connector's model, as shown
+ * for approval and kept in the run's record (messages as text excerpts).
+ *
+ * @generated from message connector.v1.SamplingRequest
+ */
+export type SamplingRequest = Message<"connector.v1.SamplingRequest"> & {
+  /**
+   * @generated from field: string system_prompt = 1;
+   */
+  systemPrompt: string;
+
+  /**
+   * @generated from field: repeated string messages = 2;
+   */
+  messages: string[];
+
+  /**
+   * @generated from field: int32 max_tokens = 3;
+   */
+  maxTokens: number;
+
+  /**
+   * @generated from field: repeated string tools = 4;
+   */
+  tools: string[];
+};
+
+/**
+ * Describes the message connector.v1.SamplingRequest.
+ * Use `create(SamplingRequestSchema)` to create a new message.
+ */
+export const SamplingRequestSchema: GenMessage<SamplingRequest> = /*@__PURE__*/
+  messageDesc(file_connector_v1_query, 17);
+
+/**
+ * SamplingCall is one sampling request served for a tool call of a run: a
+ * step of its own in the run's record.
+ *
+ * @generated from message connector.v1.SamplingCall
+ */
+export type SamplingCall = Message<"connector.v1.SamplingCall"> & {
+  /**
+   * The tool call during which the server asked.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * @generated from field: string tool = 2;
+   */
+  tool: string;
+
+  /**
+   * @generated from field: string model = 3;
+   */
+  model: string;
+
+  /**
+   * @generated from field: int32 messages = 4;
+   */
+  messages: number;
+
+  /**
+   * @generated from field: int64 prompt_tokens = 5;
+   */
+  promptTokens: bigint;
+
+  /**
+   * @generated from field: int64 completion_tokens = 6;
+   */
+  completionTokens: bigint;
+
+  /**
+   * endTurn, maxTokens, stopSequence or toolUse.
+   *
+   * @generated from field: string stop_reason = 7;
+   */
+  stopReason: string;
+
+  /**
+   * Tools the model asked the server to run (never run by the service).
+   *
+   * @generated from field: repeated string tool_uses = 8;
+   */
+  toolUses: string[];
+
+  /**
+   * Why it was refused or failed (over a budget, declined, the model
+   * failed); empty when answered.
+   *
+   * @generated from field: string error = 9;
+   */
+  error: string;
+
+  /**
+   * @generated from field: google.protobuf.Duration duration = 10;
+   */
+  duration?: Duration | undefined;
+
+  /**
+   * @generated from field: string result_excerpt = 11;
+   */
+  resultExcerpt: string;
+};
+
+/**
+ * Describes the message connector.v1.SamplingCall.
+ * Use `create(SamplingCallSchema)` to create a new message.
+ */
+export const SamplingCallSchema: GenMessage<SamplingCall> = /*@__PURE__*/
+  messageDesc(file_connector_v1_query, 18);
 
 /**
  * AuthorizationRequired says a user must authorize the service on a
@@ -735,7 +1037,7 @@ export type AuthorizationRequired = Message<"connector.v1.AuthorizationRequired"
  * Use `create(AuthorizationRequiredSchema)` to create a new message.
  */
 export const AuthorizationRequiredSchema: GenMessage<AuthorizationRequired> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 15);
+  messageDesc(file_connector_v1_query, 19);
 
 /**
  * ApprovalRequired is sent when a run pauses for approval.
@@ -764,7 +1066,7 @@ export type ApprovalRequired = Message<"connector.v1.ApprovalRequired"> & {
  * Use `create(ApprovalRequiredSchema)` to create a new message.
  */
 export const ApprovalRequiredSchema: GenMessage<ApprovalRequired> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 16);
+  messageDesc(file_connector_v1_query, 20);
 
 /**
  * QueryRun is the record of one query run.
@@ -844,7 +1146,7 @@ export type QueryRun = Message<"connector.v1.QueryRun"> & {
  * Use `create(QueryRunSchema)` to create a new message.
  */
 export const QueryRunSchema: GenMessage<QueryRun> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 17);
+  messageDesc(file_connector_v1_query, 21);
 
 /**
  * StepPlanned is sent when the model asks for a turn of tool calls.
@@ -863,7 +1165,7 @@ export type StepPlanned = Message<"connector.v1.StepPlanned"> & {
  * Use `create(StepPlannedSchema)` to create a new message.
  */
 export const StepPlannedSchema: GenMessage<StepPlanned> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 18);
+  messageDesc(file_connector_v1_query, 22);
 
 /**
  * ToolCallStarted is sent when a tool call begins.
@@ -887,7 +1189,7 @@ export type ToolCallStarted = Message<"connector.v1.ToolCallStarted"> & {
  * Use `create(ToolCallStartedSchema)` to create a new message.
  */
 export const ToolCallStartedSchema: GenMessage<ToolCallStarted> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 19);
+  messageDesc(file_connector_v1_query, 23);
 
 /**
  * ToolCallProgress is sent for each progress notification the MCP server
@@ -925,7 +1227,7 @@ export type ToolCallProgress = Message<"connector.v1.ToolCallProgress"> & {
  * Use `create(ToolCallProgressSchema)` to create a new message.
  */
 export const ToolCallProgressSchema: GenMessage<ToolCallProgress> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 20);
+  messageDesc(file_connector_v1_query, 24);
 
 /**
  * ToolCallFinished is sent when a tool call ends.
@@ -949,7 +1251,7 @@ export type ToolCallFinished = Message<"connector.v1.ToolCallFinished"> & {
  * Use `create(ToolCallFinishedSchema)` to create a new message.
  */
 export const ToolCallFinishedSchema: GenMessage<ToolCallFinished> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 21);
+  messageDesc(file_connector_v1_query, 25);
 
 /**
  * AnswerReady is sent when the answer is known, before the final result.
@@ -968,7 +1270,7 @@ export type AnswerReady = Message<"connector.v1.AnswerReady"> & {
  * Use `create(AnswerReadySchema)` to create a new message.
  */
 export const AnswerReadySchema: GenMessage<AnswerReady> = /*@__PURE__*/
-  messageDesc(file_connector_v1_query, 22);
+  messageDesc(file_connector_v1_query, 26);
 
 /**
  * QueryStatus is how a query run ended.
@@ -1041,6 +1343,14 @@ export enum QueryStatus {
    * @generated from enum value: QUERY_STATUS_AWAITING_AUTHORIZATION = 8;
    */
   AWAITING_AUTHORIZATION = 8,
+
+  /**
+   * A server asked the user for input in the middle of a tool call
+   * (QueryResult.input_requests); ResumeQuery carries the answers.
+   *
+   * @generated from enum value: QUERY_STATUS_AWAITING_INPUT = 9;
+   */
+  AWAITING_INPUT = 9,
 }
 
 /**
@@ -1087,4 +1397,86 @@ export enum DecisionKind {
  */
 export const DecisionKindSchema: GenEnum<DecisionKind> = /*@__PURE__*/
   enumDesc(file_connector_v1_query, 1);
+
+/**
+ * InputMode is how a server asks for input.
+ *
+ * @generated from enum connector.v1.InputMode
+ */
+export enum InputMode {
+  /**
+   * @generated from enum value: INPUT_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Fill in a form: requested_schema is a flat object of strings, numbers,
+   * booleans and enums.
+   *
+   * @generated from enum value: INPUT_MODE_FORM = 1;
+   */
+  FORM = 1,
+
+  /**
+   * Open a URL (the server's page, for example a third party's login); the
+   * service never fetches it.
+   *
+   * @generated from enum value: INPUT_MODE_URL = 2;
+   */
+  URL = 2,
+
+  /**
+   * Let the connector's model answer a sampling request (sampling policy
+   * APPROVE): sampling says what would be sent.
+   *
+   * @generated from enum value: INPUT_MODE_SAMPLING = 3;
+   */
+  SAMPLING = 3,
+}
+
+/**
+ * Describes the enum connector.v1.InputMode.
+ */
+export const InputModeSchema: GenEnum<InputMode> = /*@__PURE__*/
+  enumDesc(file_connector_v1_query, 2);
+
+/**
+ * InputAction is the user's answer to an input request.
+ *
+ * @generated from enum connector.v1.InputAction
+ */
+export enum InputAction {
+  /**
+   * @generated from enum value: INPUT_ACTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * FORM: content is sent to the server; URL: the user opened the URL (or
+   * is done there); SAMPLING: the model may answer.
+   *
+   * @generated from enum value: INPUT_ACTION_ACCEPT = 1;
+   */
+  ACCEPT = 1,
+
+  /**
+   * The user said no.
+   *
+   * @generated from enum value: INPUT_ACTION_DECLINE = 2;
+   */
+  DECLINE = 2,
+
+  /**
+   * The user dismissed it without choosing.
+   *
+   * @generated from enum value: INPUT_ACTION_CANCEL = 3;
+   */
+  CANCEL = 3,
+}
+
+/**
+ * Describes the enum connector.v1.InputAction.
+ */
+export const InputActionSchema: GenEnum<InputAction> = /*@__PURE__*/
+  enumDesc(file_connector_v1_query, 3);
 
