@@ -13,6 +13,7 @@ package ask
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -135,6 +136,10 @@ func From(ctx context.Context) (Asker, Call, bool) {
 type InputRequiredError struct {
 	Inputs       []Input
 	RequestState string
+	// Served are the answers to the round's other input requests that
+	// need nobody (sampling, served by the model at once), by the server's
+	// key: the retry sends them back with the user's answers.
+	Served map[string]json.RawMessage `json:",omitempty"`
 }
 
 func (e *InputRequiredError) Error() string {
@@ -145,7 +150,8 @@ func (e *InputRequiredError) Error() string {
 // with.
 type Retry struct {
 	RequestState string
-	Answers      map[string]Answer // by Input.ID
+	Answers      map[string]Answer          // by Input.ID
+	Served       map[string]json.RawMessage // InputRequiredError.Served, sent back as they are
 }
 
 // URLRequiredError is a classic server's -32042: the user must open the
