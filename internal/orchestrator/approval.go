@@ -13,6 +13,8 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/connector-svc/connector-svc/internal/ask"
 )
 
 // A tool whose Tool.RequiresApproval is set does not run when the model
@@ -75,6 +77,11 @@ type State struct {
 	// turn's calls to run then, by index.
 	Decided  bool
 	Approved []int
+	// Durable are the paused turn's calls that ended needing the user's
+	// input (StatusAwaitingInput), by call id; Retries, once answered
+	// (Answered), what each is sent again with.
+	Durable map[string]DurableCall `json:",omitempty"`
+	Retries map[string]*ask.Retry  `json:",omitempty"`
 }
 
 // EncodeState writes a paused run's state as JSON.
@@ -103,7 +110,7 @@ func (r *run) pause(ctx context.Context, msgs []openai.ChatCompletionMessage, tu
 	step := r.res.Steps[len(r.res.Steps)-1]
 	r.res.Pending = nil
 	for _, c := range step.Calls {
-		if !c.Pending || c.AwaitsAuthorization {
+		if !c.Pending || c.AwaitsAuthorization || c.AwaitsInput {
 			continue
 		}
 		t := r.conn.tools[c.Tool]
@@ -111,14 +118,25 @@ func (r *run) pause(ctx context.Context, msgs []openai.ChatCompletionMessage, tu
 			Annotations: t.Annotations, Reasoning: step.Reasoning})
 	}
 	r.res.Status, r.res.Answer = StatusAwaitingApproval, ""
-	if r.res.Authorization != nil {
+	switch {
+	case r.res.Authorization != nil:
 		// The caller says where the user authorizes (it starts that).
 		r.res.Status = StatusAwaitingAuthorization
+	case len(r.res.Pending) == 0 && len(r.res.Inputs) > 0:
+		r.res.Status = StatusAwaitingInput
 	}
 	state := &State{Messages: msgs, Turn: turn, Used: r.used, Outputs: outputs}
+	if r.res.Status == StatusAwaitingInput {
+		state.Durable = r.durable
+	} else {
+		r.res.Inputs = nil
+	}
 	r.res.State = state
-	if r.res.Status == StatusAwaitingApproval {
+	switch r.res.Status {
+	case StatusAwaitingApproval:
 		r.emit(Event{Kind: EventApprovalRequired, Pending: r.res.Pending})
+	case StatusAwaitingInput:
+		r.emit(Event{Kind: EventInputRequired, Index: step.Index, Inputs: r.res.Inputs})
 	}
 	// The state holds the result as it is now, without itself.
 	state.Result = *r.res
@@ -217,7 +235,8 @@ func (a *Agent) Resume(ctx context.Context, req Request, st *State, emit func(Ev
 		return nil, errors.New("resume: the paused run has no decisions")
 	}
 	res := st.Result
-	r := &run{agent: a, req: req, conn: req.Connector, emit: serialize(emit), res: &res, used: st.Used, progress: emit != nil}
+	r := &run{agent: a, req: req, conn: req.Connector, emit: serialize(emit), res: &res, used: st.Used, progress: emit != nil,
+		retries: st.Retries}
 	return a.execute(ctx, "connector.query.resume", r, func(ctx context.Context) (*Result, error) {
 		r.restoreTools()
 		r.res.Pending, r.res.State = nil, nil

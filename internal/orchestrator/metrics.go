@@ -28,7 +28,7 @@ func newCounters(mp metric.MeterProvider) counters {
 	var c counters
 	c.queries, _ = m.Int64Counter("connector.queries", metric.WithUnit("{query}"),
 		metric.WithDescription("Query runs and resumes of paused runs, by how they ended: completed, budget_exhausted, planned, "+
-			"awaiting_approval, timeout, canceled or failed."))
+			"awaiting_approval, awaiting_authorization, awaiting_input, timeout, canceled or failed."))
 	c.narrowed, _ = m.Int64Counter("connector.queries.narrowed", metric.WithUnit("{query}"),
 		metric.WithDescription("Query runs that offered the model a selection of the connector's tools, not all of them."))
 	c.searches, _ = m.Int64Counter("connector.search_tools.calls", metric.WithUnit("{call}"),
@@ -67,6 +67,10 @@ func runStatus(res *Result, err error) string {
 		return "planned"
 	case StatusAwaitingApproval:
 		return "awaiting_approval"
+	case StatusAwaitingAuthorization:
+		return "awaiting_authorization"
+	case StatusAwaitingInput:
+		return "awaiting_input"
 	}
 	return "failed"
 }

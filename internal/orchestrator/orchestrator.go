@@ -24,6 +24,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/connector-svc/connector-svc/internal/ask"
 )
 
 // ChatModel answers chat completion requests. It is an interface here so
@@ -51,6 +53,9 @@ type CallOptions struct {
 	// update reaches it, in order, before CallTool returns and never
 	// after.
 	Progress func(Progress)
+	// Retry, when set, sends again a call that ended needing the user's
+	// input (ask.InputRequiredError), with the answers.
+	Retry *ask.Retry
 }
 
 // Progress is one progress update that a server sent for a running tool
@@ -137,6 +142,13 @@ type Request struct {
 	// reaches the ToolCaller, and may wait (the connector's rate limit);
 	// an error fails that call as the ToolCaller's would.
 	Throttle func(ctx context.Context) error
+	// Inputs answers what a server asks the user while a tool call is
+	// open (see inputs.go); nil: nobody can be asked, and the server gets
+	// an error.
+	Inputs InputBroker
+	// SamplingBudget is the run's sampling budget (ask.Asker.Sampling);
+	// nil for none.
+	SamplingBudget *ask.Budget
 }
 
 // Status is how a run ended.
@@ -152,6 +164,12 @@ const (
 	// met an AuthorizationError (Result.Authorization says why); they run
 	// again when the run is resumed (State.Authorized).
 	StatusAwaitingAuthorization
+	// StatusAwaitingInput: paused because a server asked the user for
+	// input (Result.Inputs). A durable pause (the calls ended, State says
+	// how to retry them) goes on with State.Answered and Resume; a live
+	// one is still running, its tool call open, until the InputBroker
+	// answers.
+	StatusAwaitingInput
 )
 
 // AuthorizationError is what a ToolCaller returns for a call that cannot
@@ -189,6 +207,15 @@ type Call struct {
 	// AwaitsAuthorization marks a pending call that met an
 	// AuthorizationError: it runs again when the run is resumed.
 	AwaitsAuthorization bool `json:",omitempty"`
+	// AwaitsInput marks a pending call that ended needing the user's
+	// input: it runs again, with the answers, when the run is resumed.
+	AwaitsInput bool `json:",omitempty"`
+	// Inputs are what its server asked the user during the call, with
+	// the answers; Samplings, the sampling requests it made.
+	Inputs    []Input              `json:",omitempty"`
+	Samplings []ask.SamplingRecord `json:",omitempty"`
+	// TaskID is the server's id of the task the call ran as, if it did.
+	TaskID string `json:",omitempty"`
 }
 
 // Step is one model turn with tool calls.
@@ -239,6 +266,9 @@ type Result struct {
 	// Authorization says why a run awaits authorization
 	// (StatusAwaitingAuthorization).
 	Authorization *AuthorizationNeed `json:",omitempty"`
+	// Inputs are the requests a run awaiting input waits on
+	// (StatusAwaitingInput).
+	Inputs []Input `json:",omitempty"`
 }
 
 // EventKind says what an Event reports.
@@ -252,6 +282,7 @@ const (
 	EventToolCallFinished
 	EventAnswer
 	EventApprovalRequired // the run paused; Event.Pending says for what
+	EventInputRequired    // a server asks the user; Event.Inputs says what
 )
 
 // Event is progress of a run, for streaming.
@@ -267,6 +298,9 @@ type Event struct {
 
 	// Pending are the calls of an EventApprovalRequired.
 	Pending []PendingCall
+
+	// Inputs are the requests of an EventInputRequired.
+	Inputs []Input
 }
 
 // Agent runs queries. Safe for concurrent use.
@@ -377,8 +411,7 @@ type run struct {
 	conn  *Connector
 	emit  func(Event)
 	res   *Result
-	used  int        // tool calls run so far
-	ctxMu sync.Mutex // guards res.Contexts during a step
+	used  int // tool calls run so far
 
 	// The tools offered (see narrow.go): the prompt's head and the
 	// definitions the model gets; offered is nil when all are.
@@ -388,6 +421,20 @@ type run struct {
 
 	// progress asks tool calls for progress: someone listens to events.
 	progress bool
+
+	// mu guards what the calls of a step record while they run (their
+	// inputs, samplings, contexts, the usage they add) and the step
+	// itself while it runs (current), so that a live pause can take a
+	// snapshot.
+	mu        sync.Mutex
+	current   *Step
+	inputs    map[string][]Input
+	samplings map[string][]ask.SamplingRecord
+	timedOut  map[string]bool
+	durable   map[string]DurableCall
+	// retries are the calls of the paused step to send again with the
+	// user's answers (State.Answered), by call id.
+	retries map[string]*ask.Retry
 }
 
 // chat sends one request to the model in its own span and counts tokens.
@@ -409,9 +456,11 @@ func (r *run) chat(ctx context.Context, msgs []openai.ChatCompletionMessage, wit
 		span.SetStatus(codes.Error, err.Error())
 		return openai.ChatCompletionMessage{}, err
 	}
+	r.mu.Lock()
 	r.res.Usage.PromptTokens += int64(resp.Usage.PromptTokens)
 	r.res.Usage.CompletionTokens += int64(resp.Usage.CompletionTokens)
 	r.res.Usage.TotalTokens += int64(resp.Usage.TotalTokens)
+	r.mu.Unlock()
 	span.SetAttributes(attribute.Int("llm.prompt_tokens", resp.Usage.PromptTokens), attribute.Int("llm.completion_tokens", resp.Usage.CompletionTokens))
 	return resp.Choices[0].Message, nil
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/connector-svc/connector-svc/internal/ask"
 )
 
 // step checks and runs the tool calls of model turn index, msg, and
@@ -60,6 +62,7 @@ func (r *run) step(ctx context.Context, index int, msg openai.ChatCompletionMess
 		return nil, nil, err
 	}
 	pending = r.awaitAuthorization(&step, outputs, pending)
+	pending = r.awaitInput(&step, outputs, pending)
 	r.res.Steps = append(r.res.Steps, step)
 	return outputs, pending, nil
 }
@@ -103,8 +106,8 @@ func (r *run) awaitAuthorization(step *Step, outputs []string, pending []int) []
 // authorization: the first reason met, and every scope asked for. Calls
 // of a step run concurrently.
 func (r *run) needAuthorization(e *AuthorizationError) {
-	r.ctxMu.Lock()
-	defer r.ctxMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.res.Authorization == nil {
 		r.res.Authorization = &AuthorizationNeed{Reason: e.Reason}
 	}
@@ -118,6 +121,14 @@ func (r *run) needAuthorization(e *AuthorizationError) {
 // runCalls runs the calls of step at indexes, concurrently, and puts what
 // the model sees of each into outputs.
 func (r *run) runCalls(ctx context.Context, step *Step, outputs []string, indexes []int) error {
+	r.mu.Lock()
+	r.current = step
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.current = nil
+		r.mu.Unlock()
+	}()
 	var wg sync.WaitGroup
 	var panicked atomic.Bool
 	for _, i := range indexes {
@@ -130,9 +141,16 @@ func (r *run) runCalls(ctx context.Context, step *Step, outputs []string, indexe
 					panicked.Store(true)
 				}
 			}()
-			r.emit(Event{Kind: EventToolCallStarted, Index: step.Index, Call: step.Calls[i]})
-			outputs[i], step.Calls[i] = r.runCall(ctx, step.Calls[i], r.callOptions(step.Index, step.Calls[i]))
-			r.emit(Event{Kind: EventToolCallFinished, Index: step.Index, Call: step.Calls[i]})
+			r.mu.Lock()
+			c := step.Calls[i]
+			r.mu.Unlock()
+			r.emit(Event{Kind: EventToolCallStarted, Index: step.Index, Call: c})
+			cctx := ask.With(ctx, r.asker(step.Index, c), ask.Call{ID: c.ID, Tool: c.Tool})
+			out, c := r.runCall(cctx, step.Index, c, r.callOptions(step.Index, c))
+			r.mu.Lock()
+			outputs[i], step.Calls[i] = out, c
+			r.mu.Unlock()
+			r.emit(Event{Kind: EventToolCallFinished, Index: step.Index, Call: c})
 		}()
 	}
 	wg.Wait()
@@ -222,7 +240,7 @@ func decodeArguments(raw string) (map[string]any, error) {
 // update. The ToolCaller calls back before the call returns, so every
 // update comes before the call's finished event.
 func (r *run) callOptions(index int, call Call) CallOptions {
-	opts := CallOptions{Session: r.req.Session, UserID: r.req.UserID}
+	opts := CallOptions{Session: r.req.Session, UserID: r.req.UserID, Retry: r.retries[call.ID]}
 	if r.progress {
 		opts.Progress = func(p Progress) {
 			r.emit(Event{Kind: EventToolCallProgress, Index: index, Call: call, Progress: p})
@@ -232,7 +250,7 @@ func (r *run) callOptions(index int, call Call) CallOptions {
 }
 
 // runCall runs one tool and returns what the model sees and the traced call.
-func (r *run) runCall(ctx context.Context, call Call, opts CallOptions) (string, Call) {
+func (r *run) runCall(ctx context.Context, index int, call Call, opts CallOptions) (string, Call) {
 	var res *mcp.CallToolResult
 	var err error
 	if r.req.Throttle != nil {
@@ -243,9 +261,17 @@ func (r *run) runCall(ctx context.Context, call Call, opts CallOptions) (string,
 		res, err = r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments, opts)
 	}
 	call.Duration = time.Since(start)
+	timedOut := r.recorded(&call)
 	var text string
 	var authErr *AuthorizationError
+	var inputErr *ask.InputRequiredError
+	var urlErr *ask.URLRequiredError
 	switch {
+	case errors.As(err, &inputErr), errors.As(err, &urlErr):
+		// The call ended: it is sent again once the user answered.
+		call.IsError = true
+		text = "Error: the tool call needs the user's input: " + err.Error()
+		r.needInput(index, &call, err)
 	case errors.As(err, &authErr):
 		call.IsError, call.AwaitsAuthorization = true, true
 		text = "Error: the tool call failed: " + err.Error()
@@ -261,6 +287,9 @@ func (r *run) runCall(ctx context.Context, call Call, opts CallOptions) (string,
 			text = "Error: " + text
 		}
 		r.addContext(call.Tool, res)
+	}
+	if timedOut {
+		text = withNote(text)
 	}
 	call.ResultExcerpt = Truncate(text, r.agent.cfg.ExcerptSize)
 	return Truncate(text, r.agent.cfg.ResultLimit), call
@@ -279,9 +308,9 @@ func (r *run) addContext(tool string, res *mcp.CallToolResult) {
 	}
 	if c.StructuredContent != nil || len(c.ResourceLinks) > 0 {
 		// Tool calls of one step run concurrently.
-		r.ctxMu.Lock()
+		r.mu.Lock()
 		r.res.Contexts = append(r.res.Contexts, c)
-		r.ctxMu.Unlock()
+		r.mu.Unlock()
 	}
 }
 
