@@ -58,10 +58,10 @@ type InputBroker interface {
 // answers to its inputs (by the server's key, Keys maps the run's input
 // ids to them); a URL one (a -32042) plainly, once the user accepted.
 type DurableCall struct {
-	RequestState string            `json:",omitempty"`
+	RequestState string                     `json:",omitempty"`
 	Served       map[string]json.RawMessage `json:",omitempty"`
-	Keys         map[string]string `json:",omitempty"`
-	URL          bool              `json:",omitempty"`
+	Keys         map[string]string          `json:",omitempty"`
+	URL          bool                       `json:",omitempty"`
 }
 
 // timedOutNote is what the model reads after the output of a call whose

@@ -46,7 +46,7 @@ func (a *askingTools) CallTool(ctx context.Context, _ int64, name string, _ map[
 	switch a.mode {
 	case "live":
 		ans, err := asker.Elicit(ctx, call, ask.Input{Mode: ask.ModeForm, Message: "Which date?",
-			Schema: map[string]any{"type": "object", "properties": map[string]any{"date": map[string]any{"type": "string"}}},
+			Schema:   map[string]any{"type": "object", "properties": map[string]any{"date": map[string]any{"type": "string"}}},
 			Deadline: time.Now().Add(500 * time.Millisecond)})
 		if err != nil {
 			return nil, err
