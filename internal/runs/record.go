@@ -35,6 +35,7 @@ var statuses = map[orchestrator.Status]string{
 	orchestrator.StatusPlanned:               store.RunPlanned,
 	orchestrator.StatusAwaitingApproval:      store.RunAwaitingApproval,
 	orchestrator.StatusAwaitingAuthorization: store.RunAwaitingAuthorization,
+	orchestrator.StatusAwaitingInput:         store.RunAwaitingInput,
 }
 
 // Record is the row of a run of the connector named name that ended with
@@ -58,7 +59,8 @@ func Record(base *store.Run, name string, res *orchestrator.Result, runErr error
 	switch {
 	case runErr != nil:
 		rec.Status, rec.Error, rec.FinishedAt = store.RunFailed, errMsg, &now
-	case res.Status == orchestrator.StatusAwaitingApproval, res.Status == orchestrator.StatusAwaitingAuthorization:
+	case res.Status == orchestrator.StatusAwaitingApproval, res.Status == orchestrator.StatusAwaitingAuthorization,
+		res.Status == orchestrator.StatusAwaitingInput:
 		rec.Status = statuses[res.Status]
 		if rec.State, err = orchestrator.EncodeState(res.State); err != nil {
 			return nil, err
@@ -68,6 +70,23 @@ func Record(base *store.Run, name string, res *orchestrator.Result, runErr error
 	default:
 		rec.Status, rec.FinishedAt = statuses[res.Status], &now
 	}
+	return &rec, nil
+}
+
+// RecordLive is the row of a run of the connector named name paused live
+// for input: its tool call is open on replica, which holds the run (its
+// heartbeat goes on), until expires, the input's deadline. snapshot is
+// the run so far; it has no state: only that replica can go on with it.
+func RecordLive(base *store.Run, name string, snapshot *orchestrator.Result, expires time.Time, replica string) (*store.Run, error) {
+	rec := *base
+	b, err := TraceJSON(name, snapshot)
+	if err != nil {
+		return nil, err
+	}
+	rec.Trace, rec.State, rec.FinishedAt = b, nil, nil
+	rec.Status, rec.Answer, rec.Duration = store.RunAwaitingInput, "", snapshot.Duration
+	rec.PromptTokens, rec.CompletionTokens = snapshot.Usage.PromptTokens, snapshot.Usage.CompletionTokens
+	rec.ExpiresAt, rec.HeldBy = &expires, replica
 	return &rec, nil
 }
 
@@ -85,7 +104,8 @@ func (l *Log) Keep(ctx context.Context, rec *store.Run, resumed bool) error {
 		return nil
 	}
 	err := l.Save(ctx, rec)
-	if err != nil && rec.Status != store.RunAwaitingApproval && rec.Status != store.RunAwaitingAuthorization {
+	if err != nil && rec.Status != store.RunAwaitingApproval && rec.Status != store.RunAwaitingAuthorization &&
+		rec.Status != store.RunAwaitingInput {
 		l.Add(rec)
 	}
 	return err

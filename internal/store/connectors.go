@@ -162,7 +162,10 @@ type Counters struct {
 	Calls, Errors, Reconnects, Reinitializations int64
 	Queries, QueryErrors                         int64
 	PromptTokens, CompletionTokens               int64
-	LastUsedAt                                   *time.Time
+	// Inputs are the inputs its servers asked of users; Samplings, the
+	// sampling requests its model answered for them.
+	Inputs, Samplings int64
+	LastUsedAt        *time.Time
 }
 
 // connectorColumns is what scanConnector reads; the table is aliased c.
@@ -171,6 +174,7 @@ const connectorColumns = `c.id, c.workspace_id, c.external_id, c.name, c.descrip
 	c.health_state, c.last_error, c.latency_ms, c.checked_at, c.protocol_version,
 	c.call_count, c.error_count, c.reconnect_count, c.reinitialize_count,
 	c.query_count, c.query_error_count, c.prompt_tokens, c.completion_tokens, c.last_used_at,
+	c.input_count, c.sampling_count,
 	(SELECT count(*) FROM tools t WHERE t.connector_id = c.id AND t.listed),
 	c.config_version, c.created_at, c.updated_at`
 
@@ -182,7 +186,7 @@ func scanConnector(row pgx.Row) (*Connector, error) {
 		&c.Health.State, &c.Health.LastError, &latencyMS, &c.Health.CheckedAt, &c.Health.ProtocolVersion,
 		&c.Counters.Calls, &c.Counters.Errors, &c.Counters.Reconnects, &c.Counters.Reinitializations,
 		&c.Counters.Queries, &c.Counters.QueryErrors, &c.Counters.PromptTokens, &c.Counters.CompletionTokens,
-		&c.Counters.LastUsedAt,
+		&c.Counters.LastUsedAt, &c.Counters.Inputs, &c.Counters.Samplings,
 		&c.ToolCount, &c.ConfigVersion, &c.CreatedAt, &c.UpdatedAt)
 	if err != nil {
 		return nil, err
@@ -418,10 +422,11 @@ func (db *DB) AddCounters(ctx context.Context, id int64, d Counters) error {
 			reconnect_count = reconnect_count + $4, reinitialize_count = reinitialize_count + $5,
 			query_count = query_count + $6, query_error_count = query_error_count + $7,
 			prompt_tokens = prompt_tokens + $8, completion_tokens = completion_tokens + $9,
-			last_used_at = greatest(last_used_at, $10)
+			last_used_at = greatest(last_used_at, $10),
+			input_count = input_count + $11, sampling_count = sampling_count + $12
 		WHERE id = $1`,
 		id, d.Calls, d.Errors, d.Reconnects, d.Reinitializations, d.Queries, d.QueryErrors,
-		d.PromptTokens, d.CompletionTokens, d.LastUsedAt)
+		d.PromptTokens, d.CompletionTokens, d.LastUsedAt, d.Inputs, d.Samplings)
 	if err != nil {
 		return fmt.Errorf("add counters of connector %d: %w", id, err)
 	}

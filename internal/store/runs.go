@@ -16,7 +16,7 @@ var (
 	ErrRunNotFound = fmt.Errorf("query run %w", ErrNotFound)
 	// ErrRunNotPending means a run is not awaiting approval (any more): it
 	// finished, expired, or another resume claimed it first.
-	ErrRunNotPending = errors.New("the query run is not awaiting approval or authorization")
+	ErrRunNotPending = errors.New("the query run is not awaiting approval, authorization or input")
 )
 
 // Run statuses.
@@ -28,6 +28,11 @@ const (
 	// RunAwaitingAuthorization: the run's user must authorize the
 	// connector (OAuth) before it goes on.
 	RunAwaitingAuthorization = "awaiting_authorization"
+	// RunAwaitingInput: an MCP server asked the run's user for input in
+	// the middle of a tool call. Held by a replica (HeldBy), the pause is
+	// live: the call is open there. Otherwise it is durable, and any
+	// replica resumes it as an approval.
+	RunAwaitingInput = "awaiting_input"
 	RunRunning               = "running" // a resumed run, until it ends or pauses again
 	RunExpired               = "expired"
 	RunFailed                = "failed"
@@ -60,13 +65,17 @@ type Run struct {
 	Version    int
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
-	ExpiresAt  *time.Time // while awaiting approval or authorization
+	ExpiresAt  *time.Time // while awaiting approval, authorization or input
 	FinishedAt *time.Time
+	// HeldBy is the replica that runs the run, while it runs there: one
+	// paused live for input is written so, with a heartbeat; empty
+	// otherwise.
+	HeldBy string
 }
 
 const runColumns = `id, workspace_id, coalesce(connector_id, 0), connector_external_id, session_id, user_id, query, context,
 	max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms, version,
-	created_at, updated_at, expires_at, finished_at`
+	created_at, updated_at, expires_at, finished_at, coalesce(held_by, '')`
 
 // listColumns are runColumns without the resume state, which a listing
 // does not show: it is not read at all.
@@ -77,7 +86,7 @@ func scanRun(row pgx.Row) (*Run, error) {
 	var ms int64
 	err := row.Scan(&r.ID, &r.WorkspaceID, &r.ConnectorID, &r.ConnectorExternalID, &r.SessionID, &r.UserID, &r.Query, &r.Context,
 		&r.MaxTools, &r.Status, &r.Answer, &r.Error, &r.Trace, &r.State, &r.PromptTokens, &r.CompletionTokens, &ms,
-		&r.Version, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.FinishedAt)
+		&r.Version, &r.CreatedAt, &r.UpdatedAt, &r.ExpiresAt, &r.FinishedAt, &r.HeldBy)
 	r.Duration = time.Duration(ms) * time.Millisecond
 	return &r, err
 }
@@ -114,18 +123,20 @@ func (db *DB) saveRuns(ctx context.Context, runs []*Run, asyncCommit bool) error
 		batch.Queue(`
 			INSERT INTO query_runs (id, workspace_id, connector_id, connector_external_id, session_id, query, context,
 				max_tools, status, answer, error, trace, state, prompt_tokens, completion_tokens, duration_ms,
-				created_at, expires_at, finished_at, user_id)
+				created_at, expires_at, finished_at, user_id, held_by, heartbeat_at)
 			VALUES ($1, $2, (SELECT id FROM connectors WHERE id = $3), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-				$14, $15, $16, $17, $18, $19, $20)
+				$14, $15, $16, $17, $18, $19, $20, nullif($21, ''), CASE WHEN $21 = '' THEN NULL ELSE now() END)
 			ON CONFLICT (id) DO UPDATE SET
 				status = excluded.status, answer = excluded.answer, error = excluded.error, trace = excluded.trace,
 				state = excluded.state, prompt_tokens = excluded.prompt_tokens,
 				completion_tokens = excluded.completion_tokens, duration_ms = excluded.duration_ms,
 				expires_at = excluded.expires_at, finished_at = excluded.finished_at,
+				held_by = coalesce(excluded.held_by, CASE WHEN excluded.status = 'running' THEN query_runs.held_by END),
+				heartbeat_at = coalesce(excluded.heartbeat_at, CASE WHEN excluded.status = 'running' THEN query_runs.heartbeat_at END),
 				version = query_runs.version + 1, updated_at = now()`,
 			r.ID, r.WorkspaceID, r.ConnectorID, r.ConnectorExternalID, r.SessionID, r.Query, r.Context,
 			r.MaxTools, r.Status, r.Answer, r.Error, trace, nullJSON(r.State), r.PromptTokens, r.CompletionTokens,
-			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt, r.UserID)
+			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt, r.UserID, r.HeldBy)
 	}
 	if asyncCommit {
 		batch.Queue(`COMMIT`)
@@ -155,8 +166,8 @@ func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) 
 
 // ClaimRun marks a paused run running for the one resume that read it at
 // version, with trace, the run's trace with the decisions made, if it is
-// still awaiting approval or authorization at that version and has not
-// expired. Returns
+// still awaiting approval, authorization or (durably: no replica holds
+// it) input at that version and has not expired. Returns
 // ErrRunNotPending otherwise: a concurrent resume claimed it first, or it
 // finished or expired meanwhile.
 // The claim records replica as the run's holder, with a first heartbeat.
@@ -165,7 +176,8 @@ func (db *DB) ClaimRun(ctx context.Context, workspaceID, id string, version int,
 		UPDATE query_runs SET status = 'running', trace = $4, version = version + 1, updated_at = now(),
 			held_by = $5, heartbeat_at = now()
 		WHERE workspace_id = $1 AND id = $2 AND version = $3
-			AND status IN ('awaiting_approval', 'awaiting_authorization') AND expires_at > now()
+			AND (status IN ('awaiting_approval', 'awaiting_authorization') OR status = 'awaiting_input' AND held_by IS NULL)
+			AND expires_at > now()
 		RETURNING `+runColumns, workspaceID, id, version, trace, replica))
 	if err != nil {
 		return nil, fmt.Errorf("claim query run %q: %w", id, translate(err, ErrRunNotPending))
@@ -189,7 +201,7 @@ type RunFilter struct {
 func (db *DB) ListRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	q := `SELECT ` + listColumns + ` FROM query_runs WHERE workspace_id = $1
 		AND ($2 = '' OR connector_external_id = $2)
-		AND ($3 = '' OR CASE WHEN status IN ('awaiting_approval', 'awaiting_authorization') AND expires_at <= now()
+		AND ($3 = '' OR CASE WHEN status IN ('awaiting_approval', 'awaiting_authorization', 'awaiting_input') AND expires_at <= now()
 			THEN 'expired' ELSE status END = $3)
 		AND ($4::timestamptz IS NULL OR created_at >= $4)
 		AND ($5::timestamptz IS NULL OR created_at < $5)
@@ -215,17 +227,25 @@ func timeOrNil(t time.Time) any {
 }
 
 // ExpireRuns ends the paused runs whose time to be approved (or
-// authorized) ran out: they
-// become expired, and their resume state is dropped. A resumed run whose
-// holder's heartbeat is older than staleAfter was left by a replica that
-// stopped during it: it fails. Returns how many runs ended.
+// authorized, or answered) ran out: they
+// become expired, and their resume state is dropped. A resumed run, or
+// one paused live for input, whose holder's heartbeat is older than
+// staleAfter was left by a replica that stopped during it: it fails.
+// Returns how many runs ended.
 func (db *DB) ExpireRuns(ctx context.Context, staleAfter time.Duration) (int64, error) {
 	tag, err := db.pool.Exec(ctx, `
 		UPDATE query_runs SET
-			status = CASE WHEN status = 'running' THEN 'failed' ELSE 'expired' END,
-			error = CASE WHEN status = 'running' THEN 'the replica running the resumed run stopped during it' ELSE error END,
+			status = CASE WHEN status = 'running' THEN 'failed'
+				WHEN status = 'awaiting_input' AND held_by IS NOT NULL AND expires_at > now() THEN 'failed'
+				ELSE 'expired' END,
+			error = CASE WHEN status = 'running' THEN 'the replica running the resumed run stopped during it'
+				WHEN status = 'awaiting_input' AND held_by IS NOT NULL AND expires_at > now()
+				THEN 'the replica holding the tool call that waited for input stopped during it'
+				ELSE error END,
 			state = NULL, finished_at = now(), updated_at = now(), version = version + 1
-		WHERE status IN ('awaiting_approval', 'awaiting_authorization') AND expires_at <= now()
+		WHERE status IN ('awaiting_approval', 'awaiting_authorization', 'awaiting_input') AND expires_at <= now()
+			OR status IN ('running', 'awaiting_input') AND held_by IS NOT NULL
+				AND coalesce(heartbeat_at, updated_at) < now() - $1::interval
 			OR status = 'running' AND coalesce(heartbeat_at, updated_at) < now() - $1::interval`, staleAfter)
 	if err != nil {
 		return 0, fmt.Errorf("expire query runs: %w", err)
@@ -234,10 +254,11 @@ func (db *DB) ExpireRuns(ctx context.Context, staleAfter time.Duration) (int64, 
 }
 
 // TouchRuns records a heartbeat of the running runs ids that replica
-// holds. Returns how many it touched.
+// holds (those paused live for input included). Returns how many it
+// touched.
 func (db *DB) TouchRuns(ctx context.Context, replica string, ids []string) (int64, error) {
 	tag, err := db.pool.Exec(ctx, `UPDATE query_runs SET heartbeat_at = now()
-		WHERE id = ANY($2) AND held_by = $1 AND status = 'running'`, replica, ids)
+		WHERE id = ANY($2) AND held_by = $1 AND status IN ('running', 'awaiting_input')`, replica, ids)
 	if err != nil {
 		return 0, fmt.Errorf("touch query runs: %w", err)
 	}
