@@ -33,9 +33,9 @@ const (
 	// live: the call is open there. Otherwise it is durable, and any
 	// replica resumes it as an approval.
 	RunAwaitingInput = "awaiting_input"
-	RunRunning               = "running" // a resumed run, until it ends or pauses again
-	RunExpired               = "expired"
-	RunFailed                = "failed"
+	RunRunning       = "running" // a resumed run, until it ends or pauses again
+	RunExpired       = "expired"
+	RunFailed        = "failed"
 )
 
 // Run is one query run: a row of query_runs.
