@@ -118,6 +118,11 @@ func (t *tool) validate(args map[string]any) error {
 	return t.schema.Validate(args)
 }
 
+// jsonschemaDoc reads JSON as the validator takes it.
+func jsonschemaDoc(b []byte) (any, error) {
+	return jsonschema.UnmarshalJSON(bytes.NewReader(b))
+}
+
 func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil

@@ -142,6 +142,9 @@ func (a *callAsker) Sampled(_ ask.Call, rec ask.SamplingRecord) {
 	r.res.Usage.PromptTokens += rec.PromptTokens
 	r.res.Usage.CompletionTokens += rec.CompletionTokens
 	r.res.Usage.TotalTokens += rec.PromptTokens + rec.CompletionTokens
+	if rec.Err == "" {
+		r.res.Usage.SamplingRequests++
+	}
 }
 
 // recorded moves what the call's server asked during it onto the call.
@@ -335,4 +338,34 @@ func withNote(text string) string {
 		return timedOutNote
 	}
 	return text + "\n" + timedOutNote
+}
+
+// ValidateContent checks a form's accepted content against the schema its
+// server requested, as the server would: what is wrong, and where in the
+// content.
+func ValidateContent(schema, content map[string]any) error {
+	if schema == nil {
+		return nil
+	}
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return fmt.Errorf("the requested schema cannot be read: %v", err)
+	}
+	sch := compileSchema("input", raw)
+	if sch == nil {
+		return errors.New("the requested schema is not a valid JSON schema")
+	}
+	// Numbers are checked as JSON has them.
+	b, err := json.Marshal(content)
+	if err != nil {
+		return err
+	}
+	doc, err := jsonschemaDoc(b)
+	if err != nil {
+		return err
+	}
+	if err := sch.Validate(doc); err != nil {
+		return errors.New(schemaError(err))
+	}
+	return nil
 }

@@ -56,6 +56,9 @@ type CallOptions struct {
 	// Retry, when set, sends again a call that ended needing the user's
 	// input (ask.InputRequiredError), with the answers.
 	Retry *ask.Retry
+	// TaskID, when set, receives the id of the task the call ran as, if
+	// its server ran it as one.
+	TaskID *string
 }
 
 // Progress is one progress update that a server sent for a running tool
@@ -238,9 +241,11 @@ type Context struct {
 	ResourceLinks     []mcp.ResourceLink
 }
 
-// Usage counts tokens.
+// Usage counts tokens: the model's own and those of the sampling
+// requests it answered for the run's servers (SamplingRequests of them).
 type Usage struct {
 	PromptTokens, CompletionTokens, TotalTokens int64
+	SamplingRequests                            int64 `json:",omitempty"`
 }
 
 // Result is the outcome of a run.

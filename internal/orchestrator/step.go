@@ -257,10 +257,15 @@ func (r *run) runCall(ctx context.Context, index int, call Call, opts CallOption
 		err = r.req.Throttle(ctx)
 	}
 	start := time.Now()
+	var taskID string
+	opts.TaskID = &taskID
 	if err == nil {
 		res, err = r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments, opts)
 	}
 	call.Duration = time.Since(start)
+	if taskID != "" {
+		call.TaskID = taskID
+	}
 	timedOut := r.recorded(&call)
 	var text string
 	var authErr *AuthorizationError
