@@ -35,6 +35,7 @@ func accessRules() auth.Rules {
 
 		connectorv1.ConnectorService_CallTool_FullMethodName:             query,
 		connectorv1.ConnectorService_StreamCallTool_FullMethodName:       query,
+		connectorv1.ConnectorService_AnswerInput_FullMethodName:          query,
 		connectorv1.ConnectorService_QueryConnector_FullMethodName:       query,
 		connectorv1.ConnectorService_StreamQueryConnector_FullMethodName: query,
 		connectorv1.ConnectorService_ResumeQuery_FullMethodName:          query,

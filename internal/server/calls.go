@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -42,7 +43,7 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 		resp, err := connectorv1.NewConnectorServiceClient(conn).CallTool(ctx, req)
 		return resp, s.forwardErr(ctx, err)
 	}
-	resp, err := s.callTool(ctx, req, nil)
+	resp, err := s.callTool(ctx, req, nil, nil)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -51,7 +52,8 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 
 // StreamCallTool implements connector.v1.ConnectorService: CallTool, with
 // the server's progress notifications for the call streamed before the
-// result. The caller cancelling the stream cancels the call.
+// result, and its input requests (input_required), which AnswerInput
+// answers. The caller cancelling the stream cancels the call.
 func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
 	conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false)
 	if err != nil {
@@ -66,9 +68,16 @@ func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream c
 	}
 	return serveStream(s, stream, s.cfg.DefaultRPCTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.StreamCallToolResponse, error) {
+			// Progress and input requests come from different goroutines.
+			var mu sync.Mutex
+			locked := func(m *connectorv1.StreamCallToolResponse) {
+				mu.Lock()
+				defer mu.Unlock()
+				send(m)
+			}
 			resp, err := s.callTool(ctx, req, func(p registry.Progress) {
-				send(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_Progress{Progress: progressToProto(p)}})
-			})
+				locked(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_Progress{Progress: progressToProto(p)}})
+			}, locked)
 			if err != nil {
 				return nil, err
 			}
@@ -88,8 +97,11 @@ type callRequest interface {
 }
 
 // callTool validates, runs the tool and fits its result into a response;
-// progress, if not nil, receives the call's progress updates.
-func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress)) (_ *connectorv1.CallToolResponse, err error) {
+// progress, if not nil, receives the call's progress updates; send, if not
+// nil, sends the server's input requests on the caller's stream (without,
+// each is answered cancel and listed in the response).
+func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress),
+	send func(*connectorv1.StreamCallToolResponse)) (_ *connectorv1.CallToolResponse, err error) {
 	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
 	var ch checker
 	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
@@ -132,8 +144,10 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	// Restarted: the call ran on a new MCP session in place of one the
 	// caller's session had (here, or on a replica that stopped).
 	var restarted bool
-	opts := registry.CallOptions{Session: req.GetSessionId(), UserID: user, Progress: progress, Restarted: &restarted}
-	res, err := s.reg.CallTool(ctx, id, req.GetToolName(), req.GetArguments().AsMap(), opts)
+	var taskID string
+	opts := registry.CallOptions{Session: req.GetSessionId(), UserID: user, Progress: progress, Restarted: &restarted, TaskID: &taskID}
+	asker := s.newCallAsker(row, req, user, send)
+	res, err := s.callWithInputs(ctx, asker, id, req.GetToolName(), req.GetArguments().AsMap(), opts)
 	if errors.Is(err, registry.ErrResultTooLarge) {
 		return nil, s.resultOverLimit()
 	}
@@ -146,6 +160,10 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	}
 	resp.Duration = durationpb.New(time.Since(start))
 	resp.SessionRestarted = restarted
+	resp.TaskId = taskID
+	asker.mu.Lock()
+	resp.CancelledInputs = asker.cancelled
+	asker.mu.Unlock()
 	return resp, nil
 }
 

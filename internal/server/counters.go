@@ -6,6 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -86,8 +90,34 @@ func merge(c, d store.Counters) store.Counters {
 	c.QueryErrors += d.QueryErrors
 	c.PromptTokens += d.PromptTokens
 	c.CompletionTokens += d.CompletionTokens
+	c.Inputs += d.Inputs
+	c.Samplings += d.Samplings
 	if d.LastUsedAt != nil && (c.LastUsedAt == nil || d.LastUsedAt.After(*c.LastUsedAt)) {
 		c.LastUsedAt = d.LastUsedAt
 	}
 	return c
+}
+
+// newInputCounter is connector.inputs on mp (nil: none).
+func newInputCounter(mp metric.MeterProvider) metric.Int64Counter {
+	if mp == nil {
+		mp = noopmetric.NewMeterProvider()
+	}
+	c, _ := mp.Meter("github.com/connector-svc/connector-svc/internal/server").Int64Counter("connector.inputs",
+		metric.WithUnit("{input}"),
+		metric.WithDescription("Input requests of connectors' servers to their users, by mode (form, url, sampling) and outcome: "+
+			"accept, decline, cancel, timeout (nobody answered by the deadline), unanswerable (nobody could be asked) or failed."))
+	return c
+}
+
+// countInput counts an input request of c's server: asked (in the
+// connector's input_count), or how it ended (in connector.inputs).
+func (s *Server) countInput(c *store.Connector, mode, outcome string) {
+	if outcome == "asked" {
+		now := time.Now()
+		s.counts.add(c.ID, store.Counters{Inputs: 1, LastUsedAt: &now})
+		return
+	}
+	s.inputs.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("workspace", c.WorkspaceID),
+		attribute.String("connector", c.ExternalID), attribute.String("mode", mode), attribute.String("outcome", outcome))))
 }

@@ -51,6 +51,14 @@ const (
 	ReasonRunNotAwaiting         = "RUN_NOT_AWAITING_APPROVAL"
 	ReasonRunExpired             = "RUN_EXPIRED"
 	ReasonRunTaken               = "RUN_TAKEN"
+	// ReasonRunNotAwaitingInput: the answers name input requests that are
+	// not open (answered already, or past their deadline).
+	ReasonRunNotAwaitingInput = "RUN_NOT_AWAITING_INPUT"
+	// ReasonInputNotFound: AnswerInput names no input request that waits.
+	ReasonInputNotFound = "INPUT_NOT_FOUND"
+	// ReasonInputRequired: a unary CallTool's server needs the user's
+	// input, which only StreamCallTool can carry.
+	ReasonInputRequired = "INPUT_REQUIRED"
 )
 
 // newStatus builds a status error with an ErrorInfo detail.

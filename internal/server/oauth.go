@@ -593,19 +593,17 @@ func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *s
 		return nil, err
 	}
 	// Claimed, the run goes on to its end, as a resumed approval does.
-	defer s.runs.Hold(run.ID)()
-	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
-	defer cancel()
 	req2 := orchestrator.Request{
 		Connector: la.Connector(cat), Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
 		Session: run.SessionID, UserID: run.UserID, Throttle: s.limits.throttle(row.ID, row.Config.RateLimit),
+		SamplingBudget: s.samplingBudget(row),
 	}
-	var res *orchestrator.Result
-	if st != nil {
-		res, err = s.agent.Resume(runCtx, req2, st, emit)
-	} else {
-		res, err = s.agent.Run(runCtx, req2, emit)
-	}
-	s.countQuery(row, res, err, false)
-	return s.endRun(runCtx, run, row, res, err, true)
+	return s.runLive(ctx, run, row, emit, false, traced.Usage,
+		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
+			req2.Inputs = inputs
+			if st != nil {
+				return s.agent.Resume(ctx, req2, st, emit)
+			}
+			return s.agent.Run(ctx, req2, emit)
+		})
 }

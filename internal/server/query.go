@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
@@ -79,7 +80,7 @@ func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorReque
 // caller who resumes at once finds it.
 func streamEvents(send func(*connectorv1.StreamQueryConnectorResponse)) func(orchestrator.Event) {
 	return func(e orchestrator.Event) {
-		if e.Kind != orchestrator.EventApprovalRequired {
+		if e.Kind != orchestrator.EventApprovalRequired && e.Kind != orchestrator.EventInputRequired {
 			send(eventToProto(e))
 		}
 	}
@@ -98,6 +99,10 @@ func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.
 	if res.Status == connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION {
 		send(&connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_AuthorizationRequired{
 			AuthorizationRequired: res.Authorization}})
+	}
+	if res.Status == connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT {
+		send(&connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_InputRequired{
+			InputRequired: &connectorv1.InputRequired{RunId: res.RunId, InputRequests: res.InputRequests, ExpireTime: res.ExpireTime}}})
 	}
 	return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}, nil
 }
@@ -147,7 +152,7 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 			if err != nil {
 				return nil, err
 			}
-			s.countQuery(c, nil, nil, true)
+			s.countQuery(c, nil, nil, true, orchestrator.Usage{})
 			return s.pauseForAuthorization(ctx, run, c, required)
 		}
 	}
@@ -158,21 +163,36 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 		cat, err = s.reg.CatalogFor(ctx, id, user)
 	}
 	if required, ok := asRequired(err); ok && user != "" {
-		s.countQuery(c, nil, nil, true)
+		s.countQuery(c, nil, nil, true, orchestrator.Usage{})
 		return s.pauseForAuthorization(ctx, run, c, required)
 	}
 	if err != nil {
 		return nil, err
 	}
 	// The agent's tool calls run on the session's connection, for a
-	// per_session connector, on the user's for an oauth_user one.
-	res, err := s.agent.Run(ctx, orchestrator.Request{
+	// per_session connector, on the user's for an oauth_user one. The run
+	// goes on detached from the caller, who waits for its end or its
+	// first live pause for input.
+	areq := orchestrator.Request{
 		Connector: la.Connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
 		Session: req.GetSessionId(), UserID: user,
-		Throttle: s.limits.throttle(c.ID, c.Config.RateLimit),
-	}, emit)
-	s.countQuery(c, res, err, true)
-	return s.endRun(ctx, run, c, res, err, false)
+		Throttle:       s.limits.throttle(c.ID, c.Config.RateLimit),
+		SamplingBudget: s.samplingBudget(c),
+	}
+	return s.runLive(ctx, run, c, emit, true, orchestrator.Usage{},
+		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
+			areq.Inputs = inputs
+			return s.agent.Run(ctx, areq, emit)
+		})
+}
+
+// samplingBudget is a new sampling budget of connector c's, for one run
+// or one direct call; nil for none.
+func (s *Server) samplingBudget(c *store.Connector) *ask.Budget {
+	if s.cfg.SamplingBudget == nil {
+		return nil
+	}
+	return s.cfg.SamplingBudget(c)
 }
 
 // endRun records a run that ended with res and err, and renders its
@@ -182,7 +202,8 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	if err == nil {
 		err = s.runs.Keep(ctx, rec, resumed)
 	}
-	if err != nil && rec != nil && (rec.Status == store.RunAwaitingApproval || rec.Status == store.RunAwaitingAuthorization) {
+	if err != nil && rec != nil && (rec.Status == store.RunAwaitingApproval || rec.Status == store.RunAwaitingAuthorization ||
+		rec.Status == store.RunAwaitingInput) {
 		// Without its record the run could never be resumed.
 		return nil, err
 	}
@@ -196,6 +217,11 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	p.RunId = run.ID
 	if rec != nil && rec.ExpiresAt != nil {
 		p.ExpireTime = timestamppb.New(*rec.ExpiresAt)
+	}
+	if res.Status == orchestrator.StatusAwaitingInput {
+		for _, in := range res.Inputs {
+			s.countInput(c, in.Mode, "asked")
+		}
 	}
 	if res.Status == orchestrator.StatusAwaitingAuthorization && res.Authorization != nil {
 		// A call met the user's missing (or too narrow) authorization:
@@ -235,9 +261,10 @@ func validateQuery(req queryRequest) (int, error) {
 }
 
 // countQuery counts a run in the connector's counters, the tokens of a
-// failed run included; they reach the store in the background. A resumed
-// run (newQuery false) adds its tokens, not another query.
-func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error, newQuery bool) {
+// failed run included (those of the sampling requests it answered too);
+// they reach the store in the background. A resumed run (newQuery false)
+// adds the tokens it spent since before, not another query.
+func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error, newQuery bool, before orchestrator.Usage) {
 	now := time.Now()
 	d := store.Counters{LastUsedAt: &now}
 	if newQuery {
@@ -247,7 +274,8 @@ func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr
 		d.QueryErrors = 1
 	}
 	if res != nil {
-		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens, res.Usage.CompletionTokens
+		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens-before.PromptTokens, res.Usage.CompletionTokens-before.CompletionTokens
+		d.Samplings = res.Usage.SamplingRequests - before.SamplingRequests
 	}
 	s.counts.add(c.ID, d)
 }
@@ -258,6 +286,7 @@ var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
 	orchestrator.StatusPlanned:               connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
 	orchestrator.StatusAwaitingApproval:      connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
 	orchestrator.StatusAwaitingAuthorization: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION,
+	orchestrator.StatusAwaitingInput:         connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT,
 }
 
 // resultToProto converts a run's result, of the connector callers know
@@ -285,6 +314,9 @@ func (s *Server) resultToProto(connectorID, name string, r *orchestrator.Result)
 	for _, pc := range r.Pending {
 		p.PendingCalls = append(p.PendingCalls, pendingToProto(pc))
 	}
+	for _, in := range r.Inputs {
+		p.InputRequests = append(p.InputRequests, inputToProto(connectorID, name, in))
+	}
 	p.Contexts = contextsToProto(r.Contexts, s.contextBudget(proto.Size(p)))
 	return p
 }
@@ -298,11 +330,19 @@ func stepToProto(st orchestrator.Step) *connectorv1.Step {
 }
 
 func callToProto(c orchestrator.Call) *connectorv1.ToolCall {
-	return &connectorv1.ToolCall{
+	p := &connectorv1.ToolCall{
 		Id: c.ID, Tool: c.Tool, Arguments: toStruct(c.Arguments), ResultExcerpt: c.ResultExcerpt,
 		IsError: c.IsError, RejectedReason: c.RejectedReason, Duration: durationpb.New(c.Duration),
-		Pending: c.Pending, Decision: decisionToProto(c.Decision),
+		Pending: c.Pending, Decision: decisionToProto(c.Decision), TaskId: c.TaskID,
 	}
+	// The inputs' connector and server are the run's: its caller knows them.
+	for _, in := range c.Inputs {
+		p.Inputs = append(p.Inputs, inputToProto("", "", in))
+	}
+	for _, rec := range c.Samplings {
+		p.Samplings = append(p.Samplings, samplingToProto(c, rec))
+	}
+	return p
 }
 
 // toStruct converts a JSON object; values structpb cannot hold go through

@@ -32,6 +32,7 @@ type resumeRequest interface {
 	GetRunId() string
 	GetDecisions() []*connectorv1.Decision
 	GetActorId() string
+	GetInputs() []*connectorv1.InputAnswer
 }
 
 // ResumeQuery implements connector.v1.ConnectorService.
@@ -91,10 +92,21 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err := ch.err(); err != nil {
 		return nil, err
 	}
+	if len(req.GetInputs()) > 0 {
+		if len(req.GetDecisions()) > 0 {
+			ch.add("decisions", "not with inputs: a run awaits either decisions or input")
+			return nil, ch.err()
+		}
+		return s.resumeInput(ctx, req, emit)
+	}
 	var run *store.Run
 	if len(req.GetDecisions()) == 0 {
 		// Only a run awaiting its user's authorization goes on without.
 		r, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+		if err == nil && r.Status == store.RunAwaitingInput {
+			ch.add("inputs", "required: one answer per open input request of the run")
+			return nil, ch.err()
+		}
 		if err != nil || r.Status != store.RunAwaitingAuthorization {
 			ch.add("decisions", "required: one per pending call of the run")
 			return nil, ch.err()
@@ -155,15 +167,97 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	// Claimed, the run goes on to its end, within QUERY_TIMEOUT, even if
 	// the caller goes away meanwhile: GetQueryRun shows how it ended. Its
 	// heartbeat tells the leader this replica still runs it.
-	defer s.runs.Hold(run.ID)()
-	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
-	defer cancel()
-	res, err := s.agent.Resume(runCtx, orchestrator.Request{
+	areq := orchestrator.Request{
 		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools, Session: run.SessionID,
-		Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit),
-	}, st, emit)
-	s.countQuery(la.Row, res, err, false)
-	return s.endRun(runCtx, run, la.Row, res, err, true)
+		UserID: run.UserID, Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit), SamplingBudget: s.samplingBudget(la.Row),
+	}
+	return s.runLive(ctx, run, la.Row, emit, false, st.Result.Usage,
+		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
+			areq.Inputs = inputs
+			return s.agent.Resume(ctx, areq, st, emit)
+		})
+}
+
+// resumeInput answers a run's input requests. A run paused live is
+// going on here, its tool call open: the answers go to it, and the resume
+// waits for its next outcome. A durable one is claimed, and its calls
+// that waited run again with the answers, as approved calls do.
+func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
+	run, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	if lr := s.liveRuns.get(run.ID); lr != nil {
+		answers, err := inputsFromProto(req, lr.reportedInputs())
+		if err != nil {
+			if len(lr.reportedInputs()) == 0 {
+				return nil, notAwaitingInput("the run waits for no input now: its requests were answered, or their deadline passed")
+			}
+			return nil, err
+		}
+		if err := lr.deliver(answers); err != nil {
+			return nil, err
+		}
+		lr.saveRunning(ctx)
+		lr.attach(emit)
+		return lr.next(ctx, false)
+	}
+	switch {
+	case run.Status == store.RunAwaitingInput && run.HeldBy != "":
+		return nil, notAwaitingInput("the run's input requests are past their deadline, or the replica that held its tool call stopped")
+	case run.Status == store.RunAwaitingInput && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt), run.Status == store.RunExpired:
+		return nil, newStatus(codes.FailedPrecondition, ReasonRunExpired,
+			"the run waited for input longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
+	case run.Status != store.RunAwaitingInput:
+		return nil, notAwaitingInput(fmt.Sprintf("the run is %s, not awaiting input", run.Status))
+	}
+	if s.agent == nil {
+		return nil, llm.ErrNotConfigured
+	}
+	st, err := orchestrator.DecodeState(run.State)
+	if err != nil {
+		return nil, err
+	}
+	answers, err := inputsFromProto(req, st.Result.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	la, err := s.pausedRunAgent(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
+		return nil, rateLimited(la.Row.Config.RateLimit)
+	}
+	cat, err := s.reg.CatalogFor(ctx, run.ConnectorID, run.UserID)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range st.Result.Inputs {
+		s.countInput(la.Row, in.Mode, answers[in.ID].Action)
+	}
+	// The answers are in the record before anything runs.
+	st.Answered(answers)
+	trace, err := runs.TraceJSON(la.Row.Name, &st.Result)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
+		if errors.Is(err, store.ErrRunNotPending) {
+			return nil, newStatus(codes.Aborted, ReasonRunTaken,
+				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
+		}
+		return nil, err
+	}
+	areq := orchestrator.Request{
+		Connector: la.Connector(cat), Query: run.Query, Context: run.Context, MaxTools: run.MaxTools, Session: run.SessionID,
+		UserID: run.UserID, Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit), SamplingBudget: s.samplingBudget(la.Row),
+	}
+	return s.runLive(ctx, run, la.Row, emit, false, st.Result.Usage,
+		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
+			areq.Inputs = inputs
+			return s.agent.Resume(ctx, areq, st, emit)
+		})
 }
 
 // resumable refuses a run that is not awaiting approval now.
@@ -321,6 +415,7 @@ var runStatusesToProto = map[string]connectorv1.QueryStatus{
 	store.RunPlanned:               connectorv1.QueryStatus_QUERY_STATUS_PLANNED,
 	store.RunAwaitingApproval:      connectorv1.QueryStatus_QUERY_STATUS_AWAITING_APPROVAL,
 	store.RunAwaitingAuthorization: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION,
+	store.RunAwaitingInput:         connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT,
 	store.RunRunning:               connectorv1.QueryStatus_QUERY_STATUS_RUNNING,
 	store.RunExpired:               connectorv1.QueryStatus_QUERY_STATUS_EXPIRED,
 	store.RunFailed:                connectorv1.QueryStatus_QUERY_STATUS_FAILED,
@@ -356,13 +451,14 @@ func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, err
 			res.Authorization.Reason, res.Authorization.Scopes = need.Reason, need.Scopes
 		}
 	}
-	if r.ExpiresAt != nil && (r.Status == store.RunAwaitingApproval || r.Status == store.RunAwaitingAuthorization) {
+	if r.ExpiresAt != nil && (r.Status == store.RunAwaitingApproval || r.Status == store.RunAwaitingAuthorization ||
+		r.Status == store.RunAwaitingInput) {
 		res.ExpireTime = timestamppb.New(*r.ExpiresAt)
 		if res.Authorization != nil {
 			res.Authorization.ExpireTime = res.ExpireTime
 		}
 		if !time.Now().Before(*r.ExpiresAt) {
-			p.Status, res.PendingCalls, res.Authorization = connectorv1.QueryStatus_QUERY_STATUS_EXPIRED, nil, nil
+			p.Status, res.PendingCalls, res.Authorization, res.InputRequests = connectorv1.QueryStatus_QUERY_STATUS_EXPIRED, nil, nil, nil
 		}
 	}
 	res.Status = p.Status

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
@@ -74,6 +75,10 @@ type Config struct {
 	// RunFlushInterval is how often run records that need not be written
 	// at once (failed runs, failed writes) are written; 0 means a second.
 	RunFlushInterval time.Duration
+	// SamplingBudget is the sampling budget of one query run, or of one
+	// direct tool call, of a connector (its per-run limits); nil, or a nil
+	// budget, means none.
+	SamplingBudget func(*store.Connector) *ask.Budget
 	// OAuthWindow is how long an authorization started stays valid
 	// (OAUTH_STATE_TTL): within it a user's step-ups (authorizations for
 	// more scopes) of one connector are capped; 0 means
@@ -110,10 +115,15 @@ type Server struct {
 	steps  stepUps
 	counts *queryCounts // queries' counters on their way to the store
 	runs   *runs.Log    // query run records on their way to the store
-	cfg    Config
-	logger *slog.Logger
-	tracer trace.TracerProvider
-	meters metric.MeterProvider // nil: no RPC metrics
+	// liveRuns are the query runs going on here; calls, the direct tool
+	// calls whose input requests wait for AnswerInput.
+	liveRuns liveRuns
+	calls    directInputs
+	inputs   metric.Int64Counter // connector.inputs
+	cfg      Config
+	logger   *slog.Logger
+	tracer   trace.TracerProvider
+	meters   metric.MeterProvider // nil: no RPC metrics
 }
 
 // Deps are the Server's collaborators.
@@ -190,7 +200,7 @@ func New(d Deps, cfg Config) *Server {
 		oauth:  d.OAuth,
 		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
-		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
+		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider, inputs: newInputCounter(d.MeterProvider)}
 }
 
 // countsInterval is how often query counters are written to the store.

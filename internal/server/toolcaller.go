@@ -11,14 +11,15 @@ import (
 
 // ToolCaller is the agent's view of the registry: it runs the agent's tool
 // calls with the registry, translating the orchestrator's call options
-// (session, user, progress) into the registry's, and a user's missing
+// (session, user, progress, retry with input answers, task id) into the
+// registry's, and a user's missing
 // authorization into an orchestrator.AuthorizationError, so that neither
 // package imports the other.
 type ToolCaller struct{ Registry *registry.Registry }
 
 // CallTool implements orchestrator.ToolCaller.
 func (t ToolCaller) CallTool(ctx context.Context, id int64, name string, args map[string]any, opts orchestrator.CallOptions) (*mcp.CallToolResult, error) {
-	ro := registry.CallOptions{Session: opts.Session, UserID: opts.UserID}
+	ro := registry.CallOptions{Session: opts.Session, UserID: opts.UserID, Retry: opts.Retry, TaskID: opts.TaskID}
 	if fn := opts.Progress; fn != nil {
 		ro.Progress = func(p registry.Progress) { fn(orchestrator.Progress(p)) }
 	}
