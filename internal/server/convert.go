@@ -151,6 +151,7 @@ func countersToProto(c store.Counters) *connectorv1.ConnectorCounters {
 		CallCount: c.Calls, ErrorCount: c.Errors, ReconnectCount: c.Reconnects, ReinitializeCount: c.Reinitializations,
 		QueryCount: c.Queries, QueryErrorCount: c.QueryErrors,
 		PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
+		InputCount: c.Inputs, SamplingCount: c.Samplings,
 	}
 	if c.LastUsedAt != nil {
 		p.LastUsedTime = timestamppb.New(*c.LastUsedAt)
