@@ -103,7 +103,7 @@ func (a *callAsker) Elicit(ctx context.Context, _ ask.Call, in ask.Input) (ask.A
 	defer cancel()
 	snap := r.snapshot()
 	ans, err := r.req.Inputs.Await(wait, input, snap)
-	late := err != nil && ctx.Err() == nil && errors.Is(wait.Err(), context.DeadlineExceeded)
+	late := err != nil && errors.Is(wait.Err(), context.DeadlineExceeded)
 	if err != nil {
 		ans = ask.Answer{Action: ask.Cancel}
 	}

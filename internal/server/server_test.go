@@ -122,6 +122,9 @@ type options struct {
 	// shared, when set, is the fixture whose database this one uses, for
 	// a second replica.
 	shared *fixture
+	// elicitationTimeout is the registry's ElicitationTimeout (0: its
+	// default).
+	elicitationTimeout time.Duration
 }
 
 // forwardKey signs the calls replicas forward to each other.
@@ -182,6 +185,8 @@ func setup(t testing.TB, opts ...options) *fixture {
 		MaxSessions:    o.maxSessions,
 		TracerProvider: o.tracer,
 		Authorize:      authorizeWith(o.oauth),
+
+		ElicitationTimeout: o.elicitationTimeout,
 	}
 	if o.replica != "" {
 		regCfg.OnSessionOpened = func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) }
