@@ -111,3 +111,68 @@ func TestSaveRunsAsyncCommit(t *testing.T) {
 		t.Fatalf("GetRun after a second save = %+v, %v", got, err)
 	}
 }
+
+// TestRunsAwaitingInput: a durable pause for input is claimed as an
+// approval is; a live one, held by its replica, is not claimable, keeps
+// its heartbeat while the replica touches it, and fails once it stops.
+func TestRunsAwaitingInput(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	exp := time.Now().Add(time.Hour)
+	durable := &store.Run{ID: "d1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunAwaitingInput, State: json.RawMessage(`{}`), CreatedAt: time.Now(), ExpiresAt: &exp}
+	live := &store.Run{ID: "l1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunAwaitingInput, CreatedAt: time.Now(), ExpiresAt: &exp, HeldBy: "replica-a"}
+	if err := db.SaveRuns(ctx, []*store.Run{durable, live}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := db.GetRun(ctx, "ws1", "l1"); err != nil || r.HeldBy != "replica-a" || r.Status != store.RunAwaitingInput {
+		t.Fatalf("live run = %+v, %v", r, err)
+	}
+	if _, err := db.ClaimRun(ctx, "ws1", "l1", 1, json.RawMessage(`{}`), "replica-b"); !errors.Is(err, store.ErrRunNotPending) {
+		t.Errorf("ClaimRun of a live pause: %v, want ErrRunNotPending", err)
+	}
+	if _, err := db.ClaimRun(ctx, "ws1", "d1", 1, json.RawMessage(`{}`), "replica-b"); err != nil {
+		t.Errorf("ClaimRun of a durable pause: %v", err)
+	}
+	runs, err := db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Status: store.RunAwaitingInput, Limit: 10})
+	if err != nil || len(runs) != 1 || runs[0].ID != "l1" {
+		t.Errorf("ListRuns(awaiting_input) = %+v, %v", runs, err)
+	}
+	if n, err := db.TouchRuns(ctx, "replica-a", []string{"l1"}); err != nil || n != 1 {
+		t.Errorf("TouchRuns = %d, %v; want the live pause touched", n, err)
+	}
+	if n, err := db.ExpireRuns(ctx, time.Hour); err != nil || n != 0 {
+		t.Errorf("ExpireRuns with fresh heartbeats = %d, %v", n, err)
+	}
+	// Its replica stopped: the heartbeat is older than 0.
+	if n, err := db.ExpireRuns(ctx, 0); err != nil || n != 2 {
+		t.Errorf("ExpireRuns = %d, %v; want 2 (l1 and d1 stale)", n, err)
+	}
+	if r, _ := db.GetRun(ctx, "ws1", "l1"); r.Status != store.RunFailed || r.Error == "" {
+		t.Errorf("l1 = %+v; want failed with a reason", r)
+	}
+	// A live pause past its input's deadline expires.
+	past := time.Now().Add(-time.Second)
+	late := &store.Run{ID: "l2", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunAwaitingInput, CreatedAt: time.Now(), ExpiresAt: &past, HeldBy: "replica-a"}
+	if err := db.SaveRuns(ctx, []*store.Run{late}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.ExpireRuns(ctx, time.Hour); err != nil || n != 1 {
+		t.Errorf("ExpireRuns = %d, %v; want l2", n, err)
+	}
+	if r, _ := db.GetRun(ctx, "ws1", "l2"); r.Status != store.RunExpired {
+		t.Errorf("l2 = %+v; want expired", r)
+	}
+	// Saved finished, a run is held by nobody.
+	now := time.Now()
+	live.Status, live.HeldBy, live.ExpiresAt, live.FinishedAt = store.RunCompleted, "", nil, &now
+	if err := db.SaveRuns(ctx, []*store.Run{live}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := db.GetRun(ctx, "ws1", "l1"); r.HeldBy != "" || r.Status != store.RunCompleted {
+		t.Errorf("l1 = %+v; want completed, held by nobody", r)
+	}
+}
