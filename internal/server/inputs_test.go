@@ -16,8 +16,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // askSchema is the form the "ask" tool requests.
@@ -71,6 +73,20 @@ func newAskMCP(t *testing.T) *askMCP {
 				Mode: mcp.ElicitationModeURL, Message: "Grant access", URL: "https://auth.example.com/login?state=abc", ElicitationID: "el-9"}}}
 		}
 		return mcp.NewToolResultText("granted"), nil
+	})
+	m.AddTool(mcp.NewTool("sample", mcp.WithDescription("Asks the client's model")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if res := mcpserver.SamplingResponse(req.Params.InputResponses, "s"); res != nil {
+			text := ""
+			if tc, ok := mcp.AsTextContent(res.Content); ok {
+				text = tc.Text
+			} else if m, ok := res.Content.(map[string]any); ok {
+				text, _ = m["text"].(string)
+			}
+			return mcp.NewToolResultText("sampled=" + text), nil
+		}
+		return mcpserver.NewInputRequestBuilder("state-sample").Sample("s", mcp.CreateMessageParams{
+			Messages:  []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent("hello")}},
+			MaxTokens: 50}).ToolResult(), nil
 	})
 	hs := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
 	t.Cleanup(hs.Close)
@@ -390,4 +406,59 @@ func TestCallToolCancelsInputs(t *testing.T) {
 	if c := resp.GetCancelledInputs(); len(c) != 1 || c[0].GetMessage() != "Who are you?" || c[0].GetMode() != connectorv1.InputMode_INPUT_MODE_FORM {
 		t.Errorf("cancelled inputs = %v", c)
 	}
+}
+
+// fakeSample answers sampling requests as the connector's model would,
+// within the caller's budget, and records each on the caller's Asker.
+func fakeSample(_ context.Context, _ int64, a ask.Asker, call ask.Call, _ mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	if a == nil {
+		return nil, fmt.Errorf("no asker")
+	}
+	if b := a.Sampling(); b != nil {
+		if _, err := b.Reserve(50); err != nil {
+			a.Sampled(call, ask.SamplingRecord{Err: err.Error()})
+			return nil, err
+		}
+	}
+	a.Sampled(call, ask.SamplingRecord{Model: "fake-model", Messages: 1, PromptTokens: 11, CompletionTokens: 5, StopReason: "endTurn"})
+	return &mcp.CreateMessageResult{SamplingMessage: mcp.SamplingMessage{Role: mcp.RoleAssistant, Content: mcp.NewTextContent("hi")},
+		Model: "fake-model", StopReason: "endTurn"}, nil
+}
+
+func TestSamplingCountsInRunsAndCounters(t *testing.T) {
+	model := llmtest.New(t, llmtest.CallTools(llmtest.Call{Tool: "sample", Args: `{}`}), llmtest.Answer("It said hi."),
+		llmtest.CallTools(llmtest.Call{Tool: "sample", Args: `{}`}), llmtest.Answer("Out of budget."))
+	f := setup(t, options{llmURL: model.URL(), sample: fakeSample,
+		samplingBudget: func(*store.Connector) *ask.Budget { return ask.NewBudget(1, 1000) }})
+	srv := newAskMCP(t)
+	c := mcpConnector("m", srv.url)
+	c.ProtocolPreference = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS
+	c.Sampling = &connectorv1.SamplingConfig{Enabled: true}
+	f.create(t, "ws", c)
+	f.waitReady(t, "ws", "m")
+
+	res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "sample"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lastToolMessage(model, 1); got != "sampled=hi" {
+		t.Fatalf("the model read %q", got)
+	}
+	call := res.GetSteps()[0].GetCalls()[0]
+	if s := call.GetSamplings(); len(s) != 1 || s[0].GetPromptTokens() != 11 || s[0].GetCallId() != "call_1" || s[0].GetModel() != "fake-model" {
+		t.Errorf("samplings = %v", s)
+	}
+	if u := res.GetUsage(); u.GetPromptTokens() != 2*100+11 || u.GetCompletionTokens() != 2*20+5 {
+		t.Errorf("usage = %v; want the model's tokens and the sampling's", u)
+	}
+	// A direct call has a budget of its own; the second sampling of a
+	// query's budget of one request is refused.
+	if resp, err := f.call(t, "ws", "m", "sample", nil); err != nil || resp.GetContent()[0].GetText().GetText() != "sampled=hi" {
+		t.Fatalf("CallTool(sample) = %v, %v", resp, err)
+	}
+	waitFor(t, "the counters", func() bool {
+		c, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
+		n := c.GetConnector().GetCounters()
+		return err == nil && n.GetSamplingCount() == 2 && n.GetPromptTokens() == 2*100+2*11 && n.GetCompletionTokens() == 2*20+2*5
+	})
 }

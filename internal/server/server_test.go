@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/egress"
@@ -125,6 +127,10 @@ type options struct {
 	// elicitationTimeout is the registry's ElicitationTimeout (0: its
 	// default).
 	elicitationTimeout time.Duration
+	// sample answers the servers' sampling requests (the registry's
+	// Sample); samplingBudget is the server's SamplingBudget.
+	sample         func(ctx context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+	samplingBudget func(*store.Connector) *ask.Budget
 }
 
 // forwardKey signs the calls replicas forward to each other.
@@ -187,6 +193,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		Authorize:      authorizeWith(o.oauth),
 
 		ElicitationTimeout: o.elicitationTimeout,
+		Sample:             o.sample,
 	}
 	if o.replica != "" {
 		regCfg.OnSessionOpened = func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) }
@@ -295,7 +302,8 @@ func setup(t testing.TB, opts ...options) *fixture {
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
 		Replicas: replicas, OAuth: authorizer, Router: router, Sessions: sessions},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
-			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second)})
+			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second),
+			SamplingBudget: o.samplingBudget})
 	// As in main: the counters and run records are written in the
 	// background until the gRPC server stops (cleanups run last first),
 	// and a sweeper (the leader's) ends and purges runs.
