@@ -406,6 +406,12 @@ func TestCallToolCancelsInputs(t *testing.T) {
 	if c := resp.GetCancelledInputs(); len(c) != 1 || c[0].GetMessage() != "Who are you?" || c[0].GetMode() != connectorv1.InputMode_INPUT_MODE_FORM {
 		t.Errorf("cancelled inputs = %v", c)
 	}
+	// A URL to open cannot be asked on a unary call.
+	_, err = f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "needurl", SessionId: "s1"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonInputRequired, "")
+	if err != nil && !strings.Contains(err.Error(), "auth.example.com") {
+		t.Errorf("error %v does not name the URL's host", err)
+	}
 }
 
 // fakeSample answers sampling requests as the connector's model would,
@@ -461,4 +467,51 @@ func TestSamplingCountsInRunsAndCounters(t *testing.T) {
 		n := c.GetConnector().GetCounters()
 		return err == nil && n.GetSamplingCount() == 2 && n.GetPromptTokens() == 2*100+2*11 && n.GetCompletionTokens() == 2*20+2*5
 	})
+}
+
+func TestDirectCallsOnTheSessionlessProtocol(t *testing.T) {
+	oa := newFakeOAuth()
+	f := setup(t, options{oauth: oa})
+	srv := newAskMCP(t)
+	c := oauthUserConnector("m", srv.url)
+	c.ProtocolPreference, c.Elicitation = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS, true
+	f.create(t, "ws", c)
+	f.waitReachable(t, "ws", "m")
+	oa.grant(mustLookup(t, f, "ws", "m"), "u1", "read")
+
+	// Unary: the call is sent again once, with cancel.
+	resp, err := f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "ask", UserId: "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetContent()[0].GetText().GetText(); got != "action=cancel content=null" || len(resp.GetCancelledInputs()) != 1 ||
+		!resp.GetCancelledInputs()[0].GetDurable() {
+		t.Errorf("unary ask = %q, cancelled %v", got, resp.GetCancelledInputs())
+	}
+
+	// Streamed: the call is sent again with the answer.
+	stream, err := f.client.StreamCallTool(ctx(t), &connectorv1.StreamCallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "ask",
+		UserId: "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := msg.GetInputRequired()
+	if in == nil || !in.GetDurable() {
+		t.Fatalf("first message = %v; want a durable input_required", msg)
+	}
+	if _, err := f.client.AnswerInput(ctx(t), &connectorv1.AnswerInputRequest{WorkspaceId: "ws", ConnectorId: "m", UserId: "u1",
+		Answer: accept(in.GetInputId(), map[string]any{"name": "Ed"})}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := recvAll(t, stream)
+	if got := msgs[len(msgs)-1].GetResult().GetContent()[0].GetText().GetText(); got != `action=accept content={"name":"Ed"}` {
+		t.Errorf("streamed ask = %q", got)
+	}
+	if got := srv.got(); len(got) != 2 {
+		t.Errorf("the server got %v; want the cancel, then the answer", got)
+	}
 }

@@ -195,11 +195,14 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 			}
 			return nil, err
 		}
+		// Attached first: the events of the call that goes on are this
+		// caller's.
+		lr.attach(emit)
 		if err := lr.deliver(answers); err != nil {
+			lr.attach(nil)
 			return nil, err
 		}
 		lr.saveRunning(ctx)
-		lr.attach(emit)
 		return lr.next(ctx, false)
 	}
 	switch {
