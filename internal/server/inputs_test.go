@@ -20,6 +20,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 )
 
 // askSchema is the form the "ask" tool requests.
@@ -215,7 +216,8 @@ func TestQueryLiveInputAnswered(t *testing.T) {
 }
 
 func TestQueryLiveInputDeclinedOrCancelled(t *testing.T) {
-	f, model, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{})
+	meters := telemetrytest.New(t)
+	f, model, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{meters: meters})
 	for i, action := range []connectorv1.InputAction{connectorv1.InputAction_INPUT_ACTION_DECLINE, connectorv1.InputAction_INPUT_ACTION_CANCEL} {
 		model.Then(llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("ok"))
 		res := f.awaitingInput(t)
@@ -233,6 +235,10 @@ func TestQueryLiveInputDeclinedOrCancelled(t *testing.T) {
 		}
 		if got := srv.got(); len(got) != i+1 || got[i] != want {
 			t.Errorf("%s: the server got %v", word, got)
+		}
+		attrs := telemetrytest.Attrs("workspace", "ws", "connector", "m", "mode", "form", "outcome", word)
+		if got := meters.Value(t, "connector.inputs", attrs...); got != 1 {
+			t.Errorf("connector.inputs %v = %v, want 1", attrs, got)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -45,6 +46,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
 )
@@ -131,6 +133,8 @@ type options struct {
 	// Sample); samplingBudget is the server's SamplingBudget.
 	sample         func(ctx context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
 	samplingBudget func(*store.Connector) *ask.Budget
+	// meters records the server's metrics (Deps.MeterProvider).
+	meters *telemetrytest.Meters
 }
 
 // forwardKey signs the calls replicas forward to each other.
@@ -299,8 +303,12 @@ func setup(t testing.TB, opts ...options) *fixture {
 	if o.oauth != nil {
 		authorizer = o.oauth
 	}
+	var meters metric.MeterProvider
+	if o.meters != nil {
+		meters = o.meters.Provider
+	}
 	srv := server.New(server.Deps{DB: db, Box: box, Registry: reg, Live: lv, Agent: agent, Keys: keys, Logger: logger, TracerProvider: o.tracer,
-		Replicas: replicas, OAuth: authorizer, Router: router, Sessions: sessions},
+		Replicas: replicas, OAuth: authorizer, Router: router, Sessions: sessions, MeterProvider: meters},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second),
 			SamplingBudget: o.samplingBudget})
