@@ -46,9 +46,9 @@ import (
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
-	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
+	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
