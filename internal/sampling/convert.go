@@ -347,7 +347,11 @@ func result(resp openai.ChatCompletionResponse, model string, offered bool) (*mc
 	for i, tc := range msg.ToolCalls {
 		input := map[string]any{}
 		if args := strings.TrimSpace(tc.Function.Arguments); args != "" && args != "null" {
-			if err := json.Unmarshal([]byte(args), &input); err != nil {
+			// Numbers stay as the model wrote them: an id past 2^53
+			// keeps its digits.
+			d := json.NewDecoder(strings.NewReader(args))
+			d.UseNumber()
+			if err := d.Decode(&input); err != nil || d.More() {
 				return nil, nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeFailed,
 					Msg: fmt.Sprintf("sampling failed: the model's arguments for tool %q are not a JSON object", tc.Function.Name)}
 			}

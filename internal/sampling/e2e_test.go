@@ -3,6 +3,7 @@ package sampling_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 // tools ask the client's model:
 //   - ask: one sampling request with the server's system prompt, times
 //     "times" rounds; it answers with the last completion, or the error;
+//   - echo: no sampling, for comparison;
 //   - agent: a sampling loop with a "weather" tool the server runs itself
 //     when the model asks for it, until the model answers.
 //
@@ -77,6 +79,9 @@ func samplingServer(t testing.TB, ran *atomic.Int64) string {
 			}
 			return mcp.NewToolResultError("too many rounds"), nil
 		})
+	m.AddTool(mcp.NewTool("echo", mcp.WithString("prompt")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(req.GetString("prompt", "")), nil
+	})
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(m))
 	t.Cleanup(hs.Close)
 	return hs.URL + "/mcp"
@@ -114,7 +119,7 @@ func (h handler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest
 // answers with h, on the classic protocol.
 func dial(t testing.TB, url string, h client.SamplingHandler) *client.Client {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening())
+	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening(), transport.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +227,8 @@ func TestEndToEndOff(t *testing.T) {
 
 // BenchmarkSamplingRoundTrip is a tool call whose tool samples once,
 // through the streamable-HTTP server, the client and the Sampler to the
-// fake model; BenchmarkPlainChat is the fake model's request alone.
+// fake model; BenchmarkToolCall is a tool call that does not sample, and
+// BenchmarkPlainChat the fake model's request alone.
 func BenchmarkSamplingRoundTrip(b *testing.B) {
 	var ran atomic.Int64
 	url := samplingServer(b, &ran)
@@ -233,6 +239,20 @@ func BenchmarkSamplingRoundTrip(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		if _, isErr := callTool(b, c, "ask", map[string]any{"prompt": "hi"}); isErr {
+			b.Fatal("the call failed")
+		}
+	}
+}
+
+func BenchmarkToolCall(b *testing.B) {
+	var ran atomic.Int64
+	url := samplingServer(b, &ran)
+	srv := llmtest.New(b)
+	c := dial(b, url, handler{s: newSampler(b, srv, on(store.SamplingConfig{}), nil), id: 1})
+	callTool(b, c, "echo", map[string]any{"prompt": "warm up"})
+	b.ResetTimer()
+	for range b.N {
+		if _, isErr := callTool(b, c, "echo", map[string]any{"prompt": "hi"}); isErr {
 			b.Fatal("the call failed")
 		}
 	}

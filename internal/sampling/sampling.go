@@ -13,6 +13,8 @@ package sampling
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -335,8 +337,13 @@ func (s *Sampler) approve(ctx context.Context, t Target, a ask.Asker, call ask.C
 		return &Error{Code: CodeUserRejected, Outcome: OutcomeDeclined,
 			Msg: "sampling refused: the connector's sampling needs the user's approval, and nobody can approve it on this call"}
 	}
-	in := ask.Input{Mode: ask.ModeSampling, Sampling: summary(req, creq.MaxTokens),
+	in := ask.Input{ID: inputID(), Mode: ask.ModeSampling, Sampling: summary(req, creq.MaxTokens),
 		Message: fmt.Sprintf("The server of connector %q asks its model for a completion of up to %d tokens.", t.Name, creq.MaxTokens)}
+	// The server waits on the open call: the answer must come while it
+	// does (on streamable HTTP, mcp-go gives a request 30 s).
+	if d, ok := ctx.Deadline(); ok {
+		in.Deadline = d
+	}
 	ans, err := a.Elicit(ctx, call, in)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -350,6 +357,13 @@ func (s *Sampler) approve(ctx context.Context, t Target, a ask.Asker, call ask.C
 		return &Error{Code: CodeUserRejected, Outcome: OutcomeDeclined, Msg: "the user declined the sampling request"}
 	}
 	return nil
+}
+
+// inputID names an approval input: unique in its run, and in any other.
+func inputID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sampling_" + hex.EncodeToString(b[:])
 }
 
 // summary is the request as the user approving it sees it.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -29,7 +30,9 @@ func TestApprove(t *testing.T) {
 	req.Tools = []mcp.Tool{mcp.NewTool("lookup")}
 
 	yes := &asker{action: ask.Accept, budget: ask.NewBudget(5, 1000)}
-	res, err := s.Sample(context.Background(), 1, yes, call, req)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.Sample(ctx, 1, yes, call, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +42,9 @@ func TestApprove(t *testing.T) {
 	in := yes.Inputs()
 	if len(in) != 1 || in[0].Mode != ask.ModeSampling || in[0].Sampling == nil || !strings.Contains(in[0].Message, `"shop"`) {
 		t.Fatalf("inputs %+v, want one sampling input naming the connector", in)
+	}
+	if d, _ := ctx.Deadline(); !in[0].Deadline.Equal(d) || !strings.HasPrefix(in[0].ID, "sampling_") {
+		t.Errorf("input id %q deadline %v, want an id and the call's deadline %v", in[0].ID, in[0].Deadline, d)
 	}
 	sum := in[0].Sampling
 	if sum.SystemPrompt != "You summarize." || sum.MaxTokens != 64 || len(sum.Messages) != 1 ||
