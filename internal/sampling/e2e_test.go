@@ -26,6 +26,8 @@ import (
 // tools ask the client's model:
 //   - ask: one sampling request with the server's system prompt, times
 //     "times" rounds; it answers with the last completion, or the error;
+//   - ask_mrtr: one sampling request the sessionless way (2026-07-28): the
+//     call answers input_required, and is retried with the completion;
 //   - echo: no sampling, for comparison;
 //   - agent: a sampling loop with a "weather" tool the server runs itself
 //     when the model asks for it, until the model answers.
@@ -79,15 +81,27 @@ func samplingServer(t testing.TB, ran *atomic.Int64) string {
 			}
 			return mcp.NewToolResultError("too many rounds"), nil
 		})
+	m.AddTool(mcp.NewTool("ask_mrtr", mcp.WithString("prompt", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if res := server.SamplingResponse(req.Params.InputResponses, "s1"); res != nil {
+				return mcp.NewToolResultText(fmt.Sprintf("%s (%s, %s)", textOf(res.Content), res.Model, res.StopReason)), nil
+			}
+			params := mcp.CreateMessageParams{SystemPrompt: "Sessionless helper.", MaxTokens: 64,
+				Messages: []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent(req.GetString("prompt", ""))}}}
+			return server.NewInputRequestBuilder("round-1").Sample("s1", params).ToolResult(), nil
+		})
 	m.AddTool(mcp.NewTool("echo", mcp.WithString("prompt")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText(req.GetString("prompt", "")), nil
 	})
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(m))
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(m, server.WithStreamableHTTPLogger(slog.New(slog.DiscardHandler))))
 	t.Cleanup(hs.Close)
 	return hs.URL + "/mcp"
 }
 
 func textOf(content any) string {
+	if parsed, err := mcp.ParseSamplingContent(content); err == nil {
+		content = parsed
+	}
 	switch c := content.(type) {
 	case mcp.TextContent:
 		return c.Text
@@ -118,12 +132,21 @@ func (h handler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest
 // dial connects an mcp-go client that declares sampling with tools and
 // answers with h, on the classic protocol.
 func dial(t testing.TB, url string, h client.SamplingHandler) *client.Client {
+	return dialVersion(t, url, h, "2025-11-25")
+}
+
+func dialVersion(t testing.TB, url string, h client.SamplingHandler, version string) *client.Client {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening(), transport.WithLogger(slog.New(slog.DiscardHandler)))
+	opts := []transport.StreamableHTTPCOption{transport.WithLogger(slog.New(slog.DiscardHandler))}
+	if !mcp.IsModernProtocol(version) {
+		// The classic protocol's server requests come on the GET stream.
+		opts = append(opts, transport.WithContinuousListening())
+	}
+	tr, err := transport.NewStreamableHTTP(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.NewClient(tr, client.WithSamplingHandler(h), client.WithProtocolVersion("2025-11-25"),
+	c := client.NewClient(tr, client.WithSamplingHandler(h), client.WithProtocolVersion(version),
 		client.WithClientCapabilities(mcp.ClientCapabilities{Sampling: &mcp.SamplingCapability{Tools: &struct{}{}}}))
 	// The client listens for the server's requests on a stream that lives
 	// as long as Start's context.
@@ -135,8 +158,12 @@ func dial(t testing.TB, url string, h client.SamplingHandler) *client.Client {
 	defer cancel()
 	var init mcp.InitializeRequest
 	init.Params.ClientInfo = mcp.Implementation{Name: "connector-svc-test", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
+	res, err := c.Initialize(ctx, init)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if res.ProtocolVersion != version {
+		t.Fatalf("the client negotiated %s, want %s", res.ProtocolVersion, version)
 	}
 	return c
 }
@@ -209,6 +236,28 @@ func TestEndToEnd(t *testing.T) {
 	recs := a.Records()
 	if len(recs) != 4 || len(recs[1].ToolUses) != 2 || recs[1].StopReason != "toolUse" || recs[3].Err == "" {
 		t.Errorf("records %+v", recs)
+	}
+}
+
+// TestEndToEndSessionless: on the 2026-07-28 protocol the server asks in
+// an input_required answer, and the client's retry carries the
+// completion the Sampler made.
+func TestEndToEndSessionless(t *testing.T) {
+	var ran atomic.Int64
+	srv := llmtest.New(t, llmtest.Answer("Stateless answer."))
+	s := newSampler(t, srv, on(store.SamplingConfig{}), nil)
+	a := &asker{budget: s.Budget(nil)}
+	c := dialVersion(t, samplingServer(t, &ran), handler{s: s, id: 1, a: a}, "2026-07-28")
+	text, isErr := callTool(t, c, "ask_mrtr", map[string]any{"prompt": "hello"})
+	if isErr || text != "Stateless answer. (fake, endTurn)" {
+		t.Errorf("ask_mrtr: %q (error %v)", text, isErr)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 1 || reqs[0].Messages[0].Content != "Sessionless helper." || reqs[0].Messages[1].Content != "hello" || reqs[0].MaxTokens != 64 {
+		t.Errorf("the model got %+v", reqs)
+	}
+	if req, _ := a.budget.Used(); req != 1 {
+		t.Errorf("the run's budget counted %d requests, want 1", req)
 	}
 }
 
