@@ -32,6 +32,32 @@ func isBudget(err error, want string) bool {
 		strings.Contains(err.Error(), want)
 }
 
+// race runs n requests at once and counts those served and those refused
+// by the budget named want; any other error fails the test.
+func race(t *testing.T, n int, want string, sample func(i int) error) (served, refused int) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := sample(i)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				served++
+			case isBudget(err, want):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return served, refused
+}
+
 // TestDefaults: a connector that sets no limits gets the documented
 // defaults; one that sets some keeps the rest.
 func TestDefaults(t *testing.T) {
@@ -121,27 +147,10 @@ func TestRunBudgetConcurrent(t *testing.T) {
 	srv := llmtest.New(t, answers(5)...)
 	s := newSampler(t, srv, on(store.SamplingConfig{}), nil)
 	a := &asker{budget: ask.NewBudget(5, 100000)}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	served, refused := 0, 0
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := s.Sample(context.Background(), 1, a, call, request(100, "hi"))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				served++
-			case isBudget(err, "5 sampling requests per run"):
-				refused++
-			default:
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	served, refused := race(t, 16, "5 sampling requests per run", func(int) error {
+		_, err := s.Sample(context.Background(), 1, a, call, request(100, "hi"))
+		return err
+	})
 	if served != 5 || refused != 11 || len(srv.Requests()) != 5 {
 		t.Errorf("served %d, refused %d, model asked %d times; want 5, 11, 5", served, refused, len(srv.Requests()))
 	}
@@ -174,27 +183,10 @@ func TestMinuteBudgetAcrossSamplers(t *testing.T) {
 		replicas[i] = sampling.New(sampling.Config{Chat: model(t, srv).Chat, Minutes: db, Now: clock,
 			Connector: connectors(map[int64]sampling.Target{c.ID: {Workspace: "acme", Name: "shop", Sampling: sc}})})
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	served, refused := 0, 0
-	for i := range 14 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := replicas[i%2].Sample(context.Background(), c.ID, nil, call, request(100, "hi"))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				served++
-			case isBudget(err, `5 sampling requests per minute for connector "shop"`):
-				refused++
-			default:
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	served, refused := race(t, 14, `5 sampling requests per minute for connector "shop"`, func(i int) error {
+		_, err := replicas[i%2].Sample(context.Background(), c.ID, nil, call, request(100, "hi"))
+		return err
+	})
 	if served != 5 || refused != 9 || len(srv.Requests()) != 5 {
 		t.Errorf("served %d, refused %d, model asked %d times; want 5, 9, 5", served, refused, len(srv.Requests()))
 	}

@@ -278,30 +278,21 @@ func TestEndToEndOff(t *testing.T) {
 // through the streamable-HTTP server, the client and the Sampler to the
 // fake model; BenchmarkToolCall is a tool call that does not sample, and
 // BenchmarkPlainChat the fake model's request alone.
-func BenchmarkSamplingRoundTrip(b *testing.B) {
+func BenchmarkSamplingRoundTrip(b *testing.B) { benchCall(b, "ask") }
+
+func BenchmarkToolCall(b *testing.B) { benchCall(b, "echo") }
+
+// benchCall times calls of the sampling server's tool; the fake model
+// answers every sampling request.
+func benchCall(b *testing.B, tool string) {
 	var ran atomic.Int64
 	url := samplingServer(b, &ran)
 	srv := llmtest.New(b, answers(b.N+1)...)
-	s := newSampler(b, srv, on(store.SamplingConfig{}), nil)
-	c := dial(b, url, handler{s: s, id: 1})
-	callTool(b, c, "ask", map[string]any{"prompt": "warm up"})
-	b.ResetTimer()
-	for range b.N {
-		if _, isErr := callTool(b, c, "ask", map[string]any{"prompt": "hi"}); isErr {
-			b.Fatal("the call failed")
-		}
-	}
-}
-
-func BenchmarkToolCall(b *testing.B) {
-	var ran atomic.Int64
-	url := samplingServer(b, &ran)
-	srv := llmtest.New(b)
 	c := dial(b, url, handler{s: newSampler(b, srv, on(store.SamplingConfig{}), nil), id: 1})
-	callTool(b, c, "echo", map[string]any{"prompt": "warm up"})
+	callTool(b, c, tool, map[string]any{"prompt": "warm up"})
 	b.ResetTimer()
 	for range b.N {
-		if _, isErr := callTool(b, c, "echo", map[string]any{"prompt": "hi"}); isErr {
+		if _, isErr := callTool(b, c, tool, map[string]any{"prompt": "hi"}); isErr {
 			b.Fatal("the call failed")
 		}
 	}
