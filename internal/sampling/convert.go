@@ -59,6 +59,56 @@ func blocks(content any) ([]mcp.Content, error) {
 	return nil, fmt.Errorf("content of type %T", parsed)
 }
 
+// functionNames maps tool names to function names the chat API takes
+// (letters, digits, _ and -, at most 64): MCP allows dots, slashes and
+// longer names, which some endpoints refuse. A name that fits stays as it
+// is; the model's calls are mapped back.
+type functionNames struct {
+	fn   map[string]string // tool name → function name
+	tool map[string]string // function name → tool name
+}
+
+func newFunctionNames() *functionNames {
+	return &functionNames{fn: map[string]string{}, tool: map[string]string{}}
+}
+
+// of returns tool's function name, making one the first time.
+func (n *functionNames) of(tool string) string {
+	if f, ok := n.fn[tool]; ok {
+		return f
+	}
+	b := []byte(tool)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	f := string(b)
+	if len(f) > 64 {
+		f = f[:64]
+	}
+	if f == "" {
+		f = "tool"
+	}
+	for i := 2; ; i++ {
+		if _, taken := n.tool[f]; !taken {
+			break
+		}
+		suffix := fmt.Sprintf("_%d", i)
+		f = string(b[:min(len(b), 64-len(suffix))]) + suffix
+	}
+	n.fn[tool], n.tool[f] = f, tool
+	return f
+}
+
+// toolOf returns the tool name of function name f.
+func (n *functionNames) toolOf(f string) string {
+	if t, ok := n.tool[f]; ok {
+		return t
+	}
+	return f
+}
+
 // invalidf is an error about the request's shape (-32602).
 func invalidf(format string, args ...any) *Error {
 	return &Error{Code: mcp.INVALID_PARAMS, Outcome: OutcomeInvalid, Msg: "invalid sampling request: " + fmt.Sprintf(format, args...)}
@@ -68,7 +118,7 @@ func invalidf(format string, args ...any) *Error {
 // chat API's. An assistant's tool uses become its tool calls; the user
 // message after it must hold only their results, every one of them, which
 // become tool messages.
-func messages(req mcp.CreateMessageRequest) ([]openai.ChatCompletionMessage, error) {
+func messages(req mcp.CreateMessageRequest, names *functionNames) ([]openai.ChatCompletionMessage, error) {
 	var out []openai.ChatCompletionMessage
 	if req.SystemPrompt != "" {
 		out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: req.SystemPrompt})
@@ -105,7 +155,7 @@ func messages(req mcp.CreateMessageRequest) ([]openai.ChatCompletionMessage, err
 			if len(pending) > 0 {
 				return nil, invalidf("message %d: tool use %s of the message before it has no result", i, strings.Join(pending, ", "))
 			}
-			msg, err := assistantMessage(i, bs)
+			msg, err := assistantMessage(i, bs, names)
 			if err != nil {
 				return nil, err
 			}
@@ -218,7 +268,7 @@ func userMessage(i int, bs []mcp.Content) (openai.ChatCompletionMessage, error) 
 
 // assistantMessage maps assistant message i: its text, and its tool uses
 // as tool calls.
-func assistantMessage(i int, bs []mcp.Content) (openai.ChatCompletionMessage, error) {
+func assistantMessage(i int, bs []mcp.Content, names *functionNames) (openai.ChatCompletionMessage, error) {
 	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant}
 	var text []string
 	seen := map[string]bool{}
@@ -236,7 +286,7 @@ func assistantMessage(i int, bs []mcp.Content) (openai.ChatCompletionMessage, er
 				args = []byte("{}")
 			}
 			msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: c.ID, Type: openai.ToolTypeFunction,
-				Function: openai.FunctionCall{Name: c.Name, Arguments: string(args)}})
+				Function: openai.FunctionCall{Name: names.of(c.Name), Arguments: string(args)}})
 		case mcp.ToolResultContent:
 			return msg, invalidf("message %d: an assistant message cannot hold tool results", i)
 		case mcp.ImageContent:
@@ -271,7 +321,7 @@ func contentType(c mcp.Content) string {
 // tools maps the request's tools to functions, and its tool choice: auto
 // (the default) and required as they are; none sends no tools at all,
 // since some models ignore tool_choice.
-func tools(req mcp.CreateMessageRequest) ([]openai.Tool, any, error) {
+func tools(req mcp.CreateMessageRequest, names *functionNames) ([]openai.Tool, any, error) {
 	if len(req.Tools) == 0 {
 		return nil, nil, nil
 	}
@@ -293,7 +343,7 @@ func tools(req mcp.CreateMessageRequest) ([]openai.Tool, any, error) {
 			return nil, nil, invalidf("a tool has no name")
 		}
 		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: t.Name, Description: t.Description, Parameters: inputSchema(t)}})
+			Name: names.of(t.Name), Description: t.Description, Parameters: inputSchema(t)}})
 	}
 	return out, choice, nil
 }
@@ -318,7 +368,7 @@ func inputSchema(t mcp.Tool) json.RawMessage {
 // result maps the model's answer: its text, or, when it asked for tools
 // (and was offered some), its text and a tool use per call — never run
 // here: the server runs them and asks again with their results.
-func result(resp openai.ChatCompletionResponse, model string, offered bool) (*mcp.CreateMessageResult, []string, error) {
+func result(resp openai.ChatCompletionResponse, model string, offered bool, names *functionNames) (*mcp.CreateMessageResult, []string, error) {
 	ch := resp.Choices[0]
 	msg := ch.Message
 	res := &mcp.CreateMessageResult{Model: resp.Model, StopReason: StopEndTurn}
@@ -343,7 +393,7 @@ func result(resp openai.ChatCompletionResponse, model string, offered bool) (*mc
 	if text != "" {
 		content = append(content, mcp.NewTextContent(text))
 	}
-	names := make([]string, 0, len(msg.ToolCalls))
+	uses := make([]string, 0, len(msg.ToolCalls))
 	for i, tc := range msg.ToolCalls {
 		input := map[string]any{}
 		if args := strings.TrimSpace(tc.Function.Arguments); args != "" && args != "null" {
@@ -360,10 +410,11 @@ func result(resp openai.ChatCompletionResponse, model string, offered bool) (*mc
 		if id == "" {
 			id = fmt.Sprintf("toolu_%d", i+1)
 		}
-		content = append(content, mcp.NewToolUseContent(id, tc.Function.Name, input))
-		names = append(names, tc.Function.Name)
+		name := names.toolOf(tc.Function.Name)
+		content = append(content, mcp.NewToolUseContent(id, name, input))
+		uses = append(uses, name)
 	}
 	res.Content = content
 	res.StopReason = StopToolUse
-	return res, names, nil
+	return res, uses, nil
 }

@@ -255,3 +255,47 @@ func TestRefusesMalformed(t *testing.T) {
 		t.Errorf("the model was asked %d times", n)
 	}
 }
+
+// TestFunctionNames: tool names the chat API does not take (dots,
+// slashes, over 64 characters) are offered as function names it takes,
+// the same in the history, and the model's calls come back with the
+// tool's own name.
+func TestFunctionNames(t *testing.T) {
+	long := strings.Repeat("x", 70)
+	srv := llmtest.New(t, llmtest.CallTools(llmtest.Call{Tool: "files_read_v2", Args: `{"path":"/a","n":12345678901234567890}`},
+		llmtest.Call{Tool: "files_read", Args: `{}`}, llmtest.Call{Tool: long[:64], Args: `{}`}))
+	s := newSampler(t, srv, on(store.SamplingConfig{}), nil)
+	req := wire(t, `{"maxTokens": 10, "messages": [
+		{"role": "user", "content": {"type": "text", "text": "read it"}},
+		{"role": "assistant", "content": {"type": "tool_use", "id": "tu_1", "name": "files/read.v2", "input": {"path": "/b"}}},
+		{"role": "user", "content": {"type": "tool_result", "toolUseId": "tu_1", "content": [{"type": "text", "text": "B"}]}}],
+		"tools": [{"name": "files/read.v2", "inputSchema": {"type": "object"}}, {"name": "files_read", "inputSchema": {"type": "object"}},
+			{"name": "`+long+`", "inputSchema": {"type": "object"}}]}`)
+	res, err := s.Sample(context.Background(), 1, nil, call, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := srv.Requests()[0]
+	var offered []string
+	for _, tool := range got.Tools {
+		offered = append(offered, tool.Function.Name)
+	}
+	if want := []string{"files_read_v2", "files_read", long[:64]}; !reflect.DeepEqual(offered, want) {
+		t.Errorf("offered %v, want %v", offered, want)
+	}
+	if name := got.Messages[1].ToolCalls[0].Function.Name; name != "files_read_v2" {
+		t.Errorf("the history's tool call is named %q", name)
+	}
+	content := res.Content.([]mcp.Content)
+	var names []string
+	for _, b := range content {
+		names = append(names, b.(mcp.ToolUseContent).Name)
+	}
+	if want := []string{"files/read.v2", "files_read", long}; !reflect.DeepEqual(names, want) {
+		t.Errorf("tool uses %v, want %v", names, want)
+	}
+	raw, _ := json.Marshal(content[0].(mcp.ToolUseContent).Input)
+	if string(raw) != `{"n":12345678901234567890,"path":"/a"}` {
+		t.Errorf("input %s lost the number's digits", raw)
+	}
+}

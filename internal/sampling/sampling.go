@@ -237,11 +237,12 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 	rec.Model = model
 
 	creq := openai.ChatCompletionRequest{Model: model, Stop: req.StopSequences, Temperature: float32(req.Temperature)}
-	if creq.Messages, err = messages(req); err != nil {
+	names := newFunctionNames()
+	if creq.Messages, err = messages(req, names); err != nil {
 		return nil, err
 	}
 	var choice any
-	if creq.Tools, choice, err = tools(req); err != nil {
+	if creq.Tools, choice, err = tools(req, names); err != nil {
 		return nil, err
 	}
 	if len(creq.Tools) > 0 {
@@ -319,7 +320,7 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 		used = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
 	}
 	rec.PromptTokens, rec.CompletionTokens = int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens)
-	res, uses, err := result(resp, model, len(creq.Tools) > 0)
+	res, uses, err := result(resp, model, len(creq.Tools) > 0, names)
 	if err != nil {
 		return nil, err
 	}
