@@ -87,8 +87,12 @@ type MinuteStore interface {
 
 // Config configures a Sampler.
 type Config struct {
-	// Chat sends a request to the model (llm.Client.Chat).
+	// Chat sends a request to the model (llm.Client.Chat); nil: no model
+	// is configured, and every request is refused.
 	Chat func(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error)
+	// Timeout bounds one model request (a stdio server's request has no
+	// deadline of its own); default 2 minutes.
+	Timeout time.Duration
 	// Model is the default model (LLM_MODEL); a connector's own wins.
 	Model string
 	// Connector returns live connector id; false if there is none.
@@ -127,6 +131,9 @@ func New(cfg Config) *Sampler {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Minute
 	}
 	tp := cfg.TracerProvider
 	if tp == nil {
@@ -229,6 +236,9 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 	if t.Sampling == nil || !t.Sampling.Enabled {
 		return nil, &Error{Code: mcp.INVALID_REQUEST, Outcome: OutcomeRefused, Msg: fmt.Sprintf("sampling refused: sampling is not enabled on connector %q", t.Name)}
 	}
+	if s.cfg.Chat == nil {
+		return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeRefused, Msg: "sampling refused: no model is configured"}
+	}
 	lim := s.Limits(t.Sampling)
 	model := t.Model
 	if model == "" {
@@ -308,9 +318,9 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 		}
 	}
 
-	resp, err := s.cfg.Chat(ctx, creq)
+	resp, err := s.chat(ctx, creq)
 	if err != nil {
-		return nil, modelError(ctx, err)
+		return nil, err
 	}
 	if len(resp.Choices) == 0 {
 		return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeFailed, Msg: "sampling failed: the connector's model gave no answer"}
@@ -329,6 +339,24 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 		rec.ResultExcerpt = excerpt(text, 200)
 	}
 	return res, nil
+}
+
+// chat sends creq to the model within the timeout.
+func (s *Sampler) chat(ctx context.Context, creq openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	resp, err := s.cfg.Chat(cctx, creq)
+	if err == nil {
+		return resp, nil
+	}
+	if ctx.Err() != nil {
+		return resp, ctx.Err()
+	}
+	if cctx.Err() != nil {
+		return resp, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeFailed,
+			Msg: fmt.Sprintf("sampling failed: the connector's model did not answer within %s", s.cfg.Timeout)}
+	}
+	return resp, modelError(err)
 }
 
 // approve puts the request to the user (policy approve) and says whether
@@ -398,12 +426,8 @@ func summary(req mcp.CreateMessageRequest, maxTokens int) *ask.SamplingSummary {
 }
 
 // modelError is the model's failure as the server is told it: the
-// endpoint's status and message (llm.Error keeps keys out), or the
-// context's error when the call ended.
-func modelError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+// endpoint's status and message (llm.Error keeps keys out).
+func modelError(err error) error {
 	msg := "sampling failed: the connector's model failed"
 	var le *llm.Error
 	if errors.As(err, &le) {

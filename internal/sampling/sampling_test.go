@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
@@ -155,5 +156,21 @@ func TestModelErrors(t *testing.T) {
 	cancel()
 	if _, err := s.Sample(ctx, 1, a, call, request(50, "hi")); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
+	}
+
+	// A model that does not answer in time.
+	srv.Then(func(req openai.ChatCompletionRequest) llmtest.Reply {
+		time.Sleep(300 * time.Millisecond)
+		return llmtest.Answer("late")(req)
+	})
+	slow := newSampler(t, srv, on(store.SamplingConfig{}), func(c *sampling.Config) { c.Timeout = 30 * time.Millisecond })
+	if _, err := slow.Sample(context.Background(), 1, nil, call, request(50, "hi")); err == nil ||
+		err.Error() != "sampling failed: the connector's model did not answer within 30ms" {
+		t.Errorf("slow model: %v", err)
+	}
+
+	none := newSampler(t, srv, on(store.SamplingConfig{}), func(c *sampling.Config) { c.Chat = nil })
+	if _, err := none.Sample(context.Background(), 1, nil, call, request(50, "hi")); err == nil || !strings.Contains(err.Error(), "no model is configured") {
+		t.Errorf("no model: %v", err)
 	}
 }
