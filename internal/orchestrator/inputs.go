@@ -258,12 +258,7 @@ func (r *run) awaitInput(step *Step, outputs []string, pending []int) []int {
 			}
 		}
 		// It did not finish: it counts as used when it runs on resume.
-		for j := len(r.res.ToolsUsed) - 1; j >= 0; j-- {
-			if r.res.ToolsUsed[j] == c.Tool {
-				r.res.ToolsUsed = slices.Delete(r.res.ToolsUsed, j, j+1)
-				break
-			}
-		}
+		r.unused(c.Tool)
 	}
 	return pending
 }

@@ -89,17 +89,23 @@ func (r *run) awaitAuthorization(step *Step, outputs []string, pending []int) []
 		c.Pending, c.IsError, c.ResultExcerpt, outputs[i] = true, false, "", ""
 		pending = append(pending, i)
 		// It did not run: it counts as used when it runs on resume.
-		for j := len(r.res.ToolsUsed) - 1; j >= 0; j-- {
-			if r.res.ToolsUsed[j] == c.Tool {
-				r.res.ToolsUsed = slices.Delete(r.res.ToolsUsed, j, j+1)
-				break
-			}
-		}
+		r.unused(c.Tool)
 	}
 	if len(pending) == 0 {
 		r.res.Authorization = nil
 	}
 	return pending
+}
+
+// unused takes the last use of tool off the run's tools used: a call of
+// it did not finish, and runs again on resume.
+func (r *run) unused(tool string) {
+	for j := len(r.res.ToolsUsed) - 1; j >= 0; j-- {
+		if r.res.ToolsUsed[j] == tool {
+			r.res.ToolsUsed = slices.Delete(r.res.ToolsUsed, j, j+1)
+			return
+		}
+	}
 }
 
 // needAuthorization records why the run must await its user's

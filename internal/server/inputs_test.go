@@ -294,18 +294,27 @@ func TestStreamQueryLiveInput(t *testing.T) {
 	}
 }
 
-func TestQueryDurableInputSurvivesARestart(t *testing.T) {
-	// Elicitation is declared on connections of one user: on the
-	// sessionless protocol, an oauth_user connector's.
-	model := llmtest.New(t, llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("You are Cy."))
+// sessionlessFixture is a server with one READY oauth_user connector "m"
+// with elicitation on, on an askMCP speaking the sessionless protocol,
+// and user u1 authorized. Elicitation is declared on connections of one
+// user: on the sessionless protocol, an oauth_user connector's.
+func sessionlessFixture(t *testing.T, o options) (*fixture, *fakeOAuth, *askMCP) {
+	t.Helper()
 	oa := newFakeOAuth()
-	f := setup(t, options{llmURL: model.URL(), oauth: oa})
+	o.oauth = oa
+	f := setup(t, o)
 	srv := newAskMCP(t)
 	c := oauthUserConnector("m", srv.url)
 	c.ProtocolPreference, c.Elicitation = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS, true
 	f.create(t, "ws", c)
 	f.waitReachable(t, "ws", "m")
 	oa.grant(mustLookup(t, f, "ws", "m"), "u1", "read")
+	return f, oa, srv
+}
+
+func TestQueryDurableInputSurvivesARestart(t *testing.T) {
+	model := llmtest.New(t, llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("You are Cy."))
+	f, oa, srv := sessionlessFixture(t, options{llmURL: model.URL()})
 
 	res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "who am I?", UserId: "u1"})
 	if err != nil {
@@ -365,10 +374,13 @@ func TestQueryURLRequired(t *testing.T) {
 	}
 }
 
-func TestStreamCallToolAnswerInput(t *testing.T) {
-	f, _, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{})
-	stream, err := f.client.StreamCallTool(ctx(t), &connectorv1.StreamCallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "ask",
-		SessionId: "s1"})
+// streamAsk starts a StreamCallTool of "ask" on connector "m" (req says
+// the session or user) and returns it with its first message, which must
+// be input_required.
+func (f *fixture) streamAsk(t *testing.T, req *connectorv1.StreamCallToolRequest) (connectorv1.ConnectorService_StreamCallToolClient, *connectorv1.InputRequest) {
+	t.Helper()
+	req.WorkspaceId, req.ConnectorId, req.ToolName = "ws", "m", "ask"
+	stream, err := f.client.StreamCallTool(ctx(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,9 +388,17 @@ func TestStreamCallToolAnswerInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := msg.GetInputRequired()
-	if in == nil || in.GetMode() != connectorv1.InputMode_INPUT_MODE_FORM || in.GetInputId() == "" || in.GetDeadline() == nil {
+	if msg.GetInputRequired() == nil {
 		t.Fatalf("first message = %v; want input_required", msg)
+	}
+	return stream, msg.GetInputRequired()
+}
+
+func TestStreamCallToolAnswerInput(t *testing.T) {
+	f, _, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{})
+	stream, in := f.streamAsk(t, &connectorv1.StreamCallToolRequest{SessionId: "s1"})
+	if in.GetMode() != connectorv1.InputMode_INPUT_MODE_FORM || in.GetInputId() == "" || in.GetDeadline() == nil {
+		t.Fatalf("input_required = %v; want a form with a deadline", in)
 	}
 	answer := func(session string, a *connectorv1.InputAnswer) error {
 		_, err := f.client.AnswerInput(ctx(t), &connectorv1.AnswerInputRequest{WorkspaceId: "ws", ConnectorId: "m", SessionId: session, Answer: a})
@@ -476,14 +496,7 @@ func TestSamplingCountsInRunsAndCounters(t *testing.T) {
 }
 
 func TestDirectCallsOnTheSessionlessProtocol(t *testing.T) {
-	oa := newFakeOAuth()
-	f := setup(t, options{oauth: oa})
-	srv := newAskMCP(t)
-	c := oauthUserConnector("m", srv.url)
-	c.ProtocolPreference, c.Elicitation = connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_SESSIONLESS, true
-	f.create(t, "ws", c)
-	f.waitReachable(t, "ws", "m")
-	oa.grant(mustLookup(t, f, "ws", "m"), "u1", "read")
+	f, _, srv := sessionlessFixture(t, options{})
 
 	// Unary: the call is sent again once, with cancel.
 	resp, err := f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "ask", UserId: "u1"})
@@ -496,18 +509,9 @@ func TestDirectCallsOnTheSessionlessProtocol(t *testing.T) {
 	}
 
 	// Streamed: the call is sent again with the answer.
-	stream, err := f.client.StreamCallTool(ctx(t), &connectorv1.StreamCallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "ask",
-		UserId: "u1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := msg.GetInputRequired()
-	if in == nil || !in.GetDurable() {
-		t.Fatalf("first message = %v; want a durable input_required", msg)
+	stream, in := f.streamAsk(t, &connectorv1.StreamCallToolRequest{UserId: "u1"})
+	if !in.GetDurable() {
+		t.Fatalf("input_required = %v; want a durable one", in)
 	}
 	if _, err := f.client.AnswerInput(ctx(t), &connectorv1.AnswerInputRequest{WorkspaceId: "ws", ConnectorId: "m", UserId: "u1",
 		Answer: accept(in.GetInputId(), map[string]any{"name": "Ed"})}); err != nil {

@@ -585,11 +585,7 @@ func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *s
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
-		if errors.Is(err, store.ErrRunNotPending) {
-			return nil, newStatus(codes.Aborted, ReasonRunTaken,
-				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
-		}
+	if err := s.claim(ctx, run, trace); err != nil {
 		return nil, err
 	}
 	// Claimed, the run goes on to its end, as a resumed approval does.

@@ -133,49 +133,72 @@ func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orches
 	if err != nil {
 		return nil, err
 	}
-	la, err := s.pausedRunAgent(ctx, run)
+	la, conn, err := s.resumingAgent(ctx, run)
 	if err != nil {
 		return nil, err
 	}
-	// A resume asks the model again: it takes a token of the connector's
-	// rate limit to start, as a query does.
-	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
-		return nil, rateLimited(la.Row.Config.RateLimit)
-	}
-	cat, err := s.reg.Catalog(ctx, run.ConnectorID)
-	if err != nil {
-		return nil, err
-	}
-	conn := la.Connector(cat)
 	decisions, err := decisionsFromProto(ctx, req, st, conn)
 	if err != nil {
 		return nil, err
 	}
 	// The decisions are in the record before anything runs.
 	st.Decide(decisions)
-	trace, err := runs.TraceJSON(la.Row.Name, &st.Result)
+	return s.claimAndResume(ctx, run, la.Row, conn, st, emit)
+}
+
+// resumingAgent is the live agent of a paused run's connector and its
+// tools, for a resume. A resume asks the model again: it takes a token of
+// the connector's rate limit to start, as a query does.
+func (s *Server) resumingAgent(ctx context.Context, run *store.Run) (*live.Agent, *orchestrator.Connector, error) {
+	la, err := s.pausedRunAgent(ctx, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
+		return nil, nil, rateLimited(la.Row.Config.RateLimit)
+	}
+	cat, err := s.reg.CatalogFor(ctx, run.ConnectorID, run.UserID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return la, la.Connector(cat), nil
+}
+
+// claimAndResume claims a paused run whose state has its decisions or
+// answers (they go in its record) and goes on with it on conn, the
+// connector's live agent. Claimed, the run goes on to its end, within
+// QUERY_TIMEOUT, even if the caller goes away meanwhile: GetQueryRun shows
+// how it ended. Its heartbeat tells the leader this replica still runs it.
+func (s *Server) claimAndResume(ctx context.Context, run *store.Run, row *store.Connector, conn *orchestrator.Connector,
+	st *orchestrator.State, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
+	trace, err := runs.TraceJSON(row.Name, &st.Result)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
-		if errors.Is(err, store.ErrRunNotPending) {
-			return nil, newStatus(codes.Aborted, ReasonRunTaken,
-				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
-		}
+	if err := s.claim(ctx, run, trace); err != nil {
 		return nil, err
 	}
-	// Claimed, the run goes on to its end, within QUERY_TIMEOUT, even if
-	// the caller goes away meanwhile: GetQueryRun shows how it ended. Its
-	// heartbeat tells the leader this replica still runs it.
 	areq := orchestrator.Request{
 		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools, Session: run.SessionID,
-		UserID: run.UserID, Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit), SamplingBudget: s.samplingBudget(la.Row),
+		UserID: run.UserID, Throttle: s.limits.throttle(row.ID, row.Config.RateLimit), SamplingBudget: s.samplingBudget(row),
 	}
-	return s.runLive(ctx, run, la.Row, emit, false, st.Result.Usage,
+	return s.runLive(ctx, run, row, emit, false, st.Result.Usage,
 		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
 			areq.Inputs = inputs
 			return s.agent.Resume(ctx, areq, st, emit)
 		})
+}
+
+// claim marks a paused run running here, with trace: one resume wins.
+func (s *Server) claim(ctx context.Context, run *store.Run, trace []byte) error {
+	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
+		if errors.Is(err, store.ErrRunNotPending) {
+			return newStatus(codes.Aborted, ReasonRunTaken,
+				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
+		}
+		return err
+	}
+	return nil
 }
 
 // resumeInput answers a run's input requests. A run paused live is
@@ -225,14 +248,7 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 	if err != nil {
 		return nil, err
 	}
-	la, err := s.pausedRunAgent(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
-		return nil, rateLimited(la.Row.Config.RateLimit)
-	}
-	cat, err := s.reg.CatalogFor(ctx, run.ConnectorID, run.UserID)
+	la, conn, err := s.resumingAgent(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -241,26 +257,7 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 	}
 	// The answers are in the record before anything runs.
 	st.Answered(answers)
-	trace, err := runs.TraceJSON(la.Row.Name, &st.Result)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
-		if errors.Is(err, store.ErrRunNotPending) {
-			return nil, newStatus(codes.Aborted, ReasonRunTaken,
-				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
-		}
-		return nil, err
-	}
-	areq := orchestrator.Request{
-		Connector: la.Connector(cat), Query: run.Query, Context: run.Context, MaxTools: run.MaxTools, Session: run.SessionID,
-		UserID: run.UserID, Throttle: s.limits.throttle(la.Row.ID, la.Row.Config.RateLimit), SamplingBudget: s.samplingBudget(la.Row),
-	}
-	return s.runLive(ctx, run, la.Row, emit, false, st.Result.Usage,
-		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
-			areq.Inputs = inputs
-			return s.agent.Resume(ctx, areq, st, emit)
-		})
+	return s.claimAndResume(ctx, run, la.Row, conn, st, emit)
 }
 
 // resumable refuses a run that is not awaiting approval now.
