@@ -150,10 +150,7 @@ func (lr *liveRun) Await(ctx context.Context, in orchestrator.Input, snap *orche
 		return a, nil
 	}
 	lr.s.countInput(lr.conn, in.Mode, "timeout")
-	if lr.openCount() == 0 {
-		// Nothing waits any more: the run goes on.
-		lr.saveRunning(ctx)
-	}
+	lr.saveState(ctx)
 	return ask.Answer{}, ctx.Err()
 }
 
@@ -224,6 +221,20 @@ func (lr *liveRun) savePause(ctx context.Context) error {
 	}
 	lr.mu.Unlock()
 	return nil
+}
+
+// saveState writes the run's row as it is once requests were answered or
+// passed their deadline: running again when none waits any more, else
+// awaiting the others (their deadlines are later).
+func (lr *liveRun) saveState(ctx context.Context) {
+	if lr.openCount() == 0 {
+		lr.saveRunning(ctx)
+		return
+	}
+	if err := lr.savePause(ctx); err != nil {
+		lr.s.logger.WarnContext(ctx, "record the input requests a query run still waits on", slog.String("run_id", lr.run.ID),
+			slog.String("error", err.Error()))
+	}
 }
 
 // saveRunning writes the run's row running again, still held here: its

@@ -225,7 +225,7 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 			lr.attach(nil)
 			return nil, err
 		}
-		lr.saveRunning(ctx)
+		lr.saveState(ctx)
 		return lr.next(ctx, false)
 	}
 	switch {
