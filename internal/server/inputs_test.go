@@ -123,15 +123,26 @@ func (f *fixture) answer(t *testing.T, runID string, answers ...*connectorv1.Inp
 	return resp.GetResult(), err
 }
 
-// awaitingInput runs a query that must pause for input, and returns it.
+// awaitingInput runs a query that must pause for one input, and returns
+// it.
 func (f *fixture) awaitingInput(t *testing.T) *connectorv1.QueryResult {
+	t.Helper()
+	res := f.awaitingInputs(t)
+	if len(res.GetInputRequests()) != 1 {
+		t.Fatalf("query = %v; want one input request", res)
+	}
+	return res
+}
+
+// awaitingInputs runs a query that must pause for input, and returns it.
+func (f *fixture) awaitingInputs(t *testing.T) *connectorv1.QueryResult {
 	t.Helper()
 	res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "who am I?", SessionId: "s1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT || res.GetRunId() == "" || len(res.GetInputRequests()) != 1 {
-		t.Fatalf("query = %v; want AWAITING_INPUT with a run id and one input request", res)
+	if res.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT || res.GetRunId() == "" || len(res.GetInputRequests()) == 0 {
+		t.Fatalf("query = %v; want AWAITING_INPUT with a run id and input requests", res)
 	}
 	return res
 }
@@ -523,5 +534,41 @@ func TestDirectCallsOnTheSessionlessProtocol(t *testing.T) {
 	}
 	if got := srv.got(); len(got) != 2 {
 		t.Errorf("the server got %v; want the cancel, then the answer", got)
+	}
+}
+
+func TestQueryTwoLiveInputsOfOneTurn(t *testing.T) {
+	f, model, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{},
+		llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}, llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("Both asked."))
+	res := f.awaitingInputs(t)
+	// The calls ask concurrently: the run pauses on what is open, and
+	// again on what opens after, until every request is answered.
+	answered := map[string]bool{}
+	for round := 0; res.GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT; round++ {
+		if round == 2 {
+			t.Fatalf("still awaiting input after two rounds: %v", res)
+		}
+		var answers []*connectorv1.InputAnswer
+		for _, in := range res.GetInputRequests() {
+			if answered[in.GetInputId()] {
+				t.Fatalf("input %s asked again", in.GetInputId())
+			}
+			answered[in.GetInputId()] = true
+			answers = append(answers, accept(in.GetInputId(), map[string]any{"name": in.GetCallId()}))
+		}
+		var err error
+		if res, err = f.answer(t, res.GetRunId(), answers...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED || len(answered) != 2 || !answered["call_1.1"] || !answered["call_2.1"] {
+		t.Fatalf("result %v after answering %v", res.GetStatus(), answered)
+	}
+	if got := srv.got(); len(got) != 2 {
+		t.Errorf("the server got %v", got)
+	}
+	if msgs := toolMessages(model.Requests()[1]); len(msgs) != 2 || msgs[0] != `action=accept content={"name":"call_1"}` ||
+		msgs[1] != `action=accept content={"name":"call_2"}` {
+		t.Errorf("the model read %q", msgs)
 	}
 }
