@@ -48,7 +48,9 @@ type askMCP struct {
 	urlHits int
 }
 
-func newAskMCP(t *testing.T) *askMCP {
+func newAskMCP(t *testing.T) *askMCP { t.Helper(); return newAskMCPB(t) }
+
+func newAskMCPB(t testing.TB) *askMCP {
 	t.Helper()
 	a := &askMCP{}
 	m := mcpserver.NewMCPServer("asks", "1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithElicitation())
