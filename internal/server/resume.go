@@ -228,8 +228,14 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 		lr.saveState(ctx)
 		return lr.next(ctx, false)
 	}
+	live := run.Status == store.RunAwaitingInput && run.HeldBy != ""
 	switch {
-	case run.Status == store.RunAwaitingInput && run.HeldBy != "":
+	case live && run.HeldBy != s.runs.Replica() && run.ExpiresAt != nil && time.Now().Before(*run.ExpiresAt):
+		// Resumes go where the run's session (or user) is held, which is
+		// where its tool call is open: that moved, or is moving.
+		return nil, newStatus(codes.Unavailable, ReasonConnectorUnavailable,
+			"the run's tool call waits on another replica, which this request did not reach; retry")
+	case live:
 		return nil, notAwaitingInput("the run's input requests are past their deadline, or the replica that held its tool call stopped")
 	case run.Status == store.RunAwaitingInput && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt), run.Status == store.RunExpired:
 		return nil, newStatus(codes.FailedPrecondition, ReasonRunExpired,
