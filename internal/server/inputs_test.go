@@ -574,3 +574,45 @@ func TestQueryTwoLiveInputsOfOneTurn(t *testing.T) {
 		t.Errorf("the model read %q", msgs)
 	}
 }
+
+// A live pause is answered through any replica: the answer goes where the
+// run's session is held, which is where its tool call is open.
+func TestLiveInputAnsweredThroughAnotherReplica(t *testing.T) {
+	model := llmtest.New(t, llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("You are Fay."))
+	a := setup(t, options{llmURL: model.URL(), replica: "replica-a"})
+	b := setup(t, options{llmURL: model.URL(), replica: "replica-b", shared: a})
+	waitReplicas(t, a, b)
+	srv := newAskMCP(t)
+	c := mcpConnector("m", srv.url)
+	c.SessionMode, c.ProtocolPreference, c.Elicitation = connectorv1.SessionMode_SESSION_MODE_PER_SESSION,
+		connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, true
+	a.create(t, "ws", c)
+	a.waitReady(t, "ws", "m")
+	b.waitReady(t, "ws", "m")
+
+	res := a.awaitingInput(t)
+	if run := b.getRun(t, res.GetRunId()); run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT {
+		t.Fatalf("the run on b = %v", run.GetStatus())
+	}
+	done, err := b.answer(t, res.GetRunId(), accept(res.GetInputRequests()[0].GetInputId(), map[string]any{"name": "Fay"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED || done.GetAnswer() != "You are Fay." {
+		t.Fatalf("answered through b = %v", done)
+	}
+	if got := srv.got(); len(got) != 1 || got[0] != `action=accept content={"name":"Fay"}` {
+		t.Errorf("the server got %v", got)
+	}
+
+	// A direct call's request too.
+	stream, in := a.streamAsk(t, &connectorv1.StreamCallToolRequest{SessionId: "s1"})
+	if _, err := b.client.AnswerInput(ctx(t), &connectorv1.AnswerInputRequest{WorkspaceId: "ws", ConnectorId: "m", SessionId: "s1",
+		Answer: accept(in.GetInputId(), map[string]any{"name": "Gil"})}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := recvAll(t, stream)
+	if got := msgs[len(msgs)-1].GetResult().GetContent()[0].GetText().GetText(); got != `action=accept content={"name":"Gil"}` {
+		t.Errorf("streamed ask = %q", got)
+	}
+}

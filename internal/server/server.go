@@ -15,6 +15,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel"
@@ -70,7 +71,8 @@ type Config struct {
 	// ApprovalTimeout is how long a paused run waits for a decision before
 	// it expires; 0 means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration
-	// ReplicaID names this replica in the runs it resumes.
+	// ReplicaID names this replica in the runs it resumes, and in those it
+	// holds paused live for input; "" makes one up.
 	ReplicaID string
 	// RunFlushInterval is how often run records that need not be written
 	// at once (failed runs, failed writes) are written; 0 means a second.
@@ -189,6 +191,9 @@ func New(d Deps, cfg Config) *Server {
 	}
 	cfg.ApprovalTimeout = cmp.Or(max(cfg.ApprovalTimeout, 0), DefaultApprovalTimeout)
 	cfg.OAuthWindow = cmp.Or(max(cfg.OAuthWindow, 0), DefaultOAuthWindow)
+	// A run paused live for input is held by its replica by name: one
+	// made up stands for a replica that was given none.
+	cfg.ReplicaID = cmp.Or(cfg.ReplicaID, "replica-"+uuid.NewString()[:8])
 	if d.TracerProvider == nil {
 		d.TracerProvider = otel.GetTracerProvider()
 	}
