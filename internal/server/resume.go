@@ -472,6 +472,12 @@ func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, err
 		for _, st := range res.Steps {
 			for _, c := range st.Calls {
 				c.Arguments, c.ResultExcerpt = nil, ""
+				// What the user filled in is the run's full record's.
+				for _, in := range c.Inputs {
+					if in.Answer != nil {
+						in.Answer.Content = nil
+					}
+				}
 			}
 		}
 		for _, pc := range res.PendingCalls {
