@@ -245,6 +245,12 @@ func (a *Agent) Resume(ctx context.Context, req Request, st *State, emit func(Ev
 		if err := r.runApproved(ctx, st.Approved, outputs); err != nil {
 			return nil, err
 		}
+		// A call sent again may need the user's input again (its server's
+		// next round): the run pauses on the same turn.
+		if pending := r.awaitInput(&r.res.Steps[len(r.res.Steps)-1], outputs, nil); len(pending) > 0 {
+			r.res.Authorization = nil
+			return r.pause(ctx, msgs, st.Turn, outputs), nil
+		}
 		msgs = append(msgs, toolMessages(msgs[len(msgs)-1].ToolCalls, outputs)...)
 		return r.loop(ctx, msgs, st.Turn+1)
 	})

@@ -211,6 +211,11 @@ func (r *run) needInput(step int, c *Call, err error) {
 			key = fmt.Sprint(n + 1)
 		}
 		in.ID = c.ID + "/" + key
+		// A server may ask under the same key in a later round of the
+		// call: the run's id stays unique.
+		for round := 2; slices.ContainsFunc(c.Inputs, func(prev Input) bool { return prev.ID == in.ID }); round++ {
+			in.ID = fmt.Sprintf("%s/%s#%d", c.ID, key, round)
+		}
 		in.Durable, in.Deadline = true, time.Time{}
 		if d.URL {
 			in.Mode = ask.ModeURL

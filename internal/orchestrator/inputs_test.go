@@ -58,6 +58,9 @@ func (a *askingTools) CallTool(ctx context.Context, _ int64, name string, _ map[
 			return mcp.NewToolResultText("not booked: " + ans.Action), nil
 		}
 		return mcp.NewToolResultText("booked for " + ans.Content["date"].(string)), nil
+	case "again":
+		return nil, &ask.InputRequiredError{RequestState: "state-2",
+			Inputs: []ask.Input{{ID: "date", Mode: ask.ModeForm, Message: "Which date, then?", Durable: true}}}
 	case "durable":
 		if opts.Retry == nil {
 			return nil, &ask.InputRequiredError{RequestState: "state-1",
@@ -257,5 +260,27 @@ func TestURLInputDeclinedIsNotRetried(t *testing.T) {
 				t.Errorf("calls %d, tool message %q; want no retry and the model told", tc.calls, last)
 			}
 		})
+	}
+}
+
+func TestDurableInputAskedAgainHasANewID(t *testing.T) {
+	tc := &askingTools{mode: "durable"}
+	_, agent, req := askingSetup(t, tc, llmtest.CallTools(llmtest.Call{Tool: "book", Args: `{}`}), llmtest.Answer("Booked."))
+	res, err := agent.Run(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Declined, the server asks again under the same key.
+	tc.mode = "again"
+	res.State.Answered(map[string]ask.Answer{"call_1/date": {Action: ask.Decline}})
+	res, err = agent.Resume(context.Background(), req, res.State, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != orchestrator.StatusAwaitingInput || len(res.Inputs) != 1 || res.Inputs[0].ID != "call_1/date#2" {
+		t.Fatalf("second round = %v %+v; want call_1/date#2", res.Status, res.Inputs)
+	}
+	if c := res.Steps[0].Calls[0]; len(c.Inputs) != 2 || c.Inputs[0].Answer == nil || c.Inputs[1].Answer != nil {
+		t.Errorf("call inputs = %+v; want the answered round and the new one", c.Inputs)
 	}
 }
