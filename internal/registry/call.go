@@ -137,8 +137,9 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		return nil, err
 	}
 	defer s.release()
+	opts.asTask = runsAsTask(tool)
 	epoch := c.epoch.Load()
-	res, err = callTool(ctx, s, name, args, opts.Progress)
+	res, err = callTool(ctx, s, name, args, opts)
 	switch why := c.closedCause(); {
 	case err == nil:
 		return res, nil
@@ -153,14 +154,14 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 			c.suspect(s, gen)
 		}
 		return nil, err
-	case isSessionLost(err):
+	case isSessionLost(err) && !ranAsTask(err):
 		// The request was refused for its session and never ran: mend the
 		// session and run it again, whatever the tool.
 		if s, err = c.renewSession(ctx, s, gen, epoch); err != nil {
 			return nil, unavailable(err)
 		}
 		c.reg.logger.Debug("retrying call on the renewed session", append(c.logAttrs(), slog.String("tool", name))...)
-		return callTool(ctx, s, name, args, opts.Progress)
+		return callTool(ctx, s, name, args, opts)
 	case !isConnectionBroken(err):
 		return nil, err
 	}
@@ -180,7 +181,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		return nil, err
 	}
 	defer s2.release()
-	return callTool(ctx, s2, name, args, opts.Progress)
+	return callTool(ctx, s2, name, args, opts)
 }
 
 // acquire finds the live session, counts a call on it and returns the
@@ -242,12 +243,17 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 	return s, err
 }
 
-// callTool sends one tools/call over s. With fn, the request gets a
-// progress token of its own, routed to fn while it runs (see
+// callTool sends one tools/call over s, as a task if opts say so (on the
+// classic protocol: see callTask). With opts.Progress, the request gets a
+// progress token of its own, routed to it while it runs (see
 // CallOptions.Progress). An answer over the size limit is
 // ErrResultTooLarge.
-func callTool(ctx context.Context, s *session, name string, args map[string]any, fn func(Progress)) (*mcp.CallToolResult, error) {
-	res, err := sendCall(ctx, s, name, args, fn)
+func callTool(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
+	if opts.asTask && !mcp.IsModernProtocol(s.version) {
+		res, err := callTask(ctx, s, name, args, opts)
+		return res, asTooLarge(err)
+	}
+	res, err := sendCall(ctx, s, name, args, opts.Progress)
 	return res, asTooLarge(err)
 }
 

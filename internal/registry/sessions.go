@@ -134,9 +134,11 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 			return nil, err
 		}
 	}
-	if _, err := cat.callable(name); err != nil {
+	tool, err := cat.callable(name)
+	if err != nil {
 		return nil, err
 	}
+	opts.asTask = runsAsTask(tool)
 	sc, err := c.sessionFor(opts.Session)
 	if err != nil {
 		return nil, err
@@ -178,7 +180,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 		if !s.acquire() {
 			return nil, sc.closedErr()
 		}
-		res, err := callTool(ctx, s, name, args, opts.Progress)
+		res, err := callTool(ctx, s, name, args, opts)
 		s.release()
 		if s.restart.Swap(false) {
 			opts.restarted()
@@ -190,7 +192,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 			// An authorization refused is the user's to mend, not the
 			// connection's.
 			return nil, err
-		case isSessionLost(err) && attempt == 0:
+		case isSessionLost(err) && attempt == 0 && !ranAsTask(err):
 			sc.dropConn(s, err)
 			sc.parent.reg.logger.Debug("retrying call on a new session connection", append(sc.parent.logAttrs(),
 				slog.String("session_id", sc.id), slog.String("tool", name))...)
