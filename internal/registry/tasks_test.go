@@ -31,10 +31,10 @@ type taskServer struct {
 	asked   chan struct{} // closed at the first tasks/result
 	release chan struct{} // closed when the test ends: "hang" tasks return
 
-	mu        sync.Mutex
-	tools     map[string]string         // task id → tool
-	ended     map[string]mcp.TaskStatus // task id → how it ended
-	cancels   []string                  // task ids of the tasks/cancel requests the server took
+	mu      sync.Mutex
+	tools   map[string]string         // task id → tool
+	ended   map[string]mcp.TaskStatus // task id → how it ended
+	cancels []string                  // task ids of the tasks/cancel requests the server took
 }
 
 func newTaskServer(t *testing.T) *taskServer {
