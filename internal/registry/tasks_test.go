@@ -30,6 +30,8 @@ type taskServer struct {
 	polled  chan struct{} // one per tasks/get answered "working"
 	asked   chan struct{} // closed at the first tasks/result
 	release chan struct{} // closed when the test ends: "hang" tasks return
+	// sessions are the server's MCP sessions, which a test can expire.
+	sessions *sessionIDs
 
 	mu      sync.Mutex
 	tools   map[string]string         // task id → tool
@@ -42,6 +44,7 @@ func newTaskServer(t *testing.T) *taskServer {
 	s := &taskServer{
 		polled: make(chan struct{}, 100), asked: make(chan struct{}),
 		release: make(chan struct{}), tools: map[string]string{}, ended: map[string]mcp.TaskStatus{},
+		sessions: &sessionIDs{live: map[string]bool{}},
 	}
 	hooks := &server.Hooks{}
 	hooks.AddAfterGetTask(func(_ context.Context, _ any, req *mcp.GetTaskRequest, res *mcp.GetTaskResult) {
@@ -127,7 +130,7 @@ func newTaskServer(t *testing.T) *taskServer {
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("plain: " + req.GetString("text", "")), nil
 		})
-	hs := httptest.NewServer(server.NewStreamableHTTPServer(m))
+	hs := httptest.NewServer(server.NewStreamableHTTPServer(m, server.WithSessionIdManager(s.sessions)))
 	t.Cleanup(func() {
 		close(s.release)
 		hs.Close()
@@ -344,5 +347,36 @@ func TestConcurrentTaskCalls(t *testing.T) {
 	}
 	if len(created) != 0 {
 		t.Errorf("tasks no call reported: %v", created)
+	}
+}
+
+// A session the server forgets while the call's task runs is no sign that
+// the call never ran (as it is for a plain call refused for its session):
+// the call is not sent again, and so the tool does not run twice.
+func TestTaskCallIsNotRepeatedAfterItsSessionIsLost(t *testing.T) {
+	srv := newTaskServer(t)
+	cfg := testConfig()
+	cfg.HealthInterval = time.Hour // no health check mends the session first
+	reg := run(t, newSource(httpSpec(1, srv.url)), cfg)
+	var statuses int
+	opts := registry.CallOptions{Progress: func(registry.Progress) {
+		if statuses++; statuses == 1 {
+			srv.sessions.expire() // the task is created: the next tasks/get gets 404
+		}
+	}}
+	_, err := reg.CallTool(ctxT(t), 1, "hang", nil, opts)
+	if !errors.Is(err, registry.ErrUnavailable) {
+		t.Errorf("err = %v, want unavailable", err)
+	}
+	if n := len(srv.created()); n != 1 {
+		t.Errorf("the server created %d tasks, want 1", n)
+	}
+	// The connector mends its session and serves the next call.
+	res, _, _, err := callTask(ctxT(t), reg, "optional", map[string]any{"text": "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, res); got != "plain: again" {
+		t.Errorf("result = %q", got)
 	}
 }
