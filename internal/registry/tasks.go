@@ -46,6 +46,13 @@ func runsAsTask(t mcp.Tool) bool {
 	return t.Execution != nil && t.Execution.TaskSupport == mcp.TaskSupportRequired
 }
 
+// ErrTaskUnsupported is the error of a call of a tool that must run as a
+// task, on a connection that cannot run it so: tasks are run on the
+// classic protocol (2025-11-25); on the sessionless one (2026-07-28) they
+// are an extension of another shape (resultType "task", tasks/update), which
+// neither mcp-go nor the service speak yet.
+var ErrTaskUnsupported = errors.New("the tool must run as a task, which the service supports on the classic MCP protocol (2025-11-25) only")
+
 // taskRequests numbers the raw task-augmented tools/call requests. mcp-go
 // numbers its own requests with integers; these ids are strings, so the
 // two never meet.
@@ -78,6 +85,9 @@ func ranAsTask(err error) bool {
 // the server cancels, is a tool error result. When ctx ends first, the
 // task is cancelled on the server.
 func callTask(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
+	if mcp.IsModernProtocol(s.version) {
+		return nil, fmt.Errorf("%w; this connection speaks %s", ErrTaskUnsupported, s.version)
+	}
 	t := &taskRun{s: s, progress: opts.Progress}
 	if opts.Progress != nil {
 		var token string

@@ -380,3 +380,27 @@ func TestTaskCallIsNotRepeatedAfterItsSessionIsLost(t *testing.T) {
 		t.Errorf("result = %q", got)
 	}
 }
+
+// On the sessionless protocol a task tool is refused before anything is
+// sent, saying why, rather than sent plain for the server to refuse.
+func TestTaskToolOnTheSessionlessProtocolIsRefused(t *testing.T) {
+	srv := newTaskServer(t)
+	spec := httpSpec(1, srv.url)
+	spec.Protocol = registry.ProtocolSessionless
+	reg := run(t, newSource(spec), testConfig())
+	_, _, _, err := callTask(ctxT(t), reg, "slow", map[string]any{"text": "hi"})
+	if !errors.Is(err, registry.ErrTaskUnsupported) {
+		t.Errorf("err = %v, want ErrTaskUnsupported", err)
+	}
+	if len(srv.created()) != 0 {
+		t.Errorf("tasks created: %v", srv.created())
+	}
+	// Its other tools serve.
+	res, _, _, err := callTask(ctxT(t), reg, "optional", map[string]any{"text": "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, res); got != "plain: hi" {
+		t.Errorf("result = %q", got)
+	}
+}
