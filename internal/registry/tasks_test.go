@@ -2,9 +2,12 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,8 +121,8 @@ func newTaskServer(t *testing.T) *taskServer {
 			return &mcp.CreateTaskResult{Content: []mcp.Content{mcp.NewTextContent("answered")}}, nil
 		})
 	// hang runs until the test ends. (It cannot watch its context: mcp-go's
-	// streamable-HTTP server runs a task on the context of the request that
-	// created it, which ends as soon as the task is created.)
+	// server runs a task on the context of the request that created it,
+	// which ends as soon as the task is created.)
 	m.AddTaskTool(mcp.NewTool("hang", required),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
 			<-s.release
@@ -402,5 +405,86 @@ func TestTaskToolOnTheSessionlessProtocolIsRefused(t *testing.T) {
 	}
 	if got := text(t, res); got != "plain: hi" {
 		t.Errorf("result = %q", got)
+	}
+}
+
+var (
+	taskServerOnce sync.Once
+	taskServerBin  string
+	taskServerErr  error
+)
+
+// taskServerCommand builds testdata/taskserver, once, beside the stdio
+// test server (TestMain removes that directory).
+func taskServerCommand(t *testing.T) string {
+	t.Helper()
+	taskServerOnce.Do(func() {
+		taskServerBin = filepath.Join(filepath.Dir(stdioServer), "taskserver")
+		if out, err := exec.Command("go", "build", "-o", taskServerBin, "./testdata/taskserver").CombinedOutput(); err != nil {
+			taskServerErr = fmt.Errorf("build the task server: %v\n%s", err, out)
+		}
+	})
+	if taskServerErr != nil {
+		t.Fatal(taskServerErr)
+	}
+	return taskServerBin
+}
+
+// taskStats is what the stdio task server's "stats" tool says it saw.
+type taskStats struct {
+	Gets    int64    `json:"gets"`
+	Results int64    `json:"results"`
+	Cancels []string `json:"cancels"`
+	Created []string `json:"created"`
+}
+
+func readTaskStats(t *testing.T, reg *registry.Registry) taskStats {
+	t.Helper()
+	res, err := reg.CallTool(ctxT(t), 1, "stats", nil, registry.CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st taskStats
+	if err := json.Unmarshal([]byte(text(t, res)), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// Over stdio a task completes, and one the caller gives up is cancelled on
+// the server.
+func TestTaskToolOverStdio(t *testing.T) {
+	spec := stdioSpec(1)
+	spec.Command = taskServerCommand(t)
+	reg := run(t, newSource(spec), testConfig())
+	ctx := ctxT(t)
+
+	res, slowID, progress, err := callTask(ctx, reg, "slow", map[string]any{"text": "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, res); got != "slow: hi" {
+		t.Errorf("result = %q", got)
+	}
+	if diff := cmp.Diff([]string{"working", "completed"}, progress); diff != "" {
+		t.Errorf("statuses reported as progress (-want +got):\n%s", diff)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var hangID string
+	cancelOnFirst := registry.CallOptions{TaskID: &hangID, Progress: func(registry.Progress) { cancel() }}
+	if _, err := reg.CallTool(cctx, 1, "hang", nil, cancelOnFirst); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want the caller's cancellation", err)
+	}
+	st := readTaskStats(t, reg)
+	if diff := cmp.Diff([]string{slowID, hangID}, st.Created); diff != "" {
+		t.Errorf("tasks the server created (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{hangID}, st.Cancels); diff != "" {
+		t.Errorf("tasks/cancel the server took (-want +got):\n%s", diff)
+	}
+	if st.Gets < 3 || st.Results != 1 {
+		t.Errorf("tasks/get %d times, tasks/result %d times; want at least 3 and 1", st.Gets, st.Results)
 	}
 }
