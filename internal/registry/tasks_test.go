@@ -488,3 +488,30 @@ func TestTaskToolOverStdio(t *testing.T) {
 		t.Errorf("tasks/get %d times, tasks/result %d times; want at least 3 and 1", st.Gets, st.Results)
 	}
 }
+
+// The server's own progress notifications for a task (its request's
+// progress token lasts as long as the task) reach the caller between the
+// statuses, which carry the last progress on.
+func TestTaskProgressOverStdio(t *testing.T) {
+	spec := stdioSpec(1)
+	spec.Command = taskServerCommand(t)
+	reg := run(t, newSource(spec), testConfig())
+	var got []registry.Progress
+	opts := registry.CallOptions{Progress: func(p registry.Progress) { got = append(got, p) }}
+	res, err := reg.CallTool(ctxT(t), 1, "report", nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, res); got != "reported" {
+		t.Errorf("result = %q", got)
+	}
+	want := []registry.Progress{
+		{Message: "working"},
+		{Progress: 1, Total: 2, Message: "step 1"},
+		{Progress: 2, Total: 2, Message: "step 2"},
+		{Progress: 2, Total: 2, Message: "completed"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
+	}
+}

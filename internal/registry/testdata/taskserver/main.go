@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,23 @@ func main() {
 				<-polled
 			}
 			return &mcp.CreateTaskResult{Content: []mcp.Content{mcp.NewTextContent("slow: " + req.GetString("text", ""))}}, nil
+		})
+	// report sends two progress notifications after the client polled it
+	// once, and answers after it polled once more.
+	s.AddTaskTool(mcp.NewTool("report", required),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
+			<-polled
+			if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+				for i := 1; i <= 2; i++ {
+					err := s.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), map[string]any{
+						"progressToken": req.Params.Meta.ProgressToken, "progress": i, "total": 2, "message": fmt.Sprint("step ", i)})
+					if err != nil {
+						return nil, err
+					}
+				}
+			}
+			<-polled
+			return &mcp.CreateTaskResult{Content: []mcp.Content{mcp.NewTextContent("reported")}}, nil
 		})
 	// hang runs for a minute. (It cannot watch its context: mcp-go's
 	// server runs a task on the context of the request that created it,
