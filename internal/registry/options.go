@@ -34,7 +34,8 @@ type CallOptions struct {
 	// reported to one call. Only per_session connectors set it.
 	Restarted *bool
 	// TaskID, when set, is set to the id the server gave the call's task,
-	// as soon as it gives one. A tool whose execution.taskSupport is
+	// as soon as it gives one: before the task's first status reaches
+	// Progress, so a Progress callback may read it. A tool whose execution.taskSupport is
 	// "required" is called as a task on the classic protocol (2025-11-25):
 	// the call asks for a task, polls its status and fetches its result
 	// once it ends; a task that fails, or that the server cancels, answers
