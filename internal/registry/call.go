@@ -244,10 +244,9 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 }
 
 // callTool sends one tools/call over s, as a task if opts say so (see
-// callTask). With opts.Progress, the request gets a
-// progress token of its own, routed to it while it runs (see
-// CallOptions.Progress). An answer over the size limit is
-// ErrResultTooLarge.
+// callTask). With opts.Progress, the request gets a progress token of its
+// own, routed to it while it runs (see CallOptions.Progress). An answer
+// over the size limit is ErrResultTooLarge.
 func callTool(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	if opts.asTask {
 		res, err := callTask(ctx, s, name, args, opts)

@@ -515,3 +515,23 @@ func TestTaskProgressOverStdio(t *testing.T) {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}
 }
+
+// A per_session connector runs task tools as tasks too, on the caller
+// session's own connection.
+func TestTaskToolPerSession(t *testing.T) {
+	srv := newTaskServer(t)
+	spec := httpSpec(1, srv.url)
+	spec.SessionMode = registry.SessionPerSession
+	reg := run(t, newSource(spec), testConfig())
+	var id string
+	res, err := reg.CallTool(ctxT(t), 1, "slow", map[string]any{"text": "alice"}, registry.CallOptions{Session: "alice", TaskID: &id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, res); got != "slow: alice" {
+		t.Errorf("result = %q", got)
+	}
+	if want := map[string]string{id: "slow"}; !cmp.Equal(srv.created(), want) {
+		t.Errorf("the server created tasks %v; the call said its task was %q", srv.created(), id)
+	}
+}
