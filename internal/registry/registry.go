@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/egress"
 )
 
@@ -201,6 +202,17 @@ type Config struct {
 	// it, OAuth connectors' requests fail.
 	Authorize func(base http.RoundTripper, spec Spec, user string) http.RoundTripper
 
+	// ElicitationTimeout bounds how long an elicitation a server sends
+	// while its call is open (the classic protocol) waits for the user's
+	// answer before it is answered "cancel"; the transport may allow less
+	// (see asks.go), and the call's own deadline still holds. 10m.
+	ElicitationTimeout time.Duration
+	// Sample, if set, answers a server's sampling/createMessage on a
+	// connector with sampling on, for the call it belongs to: a, the
+	// call's Asker (nil when the call has none), and call name it. Without
+	// it, sampling requests get an error.
+	Sample func(ctx context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+
 	// ownTransports gives each connector an HTTP transport of its own,
 	// as before connectors shared them; for benchmarks that compare.
 	ownTransports bool
@@ -223,6 +235,7 @@ func (c *Config) setDefaults() {
 	def(&c.ProbeAfter, 3*time.Second)
 	def(&c.ProbeTimeout, 3*time.Second)
 	def(&c.SessionIdleTTL, 15*time.Minute)
+	def(&c.ElicitationTimeout, 10*time.Minute)
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 64
 	}

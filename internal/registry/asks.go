@@ -1,0 +1,282 @@
+package registry
+
+// Server requests: what a connection's MCP server asks of the service in
+// the middle of a tool call (an elicitation for the user, a completion of
+// the connector's model), and how each finds the caller of that call.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/ask"
+)
+
+// answerMargin is how long before the end of the time a server request
+// has (the call's deadline, the transport's limit on its handler) its
+// answer is given: a "cancel" sent at the last moment would not arrive.
+const answerMargin = 2 * time.Second
+
+// asks serves the server requests of one session: it declares the
+// capabilities, holds the handlers mcp-go calls, and keeps the calls in
+// flight on the session, for transports whose server requests do not
+// carry the call's context. Nil when the session declares nothing.
+type asks struct {
+	c *conn
+	// elicit says elicitation (form and URL) is declared: the connector
+	// asks for it and the connection belongs to one user. sample says
+	// sampling (with tools) is.
+	elicit, sample bool
+	// byContext says a server request's context carries its call's
+	// (streamable HTTP, where requests come on the call's own response
+	// stream): a request without an Asker there belongs to a call without
+	// one.
+	byContext bool
+
+	mu    sync.Mutex
+	calls []*inflight // oldest first
+}
+
+// inflight is a call running on the session.
+type inflight struct {
+	a        ask.Asker // nil: the call has nobody to ask
+	call     ask.Call
+	deadline time.Time // the call's; zero if none
+}
+
+// newAsks returns what a session of spec declares and serves, or nil.
+// Elicitation is declared only on connections that belong to one user
+// (per-session and per-user ones, and the connection that lists their
+// connector's tools, which serves no calls), never on a shared one: a
+// shared connection has nobody in particular to ask. Nothing is declared
+// over legacy SSE, which cannot carry a server's requests (see
+// ssereq.go).
+func (c *conn) newAsks(spec Spec) *asks {
+	if spec.Transport == TransportSSE {
+		return nil
+	}
+	a := &asks{c: c, elicit: spec.Elicitation && c.ownConnections(), sample: spec.Sampling,
+		byContext: spec.Transport == TransportStreamableHTTP}
+	if !a.elicit && !a.sample {
+		return nil
+	}
+	return a
+}
+
+// capabilities are what the session declares: at the classic handshake,
+// and in every sessionless request's _meta.
+func (a *asks) capabilities() mcp.ClientCapabilities {
+	var caps mcp.ClientCapabilities
+	if a == nil {
+		return caps
+	}
+	if a.elicit {
+		// A handler alone would declare {}: form mode only.
+		caps.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}
+	}
+	if a.sample {
+		caps.Sampling = &mcp.SamplingCapability{Tools: &struct{}{}}
+	}
+	return caps
+}
+
+// options are the mcp-go client options that declare and serve a's
+// capabilities.
+func (a *asks) options() []client.ClientOption {
+	if a == nil {
+		return nil
+	}
+	opts := []client.ClientOption{client.WithClientCapabilities(a.capabilities())}
+	if a.elicit {
+		opts = append(opts, client.WithElicitationHandler(elicitHandler{a}))
+	}
+	if a.sample {
+		opts = append(opts, client.WithSamplingHandler(samplingHandler{a}))
+	}
+	return opts
+}
+
+// track counts a call in flight on the session, with the Asker its
+// context carries (if any), until the returned func is called.
+func (a *asks) track(ctx context.Context) func() {
+	if a == nil {
+		return func() {}
+	}
+	in := &inflight{}
+	in.a, in.call, _ = ask.From(ctx)
+	in.deadline, _ = ctx.Deadline()
+	a.mu.Lock()
+	a.calls = append(a.calls, in)
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if i := slices.Index(a.calls, in); i >= 0 {
+			a.calls = slices.Delete(a.calls, i, i+1)
+		}
+	}
+}
+
+// route finds who answers a server request that came with ctx: the Asker
+// ctx carries, or, where server requests do not carry their call's
+// context (stdio), that of the call in flight on the session, the one
+// that started first if there are several (a server asks in the middle of
+// a call, and the oldest has waited longest). deadline is the call's, if
+// known. A nil Asker means nobody can answer.
+func (a *asks) route(ctx context.Context) (ask.Asker, ask.Call, time.Time) {
+	if asker, call, ok := ask.From(ctx); ok {
+		d, _ := ctx.Deadline()
+		return asker, call, d
+	}
+	if a.byContext {
+		return nil, ask.Call{}, time.Time{}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.calls) == 0 {
+		return nil, ask.Call{}, time.Time{}
+	}
+	in := a.calls[0]
+	return in.a, in.call, in.deadline
+}
+
+// elicitHandler answers elicitation/create on the classic protocol: it
+// puts the request to the call's Asker and waits for the answer, until
+// ElicitationTimeout, the call's deadline or the transport's limit on the
+// handler (mcp-go gives it 30s on streamable HTTP, through ctx), whichever
+// comes first, and then answers "cancel".
+type elicitHandler struct{ a *asks }
+
+func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	a := h.a
+	in, err := inputOf(req.Params)
+	if err != nil {
+		return nil, err
+	}
+	asker, call, callDeadline := a.route(ctx)
+	if asker == nil {
+		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
+			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
+		return elicitResult(ask.Answer{Action: ask.Cancel}), nil
+	}
+	in.ID = newInputID()
+	deadline := time.Now().Add(a.c.reg.cfg.ElicitationTimeout)
+	for _, d := range []time.Time{callDeadline, deadlineOf(ctx)} {
+		if !d.IsZero() && d.Add(-answerMargin).Before(deadline) {
+			deadline = d.Add(-answerMargin)
+		}
+	}
+	in.Deadline = deadline
+	ectx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	ans, err := asker.Elicit(ectx, call, in)
+	if err != nil {
+		return nil, err
+	}
+	return elicitResult(ans), nil
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// inputOf is an elicitation request as the user is asked it. Only the
+// modes declared (form and URL) are taken.
+func inputOf(p mcp.ElicitationParams) (ask.Input, error) {
+	in := ask.Input{Mode: p.Mode, Message: p.Message}
+	switch p.Mode {
+	case "", mcp.ElicitationModeForm:
+		in.Mode = ask.ModeForm
+		schema, ok := p.RequestedSchema.(map[string]any)
+		if p.RequestedSchema != nil && !ok {
+			return ask.Input{}, errors.New("invalid elicitation params: requestedSchema is not an object")
+		}
+		in.Schema = schema
+	case mcp.ElicitationModeURL:
+		in.Mode = ask.ModeURL
+		in.URL, in.ElicitationID = p.URL, p.ElicitationID
+		if in.URL == "" {
+			return ask.Input{}, errors.New("invalid elicitation params: url is required in url mode")
+		}
+	default:
+		return ask.Input{}, fmt.Errorf("invalid elicitation params: mode %q is not supported (form and url are)", p.Mode)
+	}
+	return in, nil
+}
+
+// elicitResult is the elicitation result that says ans. A URL-mode
+// accept carries no content.
+func elicitResult(ans ask.Answer) *mcp.ElicitationResult {
+	var r mcp.ElicitationResult
+	switch ans.Action {
+	case ask.Accept:
+		r.Action = mcp.ElicitationResponseActionAccept
+		if ans.Content != nil {
+			r.Content = ans.Content
+		}
+	case ask.Decline:
+		r.Action = mcp.ElicitationResponseActionDecline
+	default:
+		r.Action = mcp.ElicitationResponseActionCancel
+	}
+	return &r
+}
+
+// newInputID names an input put to a user: unique within its call's run,
+// and across replicas.
+func newInputID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "in_" + hex.EncodeToString(b)
+}
+
+// samplingHandler answers sampling/createMessage on the classic protocol
+// through Config.Sample, for the call the request belongs to.
+type samplingHandler struct{ a *asks }
+
+func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	asker, call, _ := h.a.route(ctx)
+	return h.a.c.sample(ctx, asker, call, req)
+}
+
+// errNoSampling is what a sampling request gets when the service has no
+// way to serve it.
+var errNoSampling = errors.New("sampling is not configured on this service")
+
+// sample serves one sampling request of c's server through Config.Sample.
+func (c *conn) sample(ctx context.Context, asker ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	fn := c.reg.cfg.Sample
+	if fn == nil || !c.spec.Sampling {
+		return nil, errNoSampling
+	}
+	return fn(ctx, c.spec.ID, asker, call, req)
+}
+
+// urlRequired turns a classic server's -32042 into the *ask.URLRequiredError
+// callers pause on; other errors are returned as they are.
+func urlRequired(err error) error {
+	var e mcp.URLElicitationRequiredError
+	if err == nil || !errors.As(err, &e) {
+		return err
+	}
+	out := &ask.URLRequiredError{}
+	for _, p := range e.Elicitations {
+		id := p.ElicitationID
+		if id == "" {
+			id = newInputID()
+		}
+		out.Inputs = append(out.Inputs, ask.Input{ID: id, Mode: ask.ModeURL, Message: p.Message, URL: p.URL,
+			ElicitationID: p.ElicitationID})
+	}
+	return out
+}
