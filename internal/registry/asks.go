@@ -48,10 +48,14 @@ type asks struct {
 
 // inflight is a call running on the session.
 type inflight struct {
-	a        ask.Asker // nil: the call has nobody to ask
-	call     ask.Call
-	deadline time.Time // the call's; zero if none
+	ctx  context.Context // the call's
+	a    ask.Asker       // nil: the call has nobody to ask
+	call ask.Call
 }
+
+// httpHandlerLimit is how long mcp-go gives the handler of a server
+// request over streamable HTTP.
+const httpHandlerLimit = 30 * time.Second
 
 // newAsks returns what a session of spec declares and serves, or nil.
 // Elicitation is declared only on connections that belong to one user
@@ -111,9 +115,8 @@ func (a *asks) track(ctx context.Context) func() {
 	if a == nil {
 		return func() {}
 	}
-	in := &inflight{}
+	in := &inflight{ctx: ctx}
 	in.a, in.call, _ = ask.From(ctx)
-	in.deadline, _ = ctx.Deadline()
 	a.mu.Lock()
 	a.calls = append(a.calls, in)
 	a.mu.Unlock()
@@ -130,30 +133,30 @@ func (a *asks) track(ctx context.Context) func() {
 // ctx carries, or, where server requests do not carry their call's
 // context (stdio), that of the call in flight on the session, the one
 // that started first if there are several (a server asks in the middle of
-// a call, and the oldest has waited longest). deadline is the call's, if
-// known. A nil Asker means nobody can answer.
-func (a *asks) route(ctx context.Context) (ask.Asker, ask.Call, time.Time) {
+// a call, and the oldest has waited longest). callCtx is the call's
+// context, nil if no call was found; a nil Asker means nobody can answer.
+func (a *asks) route(ctx context.Context) (asker ask.Asker, call ask.Call, callCtx context.Context) {
 	if asker, call, ok := ask.From(ctx); ok {
-		d, _ := ctx.Deadline()
-		return asker, call, d
+		return asker, call, ctx
 	}
 	if a.byContext {
-		return nil, ask.Call{}, time.Time{}
+		return nil, ask.Call{}, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.calls) == 0 {
-		return nil, ask.Call{}, time.Time{}
+		return nil, ask.Call{}, nil
 	}
 	in := a.calls[0]
-	return in.a, in.call, in.deadline
+	return in.a, in.call, in.ctx
 }
 
 // elicitHandler answers elicitation/create on the classic protocol: it
-// puts the request to the call's Asker and waits for the answer, until
-// ElicitationTimeout, the call's deadline or the transport's limit on the
-// handler (mcp-go gives it 30s on streamable HTTP, through ctx), whichever
-// comes first, and then answers "cancel".
+// puts the request to the call's Asker and waits for the answer until
+// ElicitationTimeout, the limit mcp-go puts on the handler (30s over
+// streamable HTTP, none over stdio) or the deadline of whoever made the
+// call, whichever comes first, less answerMargin; then it answers
+// "cancel". The call's own timeout stops meanwhile (see callClock).
 type elicitHandler struct{ a *asks }
 
 func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
@@ -162,22 +165,30 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	asker, call, callDeadline := a.route(ctx)
+	asker, call, callCtx := a.route(ctx)
 	if asker == nil {
 		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
 			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
 		return elicitResult(ask.Answer{Action: ask.Cancel}), nil
 	}
-	in.ID = newInputID()
-	deadline := time.Now().Add(a.c.reg.cfg.ElicitationTimeout)
-	for _, d := range []time.Time{callDeadline, deadlineOf(ctx)} {
-		if !d.IsZero() && d.Add(-answerMargin).Before(deadline) {
-			deadline = d.Add(-answerMargin)
-		}
+	resume, callerDeadline := pauseCall(callCtx)
+	defer resume()
+	now := time.Now()
+	deadline := now.Add(a.c.reg.cfg.ElicitationTimeout)
+	if a.byContext {
+		deadline = earliest(deadline, now.Add(httpHandlerLimit-answerMargin))
 	}
-	in.Deadline = deadline
+	if !callerDeadline.IsZero() {
+		deadline = earliest(deadline, callerDeadline.Add(-answerMargin))
+	}
+	in.ID, in.Deadline = newInputID(), deadline
 	ectx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	if callCtx != ctx {
+		// Over stdio the handler's context is the connection's: the
+		// wait also ends with the call.
+		defer context.AfterFunc(callCtx, cancel)()
+	}
 	ans, err := asker.Elicit(ectx, call, in)
 	if err != nil {
 		return nil, err
@@ -185,9 +196,11 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	return elicitResult(ans), nil
 }
 
-func deadlineOf(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // inputOf is an elicitation request as the user is asked it. Only the
@@ -245,7 +258,15 @@ func newInputID() string {
 type samplingHandler struct{ a *asks }
 
 func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	asker, call, _ := h.a.route(ctx)
+	asker, call, callCtx := h.a.route(ctx)
+	resume, _ := pauseCall(callCtx)
+	defer resume()
+	if callCtx != nil && callCtx != ctx {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(callCtx, cancel)()
+	}
 	return h.a.c.sample(ctx, asker, call, req)
 }
 

@@ -242,8 +242,41 @@ func TestAsksElicitStreamableHTTP(t *testing.T) {
 
 func TestAsksElicitStdio(t *testing.T) {
 	reg := run(t, newSource(askStdioSpec(1, registry.SessionPerSession, true, false)), testConfig())
-	// No transport limit on stdio: the call's own deadline bounds it.
-	elicitCases(t, reg, registry.CallOptions{Session: "s1"}, 10*time.Second)
+	// No transport limit on stdio: the caller's deadline (ctxT's 20s)
+	// bounds it.
+	elicitCases(t, reg, registry.CallOptions{Session: "s1"}, 20*time.Second)
+}
+
+// The user's wait does not count against the connector's call timeout:
+// ElicitationTimeout (and the transport) bound it instead.
+func TestAsksUserWaitStopsTheCallTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec registry.Spec
+	}{
+		{"stdio", askStdioSpec(1, registry.SessionPerSession, true, false)},
+		{"streamable_http", askSpec(1, askServer(t), registry.SessionPerSession, true, false)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.CallTimeout = time.Second
+			reg := run(t, newSource(tc.spec), testConfig())
+			a := &fakeAsker{answer: func(ctx context.Context, _ ask.Input) (ask.Answer, error) {
+				select {
+				case <-time.After(1500 * time.Millisecond): // longer than the call timeout
+				case <-ctx.Done():
+					return ask.Answer{Action: ask.Cancel}, nil
+				}
+				return ask.Answer{Action: ask.Accept, Content: map[string]any{"name": "Lin"}}, nil
+			}}
+			res, err := reg.CallTool(ask.With(ctxT(t), a, ask.Call{ID: "c"}), 1, "ask", nil, registry.CallOptions{Session: "s1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := text(t, res), `action=accept content={"name":"Lin"}`; got != want {
+				t.Errorf("ask = %s, want %s", got, want)
+			}
+		})
+	}
 }
 
 func TestAsksElicitTimeoutAnswersCancel(t *testing.T) {

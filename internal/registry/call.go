@@ -116,7 +116,7 @@ func (c *conn) canReinitialize() bool {
 func (c *conn) call(ctx context.Context, name string, args map[string]any, opts CallOptions) (res *mcp.CallToolResult, err error) {
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }()
-	ctx, cancel := context.WithTimeout(ctx, c.spec.CallTimeout)
+	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	start := time.Now()
 	defer func() {

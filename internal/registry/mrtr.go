@@ -121,7 +121,9 @@ func (s *session) serveSampling(ctx context.Context, asker ask.Asker, call ask.C
 		p.Messages[i].Content = content
 	}
 	req := mcp.CreateMessageRequest{Request: mcp.Request{Method: string(mcp.MethodSamplingCreateMessage)}, CreateMessageParams: p}
+	resume, _ := pauseCall(ctx)
 	res, err := s.asks.c.sample(ctx, asker, call, req)
+	resume()
 	switch {
 	case err != nil && ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return nil, errors.New(err.Error())

@@ -121,7 +121,7 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }() // after the redaction below
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, c.spec.CallTimeout)
+	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	_, _, cat, err := c.ready(ctx)
 	if err != nil {
