@@ -51,6 +51,7 @@ type inflight struct {
 	ctx  context.Context // the call's
 	a    ask.Asker       // nil: the call has nobody to ask
 	call ask.Call
+	task string // the id of the task the call runs as, once known
 }
 
 // httpHandlerLimit is how long mcp-go gives the handler of a server
@@ -129,13 +130,31 @@ func (a *asks) track(ctx context.Context) func() {
 	}
 }
 
+// relateTask records that the call made under ctx (the context callTool
+// got) runs as task taskID: a server request that names the task (its
+// _meta's related-task) goes to that call.
+func (s *session) relateTask(ctx context.Context, taskID string) {
+	a := s.asks
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, in := range a.calls {
+		if in.ctx == ctx {
+			in.task = taskID
+		}
+	}
+}
+
 // route finds who answers a server request that came with ctx: the Asker
 // ctx carries, or, where server requests do not carry their call's
-// context (stdio), that of the call in flight on the session, the one
-// that started first if there are several (a server asks in the middle of
-// a call, and the oldest has waited longest). callCtx is the call's
-// context, nil if no call was found; a nil Asker means nobody can answer.
-func (a *asks) route(ctx context.Context) (asker ask.Asker, call ask.Call, callCtx context.Context) {
+// context (stdio), that of a call in flight on the session: the one
+// running as task (the request's related task), if any, else the one that
+// started first (a server asks in the middle of a call, and the oldest
+// has waited longest). callCtx is the call's context, nil if no call was
+// found; a nil Asker means nobody can answer.
+func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call ask.Call, callCtx context.Context) {
 	if asker, call, ok := ask.From(ctx); ok {
 		return asker, call, ctx
 	}
@@ -148,7 +167,23 @@ func (a *asks) route(ctx context.Context) (asker ask.Asker, call ask.Call, callC
 		return nil, ask.Call{}, nil
 	}
 	in := a.calls[0]
+	for _, c := range a.calls {
+		if task != "" && c.task == task {
+			in = c
+			break
+		}
+	}
 	return in.a, in.call, in.ctx
+}
+
+// relatedTask is the task a server request's _meta names, if any.
+func relatedTask(meta *mcp.Meta) string {
+	if meta == nil {
+		return ""
+	}
+	m, _ := meta.AdditionalFields[mcp.RelatedTaskMetaKey].(map[string]any)
+	id, _ := m["taskId"].(string)
+	return id
 }
 
 // elicitHandler answers elicitation/create on the classic protocol: it
@@ -165,7 +200,7 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	asker, call, callCtx := a.route(ctx)
+	asker, call, callCtx := a.route(ctx, relatedTask(req.Params.Meta))
 	if asker == nil {
 		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
 			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
@@ -258,7 +293,8 @@ func newInputID() string {
 type samplingHandler struct{ a *asks }
 
 func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	asker, call, callCtx := h.a.route(ctx)
+	// mcp-go drops a sampling request's _meta: no related task here.
+	asker, call, callCtx := h.a.route(ctx, "")
 	resume, _ := pauseCall(callCtx)
 	defer resume()
 	if callCtx != nil && callCtx != ctx {
