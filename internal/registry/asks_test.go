@@ -606,3 +606,71 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Calls running at once on one connection each get their own server
+// requests over streamable HTTP (the request comes on the call's own
+// response stream); over stdio sampling is served for every call.
+func TestAsksConcurrentCalls(t *testing.T) {
+	const n = 8
+	t.Run("streamable_http elicitation", func(t *testing.T) {
+		reg := run(t, newSource(askSpec(1, askServer(t), registry.SessionPerSession, true, false)), testConfig())
+		var wg sync.WaitGroup
+		askers := make([]*fakeAsker, n)
+		for i := range n {
+			askers[i] = &fakeAsker{answer: func(context.Context, ask.Input) (ask.Answer, error) {
+				return ask.Answer{Action: ask.Accept, Content: map[string]any{"name": fmt.Sprint("user", i)}}, nil
+			}}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := ask.With(ctxT(t), askers[i], ask.Call{ID: fmt.Sprint("c", i), Tool: "ask"})
+				res, err := reg.CallTool(ctx, 1, "ask", nil, registry.CallOptions{Session: "s1"})
+				if err != nil {
+					t.Errorf("call %d: %v", i, err)
+					return
+				}
+				if got, want := text(t, res), fmt.Sprintf(`action=accept content={"name":"user%d"}`, i); got != want {
+					t.Errorf("call %d = %s, want %s", i, got, want)
+				}
+			}()
+		}
+		wg.Wait()
+		for i, a := range askers {
+			if ins, calls := a.asked(); len(ins) != 1 || calls[0].ID != fmt.Sprint("c", i) {
+				t.Errorf("asker %d saw %d inputs for %+v, want 1 for its own call", i, len(ins), calls)
+			}
+		}
+	})
+	t.Run("stdio sampling", func(t *testing.T) {
+		var s fakeSampler
+		cfg := testConfig()
+		cfg.Sample = s.sample
+		reg := run(t, newSource(askStdioSpec(1, registry.SessionShared, false, true)), cfg)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := ask.With(ctxT(t), &fakeAsker{}, ask.Call{ID: fmt.Sprint("c", i), Tool: "sample"})
+				res, err := reg.CallTool(ctx, 1, "sample", nil, registry.CallOptions{})
+				if err != nil {
+					t.Errorf("call %d: %v", i, err)
+					return
+				}
+				if got, want := text(t, res), `sampled="hi there" model=fake-model`; got != want {
+					t.Errorf("call %d = %s, want %s", i, got, want)
+				}
+			}()
+		}
+		wg.Wait()
+		if askers, _, _ := s.served(); len(askers) != n {
+			t.Errorf("sampler served %d requests, want %d", len(askers), n)
+		} else {
+			for i, a := range askers {
+				if a == nil {
+					t.Errorf("request %d was served with no asker while %d calls were in flight", i, n)
+				}
+			}
+		}
+	})
+}
