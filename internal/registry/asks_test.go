@@ -247,16 +247,25 @@ func TestAsksElicitStdio(t *testing.T) {
 	elicitCases(t, reg, registry.CallOptions{Session: "s1"}, 20*time.Second)
 }
 
-// The user's wait does not count against the connector's call timeout:
-// ElicitationTimeout (and the transport) bound it instead.
-func TestAsksUserWaitStopsTheCallTimeout(t *testing.T) {
-	for _, tc := range []struct {
+// eliciting are per-session connectors that elicit, over stdio and
+// streamable HTTP.
+func eliciting(t *testing.T) []struct {
+	name string
+	spec registry.Spec
+} {
+	return []struct {
 		name string
 		spec registry.Spec
 	}{
 		{"stdio", askStdioSpec(1, registry.SessionPerSession, true, false)},
 		{"streamable_http", askSpec(1, askServer(t), registry.SessionPerSession, true, false)},
-	} {
+	}
+}
+
+// The user's wait does not count against the connector's call timeout:
+// ElicitationTimeout (and the transport) bound it instead.
+func TestAsksUserWaitStopsTheCallTimeout(t *testing.T) {
+	for _, tc := range eliciting(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.CallTimeout = time.Second
 			reg := run(t, newSource(tc.spec), testConfig())
@@ -280,13 +289,7 @@ func TestAsksUserWaitStopsTheCallTimeout(t *testing.T) {
 }
 
 func TestAsksElicitTimeoutAnswersCancel(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		spec registry.Spec
-	}{
-		{"stdio", askStdioSpec(1, registry.SessionPerSession, true, false)},
-		{"streamable_http", askSpec(1, askServer(t), registry.SessionPerSession, true, false)},
-	} {
+	for _, tc := range eliciting(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
 			cfg.ElicitationTimeout = 300 * time.Millisecond
