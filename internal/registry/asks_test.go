@@ -467,6 +467,15 @@ func TestAsksSessionlessInputRequired(t *testing.T) {
 			t.Errorf("sampler served %d request(s), last for %+v; want one more, for the caller", len(after)-len(before), calls)
 		}
 	})
+	t.Run("busy server", func(t *testing.T) {
+		res, err := reg.CallTool(ctx, 1, "busy", nil, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := text(t, res), "done after a busy round"; got != want {
+			t.Errorf("busy = %s, want %s", got, want)
+		}
+	})
 	t.Run("nobody to ask", func(t *testing.T) {
 		res, err := reg.CallTool(ctxT(t), 1, "ask", nil, opts)
 		if err != nil {
@@ -479,9 +488,10 @@ func TestAsksSessionlessInputRequired(t *testing.T) {
 }
 
 // fakeSSE is a legacy SSE MCP server (mcp-go's SSE server cannot send
-// requests) whose one tool, "ask", sends the client an elicitation/create
-// with the id of the tools/call itself, waits up to 10s for the answer, and
-// says what it got.
+// requests) whose one tool, "ask", sends the client a ping and an
+// elicitation/create with the id of the tools/call itself (which mcp-go
+// would take for the call's answer), waits up to 10s for the answers, and
+// says what it got, as JSON by method.
 type fakeSSE struct {
 	t      *testing.T
 	events chan string
@@ -541,16 +551,26 @@ func (f *fakeSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(map[string]any{})
 	case "tools/call":
 		go func() {
+			ping, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "ping-1", "method": "ping"})
+			f.events <- string(ping)
 			req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": msg["id"], "method": "elicitation/create",
 				"params": map[string]any{"message": "Who are you?", "requestedSchema": map[string]any{"type": "object"}}})
 			f.events <- string(req)
-			got := "no answer"
-			select {
-			case ans := <-f.posts:
-				got = string(ans["error"])
-			case <-time.After(10 * time.Second):
+			got := map[string]map[string]json.RawMessage{}
+			for len(got) < 2 {
+				select {
+				case ans := <-f.posts:
+					if string(ans["id"]) == `"ping-1"` {
+						got["ping"] = ans
+					} else {
+						got["elicitation"] = ans
+					}
+				case <-time.After(10 * time.Second):
+					got["timeout"] = nil
+				}
 			}
-			reply(map[string]any{"content": []any{map[string]any{"type": "text", "text": got}}})
+			b, _ := json.Marshal(got)
+			reply(map[string]any{"content": []any{map[string]any{"type": "text", "text": string(b)}}})
 		}()
 	}
 }
@@ -570,15 +590,21 @@ func TestAsksSSEServerRequestAnsweredAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var e struct {
-		Code    int
-		Message string
+	var got map[string]struct {
+		Result map[string]any
+		Error  *struct {
+			Code    int
+			Message string
+		}
 	}
-	if err := json.Unmarshal([]byte(text(t, res)), &e); err != nil {
-		t.Fatalf("the server got %q, want an error answer", text(t, res))
+	if err := json.Unmarshal([]byte(text(t, res)), &got); err != nil {
+		t.Fatalf("the server got %q: %v", text(t, res), err)
 	}
-	if e.Code != mcp.METHOD_NOT_FOUND || !strings.Contains(e.Message, "legacy SSE") {
-		t.Errorf("the server got %+v, want -32601 saying SSE cannot carry it", e)
+	if e := got["elicitation"].Error; e == nil || e.Code != mcp.METHOD_NOT_FOUND || !strings.Contains(e.Message, "legacy SSE") {
+		t.Errorf("the server got %s, want -32601 saying SSE cannot carry the elicitation", text(t, res))
+	}
+	if p := got["ping"]; p.Error != nil || p.Result == nil {
+		t.Errorf("the server's ping got %s, want an empty result", text(t, res))
 	}
 	if ins, _ := a.asked(); len(ins) != 0 {
 		t.Errorf("the user was asked %+v over SSE", ins)

@@ -32,6 +32,13 @@ import (
 // itself (sampling), as mcp-go bounds its own loop.
 const maxInputRounds = 10
 
+// A round that asks for nothing is retried after busyWait times its
+// number, up to maxBusyRounds in a row (mcp-go gives up after 3).
+const (
+	maxBusyRounds = 3
+	busyWait      = 100 * time.Millisecond
+)
+
 // rawIDs numbers the raw requests; their ids are strings, apart from
 // mcp-go's numeric ones on the same connection.
 var rawIDs atomic.Uint64
@@ -58,6 +65,7 @@ func callSessionless(ctx context.Context, s *session, name string, args map[stri
 	}
 	asker, call, hasAsker := ask.From(ctx)
 	canAsk := hasAsker && s.asks != nil && s.asks.elicit
+	busy := 0
 	for round := 1; ; round++ {
 		res, err := s.rawCall(ctx, name, args, meta, responses, state)
 		if err != nil || !res.NeedsInput() {
@@ -66,6 +74,20 @@ func callSessionless(ctx context.Context, s *session, name string, args map[stri
 		if round >= maxInputRounds {
 			return nil, fmt.Errorf("the server asked for input %d times in a row; giving up", maxInputRounds)
 		}
+		if len(res.InputRequests) == 0 {
+			// Asking for nothing is a busy server's "retry later".
+			if busy++; busy >= maxBusyRounds {
+				return nil, fmt.Errorf("the server asked %d times in a row to retry later", busy)
+			}
+			select {
+			case <-time.After(time.Duration(busy) * busyWait):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			responses, state = nil, res.RequestState
+			continue
+		}
+		busy = 0
 		served := make(map[string]json.RawMessage, len(res.InputRequests))
 		var inputs []ask.Input
 		ids := make([]string, 0, len(res.InputRequests))

@@ -73,21 +73,26 @@ func (r *sseRequests) setEndpoint(data string) {
 	r.mu.Unlock()
 }
 
-// refuse answers the server's request id (method) with an error, off the
-// stream's reader, and says so.
-func (r *sseRequests) refuse(id json.RawMessage, method string) {
+// answer answers the server's request id (method), off the stream's
+// reader: a ping with an empty result, anything else with an error, which
+// is logged and counted.
+func (r *sseRequests) answer(id json.RawMessage, method string) {
 	c := r.c
-	c.reg.logger.Warn("the server asked for "+method+", which the SSE transport cannot carry; answered with an error",
-		append(c.logAttrs(), slog.String("method", method))...)
-	c.reg.metrics.refused(c, method)
+	msg := map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id, "result": map[string]any{}}
+	if method != string(mcp.MethodPing) {
+		c.reg.logger.Warn("the server asked for "+method+", which the SSE transport cannot carry; answered with an error",
+			append(c.logAttrs(), slog.String("method", method))...)
+		c.reg.metrics.refused(c, method)
+		delete(msg, "result")
+		msg["error"] = map[string]any{"code": mcp.METHOD_NOT_FOUND, "message": sseRefusal}
+	}
 	r.mu.Lock()
 	endpoint := r.endpoint
 	r.mu.Unlock()
 	if endpoint == nil || !c.reg.enter() {
 		return
 	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id,
-		"error": map[string]any{"code": mcp.METHOD_NOT_FOUND, "message": sseRefusal}})
+	body, _ := json.Marshal(msg)
 	go func() {
 		defer c.reg.bg.Done()
 		ctx, cancel := context.WithTimeout(c.reg.life, sseAnswerTimeout)
@@ -174,7 +179,7 @@ func (f *sseFilter) dispatch() {
 		f.r.setEndpoint(data)
 	case "", "message":
 		if id, method, ok := serverRequest(data); ok {
-			f.r.refuse(id, method)
+			f.r.answer(id, method)
 			return
 		}
 	}

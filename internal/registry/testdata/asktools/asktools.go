@@ -35,6 +35,8 @@ const URL = "https://auth.example.com/login?state=abc"
 //   - askurl: elicits a URL-mode consent as "consent", and says the answer;
 //   - sample: samples as "s", and says the completion and its model;
 //   - both: samples ("s") and elicits ("who") in one round;
+//   - busy: asks for nothing once (a busy server's "retry later"), then
+//     answers, on the sessionless protocol;
 //   - needurl: fails with -32042 (URL elicitation required) on the classic
 //     protocol.
 func Add(s *server.MCPServer) {
@@ -76,6 +78,12 @@ func Add(s *server.MCPServer) {
 		}
 		return server.NewInputRequestBuilder("state-both").Sample("s", samplingParams()).
 			Elicit("who", mcp.ElicitationParams{Message: "Who are you?", RequestedSchema: Schema}).ToolResult(), nil
+	})
+	s.AddTool(mcp.NewTool("busy"), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "busy-1" {
+			return mcp.NewToolResultText("done after a busy round"), nil
+		}
+		return server.NewInputRequestBuilder("busy-1").ToolResult(), nil
 	})
 	s.AddTool(mcp.NewTool("needurl"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return nil, mcp.URLElicitationRequiredError{Elicitations: []mcp.ElicitationParams{{
