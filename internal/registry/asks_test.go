@@ -87,7 +87,7 @@ func (f *fakeSampler) served() ([]ask.Asker, []ask.Call, []mcp.CreateMessageRequ
 
 // askServer is a real mcp-go server with asktools over streamable HTTP,
 // speaking both protocol generations.
-func askServer(t *testing.T) string {
+func askServer(t testing.TB) string {
 	t.Helper()
 	m := server.NewMCPServer("asks", "1.0", server.WithToolCapabilities(true), server.WithElicitation())
 	asktools.Add(m)
@@ -702,4 +702,38 @@ func TestAsksConcurrentCalls(t *testing.T) {
 			}
 		}
 	})
+}
+
+// What a server request costs a call: a call that elicits once (answered
+// at once) against one that asks nothing, on the same connection.
+func BenchmarkAsksElicitRoundTrip(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		spec func() registry.Spec
+	}{
+		{"stdio", func() registry.Spec { return askStdioSpec(1, registry.SessionPerSession, true, false) }},
+		{"streamable_http", func() registry.Spec { return askSpec(1, askServer(b), registry.SessionPerSession, true, false) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := testConfig()
+			cfg.HealthInterval = time.Hour
+			reg := run(b, newSource(tc.spec()), cfg)
+			ctx := ask.With(context.Background(), &fakeAsker{answer: func(context.Context, ask.Input) (ask.Answer, error) {
+				return ask.Answer{Action: ask.Accept, Content: map[string]any{"name": "Ada"}}, nil
+			}}, ask.Call{ID: "c"})
+			opts := registry.CallOptions{Session: "s1"}
+			if _, err := reg.CallTool(ctx, 1, "caps", nil, opts); err != nil { // opens the session's connection
+				b.Fatal(err)
+			}
+			for _, tool := range []string{"caps", "ask"} {
+				b.Run(tool, func(b *testing.B) {
+					for b.Loop() {
+						if _, err := reg.CallTool(ctx, 1, tool, nil, opts); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
+	}
 }
