@@ -26,6 +26,10 @@ import (
 // answer is given: a "cancel" sent at the last moment would not arrive.
 const answerMargin = 2 * time.Second
 
+// httpHandlerLimit is how long mcp-go gives the handler of a server
+// request over streamable HTTP.
+const httpHandlerLimit = 30 * time.Second
+
 // asks serves the server requests of one session: it declares the
 // capabilities, holds the handlers mcp-go calls, and keeps the calls in
 // flight on the session, for transports whose server requests do not
@@ -53,10 +57,6 @@ type inflight struct {
 	call ask.Call
 	task string // the id of the task the call runs as, once known
 }
-
-// httpHandlerLimit is how long mcp-go gives the handler of a server
-// request over streamable HTTP.
-const httpHandlerLimit = 30 * time.Second
 
 // newAsks returns what a session of spec declares and serves, or nil.
 // Elicitation is declared only on connections that belong to one user
@@ -336,4 +336,13 @@ func urlRequired(err error) error {
 			ElicitationID: p.ElicitationID})
 	}
 	return out
+}
+
+// awaitsInput reports whether a call ended for want of the user's input
+// (sessionless input_required, classic -32042): it did not fail, and is
+// sent again once the user answers.
+func awaitsInput(err error) bool {
+	var ir *ask.InputRequiredError
+	var ur *ask.URLRequiredError
+	return errors.As(err, &ir) || errors.As(err, &ur)
 }

@@ -369,7 +369,11 @@ func TestAsksSamplingWithoutSampleFails(t *testing.T) {
 }
 
 func TestAsksURLRequired(t *testing.T) {
-	reg := run(t, newSource(askSpec(1, askServer(t), registry.SessionPerSession, true, false)), testConfig())
+	m := telemetrytest.New(t)
+	cfg := testConfig()
+	cfg.MeterProvider = m.Provider
+	src := newSource(askSpec(1, askServer(t), registry.SessionPerSession, true, false))
+	reg := run(t, src, cfg)
 	_, err := reg.CallTool(ctxT(t), 1, "needurl", nil, registry.CallOptions{Session: "s1"})
 	var ue *ask.URLRequiredError
 	if !errors.As(err, &ue) {
@@ -378,6 +382,23 @@ func TestAsksURLRequired(t *testing.T) {
 	if len(ue.Inputs) != 1 || ue.Inputs[0].Mode != ask.ModeURL || ue.Inputs[0].URL != asktools.URL ||
 		ue.Inputs[0].ElicitationID != "el-9" || ue.Inputs[0].ID != "el-9" {
 		t.Errorf("inputs = %+v", ue.Inputs)
+	}
+	// A call that awaits the user's input has not failed.
+	if got := m.Value(t, "connector.tool.calls", with(conn("c1"), "tool", "needurl")...); got != 1 {
+		t.Errorf("calls counted %v, want 1", got)
+	}
+	if _, ok := m.Point(t, "connector.tool.call.errors", with(conn("c1"), "tool", "needurl", "kind", "other")...); ok {
+		t.Error("a call awaiting the user's input counted as failed")
+	}
+	waitFor(t, "usage reported", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.usage[1].Calls == 1
+	})
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if u := src.usage[1]; u.Errors != 0 {
+		t.Errorf("usage = %+v, want no error", u)
 	}
 }
 

@@ -126,7 +126,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		c.reg.metrics.called(ctx, c, name, time.Since(start), res, err)
 		c.usage.lastUsed.Store(time.Now().UnixNano())
 		c.usage.calls.Add(1)
-		if err != nil || (res != nil && res.IsError) {
+		if (err != nil && !awaitsInput(err)) || (res != nil && res.IsError) {
 			c.usage.errors.Add(1)
 		}
 		err = c.redact.err(err)

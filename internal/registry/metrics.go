@@ -160,14 +160,14 @@ func (c *conn) toolLabels(tool string) *callOptions {
 }
 
 // errorKind is the kind label of a failed call made under ctx; "" if it
-// did not fail. A call that ended by its deadline is a timeout even when
+// did not fail (a call that ended awaiting the user's input has not). A call that ended by its deadline is a timeout even when
 // the service saw the caller's cancel first (see EndedByDeadline), as the
 // caller got DEADLINE_EXCEEDED.
 func errorKind(ctx context.Context, res *mcp.CallToolResult, err error) string {
 	switch {
 	case err == nil && res != nil && res.IsError:
 		return "tool"
-	case err == nil:
+	case err == nil, awaitsInput(err):
 		return ""
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled) && EndedByDeadline(ctx):
 		return "timeout"

@@ -522,7 +522,12 @@ func (r *Registry) remove(id int64, why error) {
 // opts.Progress, the server's progress notifications for the call reach it
 // before CallTool returns (see CallOptions). A call that ends by its
 // deadline with no answer has the session probed at once (see
-// conn.suspect). Returns ErrNotLoaded, ErrDeleted or ErrDeactivated (the
+// conn.suspect). What the server asks in the middle of the call
+// (elicitation, sampling) goes to the ask.Asker ctx carries (ask.With;
+// see asks.go), and the user's wait does not count against the call
+// timeout; a sessionless server's request for the user's input ends the
+// call with an *ask.InputRequiredError (send it again with opts.Retry),
+// and a classic server's -32042 with an *ask.URLRequiredError. Returns ErrNotLoaded, ErrDeleted or ErrDeactivated (the
 // connector went under the call), ErrClosed (shutdown), ErrToolNotFound
 // (the server does not list it now), ErrToolDisabled, or an error wrapping
 // ErrUnavailable when the connector cannot be used now: it says what

@@ -156,7 +156,7 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 		c.usage.lastUsed.Store(time.Now().UnixNano())
 		sc.calls.Add(1)
 		c.usage.calls.Add(1)
-		if err != nil || (res != nil && res.IsError) {
+		if (err != nil && !awaitsInput(err)) || (res != nil && res.IsError) {
 			sc.errors.Add(1)
 			c.usage.errors.Add(1)
 		}
