@@ -1,5 +1,7 @@
 package registry
 
+import "github.com/connector-svc/connector-svc/internal/ask"
+
 // CallOptions are what a caller adds to one tool call, besides the tool
 // and its arguments. The zero value asks for nothing.
 type CallOptions struct {
@@ -29,6 +31,11 @@ type CallOptions struct {
 	// session of a caller session is not a restart; each restart is
 	// reported to one call. Only per_session connectors set it.
 	Restarted *bool
+	// Retry, on a connector of the sessionless protocol, sends the call
+	// again after it ended with an *ask.InputRequiredError: with the
+	// user's answers (mapped to elicitation results), the round's served
+	// answers and the server's request state. Other connections ignore it.
+	Retry *ask.Retry
 }
 
 // restarted reports a restart to the caller, if it asked.
