@@ -70,6 +70,10 @@ type config struct {
 	// OAuth is how end users authorize the service on MCP servers that
 	// need OAuth, and where their browsers come back to.
 	OAuth oauthConfig
+	// AskBack is how servers' requests for input and completions are
+	// answered.
+	AskBack            askBackConfig
+	ElicitationTimeout time.Duration
 
 	// Conn is how the gRPC server treats its clients' connections: their
 	// age (so clients balancing over replicas re-resolve), keepalive, and
@@ -141,6 +145,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	adminFlags(fs, &cfg)
 	clusterFlags(fs, &cfg.Cluster, &replicaTTL, &reconcile)
 	oauthFlags(fs, &cfg.OAuth, &oauthStateTTL, &oauthReturnTo, &oauthProxies)
+	askBackFlags(fs, &cfg.AskBack)
 	conn.register(fs)
 	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
 	rest, err := parseArgs(fs, args)
@@ -174,6 +179,12 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, nil, err
 	}
 	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", queryTimeout); err != nil {
+		return config{}, nil, err
+	}
+	if cfg.ElicitationTimeout, err = positiveDuration("ELICITATION_TIMEOUT", cfg.AskBack.ElicitationTimeout); err != nil {
+		return config{}, nil, err
+	}
+	if err := cfg.AskBack.Sampling.check(); err != nil {
 		return config{}, nil, err
 	}
 	if cfg.EmbeddingsModel != "" && cfg.LLMBaseURL == "" {

@@ -434,7 +434,8 @@ func (l *Connectors) lock(id int64) (unlock func()) {
 
 // connectionChanged reports whether how to connect differs between two
 // rows of a connector: then its connection is replaced, and its open
-// sessions close.
+// sessions close. Letting servers elicit or sample changes the
+// capabilities a connection declares when it opens.
 func connectionChanged(old, row *store.Connector) bool {
 	a, b := old.Config, row.Config
 	return old.Transport != row.Transport || !bytes.Equal(old.SealedSecrets, row.SealedSecrets) ||
@@ -442,5 +443,5 @@ func connectionChanged(old, row *store.Connector) bool {
 		!reflect.DeepEqual(a.HeaderNames, b.HeaderNames) || !reflect.DeepEqual(a.EnvKeys, b.EnvKeys) ||
 		a.ConnectTimeout != b.ConnectTimeout || a.CallTimeout != b.CallTimeout ||
 		a.SessionMode != b.SessionMode || a.ProtocolPreference != b.ProtocolPreference ||
-		!reflect.DeepEqual(a.Auth, b.Auth)
+		!reflect.DeepEqual(a.Auth, b.Auth) || a.Elicitation != b.Elicitation || a.SamplingOn() != b.SamplingOn()
 }

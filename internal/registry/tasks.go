@@ -33,10 +33,6 @@ const (
 	// taskCancelTimeout bounds the tasks/cancel sent for a call whose
 	// caller gave up (or whose time ran out): best effort, after the fact.
 	taskCancelTimeout = 2 * time.Second
-	// taskTTLSlack is how long past the call's deadline the server is
-	// asked to keep the task: by then the call has either fetched its
-	// result or cancelled it, and a task nobody will ask about again can go.
-	taskTTLSlack = time.Minute
 )
 
 // runsAsTask reports whether a call of t runs as a task: only a tool that
@@ -101,6 +97,7 @@ func callTask(ctx context.Context, s *session, name string, args map[string]any,
 		return res, err // refused, or the server ran it plain
 	}
 	t.id = task.TaskId
+	s.relateTask(ctx, t.id) // on stdio, the server's requests for the task come to this call
 	if opts.TaskID != nil {
 		*opts.TaskID = t.id
 	}
@@ -141,11 +138,10 @@ type taskOutcome struct {
 // create sends tools/call with a task. It returns the task the server
 // created or, from a server that ran the call plain, its result.
 func (t *taskRun) create(ctx context.Context, name string, args map[string]any) (*mcp.Task, *mcp.CallToolResult, error) {
-	task := map[string]any{}
-	if d, ok := ctx.Deadline(); ok {
-		task["ttl"] = (time.Until(d) + taskTTLSlack).Milliseconds()
-	}
-	params := map[string]any{"name": name, "task": task}
+	// No ttl: the call's end is not known (its clock stops while the user
+	// answers what the server asks), and the server keeps a task as long
+	// as it sees fit; an abandoned call cancels its task.
+	params := map[string]any{"name": name, "task": map[string]any{}}
 	if args != nil {
 		params["arguments"] = args
 	}

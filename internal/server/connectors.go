@@ -124,6 +124,9 @@ var updatePaths = []string{
 	"http", "http.url", "http.headers", "connect_timeout", "call_timeout", "session_mode",
 	"model", "rate_limit", "disable_new_tools", "narrow_tools_above", "protocol_preference",
 	"approval_policy", "auth", "auth.mode", "auth.client_id", "auth.client_secret", "auth.scopes",
+	"elicitation", "sampling", "sampling.enabled", "sampling.policy", "sampling.max_tokens_per_request",
+	"sampling.max_requests_per_run", "sampling.max_tokens_per_run", "sampling.max_requests_per_minute",
+	"sampling.max_tokens_per_minute",
 }
 
 // UpdateConnector implements connector.v1.ConnectorService. The stored
@@ -265,6 +268,32 @@ func mergeMasked(dst, src *connectorv1.Connector, paths []string) (secretsReplac
 			dst.Auth, clientSecret = proto.CloneOf(src.GetAuth()), true
 			if dst.Auth != nil {
 				dst.Auth.HasClientSecret = false
+			}
+		case "elicitation":
+			dst.Elicitation = src.GetElicitation()
+		case "sampling":
+			dst.Sampling = proto.CloneOf(src.GetSampling())
+		case "sampling.enabled", "sampling.policy", "sampling.max_tokens_per_request", "sampling.max_requests_per_run",
+			"sampling.max_tokens_per_run", "sampling.max_requests_per_minute", "sampling.max_tokens_per_minute":
+			if dst.Sampling == nil {
+				dst.Sampling = &connectorv1.SamplingConfig{}
+			}
+			d, v := dst.Sampling, src.GetSampling()
+			switch path {
+			case "sampling.enabled":
+				d.Enabled = v.GetEnabled()
+			case "sampling.policy":
+				d.Policy = v.GetPolicy()
+			case "sampling.max_tokens_per_request":
+				d.MaxTokensPerRequest = v.GetMaxTokensPerRequest()
+			case "sampling.max_requests_per_run":
+				d.MaxRequestsPerRun = v.GetMaxRequestsPerRun()
+			case "sampling.max_tokens_per_run":
+				d.MaxTokensPerRun = v.GetMaxTokensPerRun()
+			case "sampling.max_requests_per_minute":
+				d.MaxRequestsPerMinute = v.GetMaxRequestsPerMinute()
+			default:
+				d.MaxTokensPerMinute = v.GetMaxTokensPerMinute()
 			}
 		case "auth.mode", "auth.client_id", "auth.client_secret", "auth.scopes":
 			if dst.Auth == nil {

@@ -127,7 +127,23 @@ func connectorToProto(c *store.Connector) *connectorv1.Connector {
 		p.Auth = &connectorv1.AuthConfig{Mode: key(authModes, a.Mode), ClientId: a.ClientID, Scopes: a.Scopes,
 			HasClientSecret: a.HasClientSecret}
 	}
+	p.Elicitation = c.Config.Elicitation
+	if sc := c.Config.Sampling; sc != nil {
+		p.Sampling = &connectorv1.SamplingConfig{Enabled: sc.Enabled, Policy: key(samplingPolicies, sc.Policy),
+			MaxTokensPerRequest: int32(sc.MaxTokensPerRequest), MaxRequestsPerRun: int32(sc.MaxRequestsPerRun),
+			MaxTokensPerRun: int32(sc.MaxTokensPerRun), MaxRequestsPerMinute: int32(sc.MaxRequestsPerMinute),
+			MaxTokensPerMinute: int32(sc.MaxTokensPerMinute)}
+		if p.Sampling.Policy == connectorv1.SamplingPolicy_SAMPLING_POLICY_UNSPECIFIED {
+			p.Sampling.Policy = connectorv1.SamplingPolicy_SAMPLING_POLICY_AUTO
+		}
+	}
 	return p
+}
+
+var samplingPolicies = map[connectorv1.SamplingPolicy]string{
+	connectorv1.SamplingPolicy_SAMPLING_POLICY_UNSPECIFIED: store.SamplingAuto,
+	connectorv1.SamplingPolicy_SAMPLING_POLICY_AUTO:        store.SamplingAuto,
+	connectorv1.SamplingPolicy_SAMPLING_POLICY_APPROVE:     store.SamplingApprove,
 }
 
 func healthToProto(c *store.Connector) *connectorv1.ConnectorHealth {
@@ -186,6 +202,13 @@ func configFromProto(p *connectorv1.Connector) store.Config {
 	if a := p.GetAuth(); authModes[a.GetMode()] != store.AuthNone && authModes[a.GetMode()] != "" {
 		cfg.Auth = &store.AuthConfig{Mode: authModes[a.GetMode()], ClientID: a.GetClientId(), Scopes: a.GetScopes(),
 			HasClientSecret: a.GetClientSecret() != "" || a.GetHasClientSecret()}
+	}
+	cfg.Elicitation = p.GetElicitation()
+	if sc := p.GetSampling(); sc != nil {
+		cfg.Sampling = &store.SamplingConfig{Enabled: sc.GetEnabled(), Policy: samplingPolicies[sc.GetPolicy()],
+			MaxTokensPerRequest: int(sc.GetMaxTokensPerRequest()), MaxRequestsPerRun: int(sc.GetMaxRequestsPerRun()),
+			MaxTokensPerRun: int(sc.GetMaxTokensPerRun()), MaxRequestsPerMinute: int(sc.GetMaxRequestsPerMinute()),
+			MaxTokensPerMinute: int(sc.GetMaxTokensPerMinute())}
 	}
 	return cfg
 }

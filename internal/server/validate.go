@@ -125,6 +125,7 @@ func (c *checker) connector(p *connectorv1.Connector) {
 	}
 	c.protocolPreference(p)
 	c.auth(p)
+	c.askBack(p)
 	if pol := p.GetApprovalPolicy(); approvalPolicies[pol] == "" {
 		c.add("connector.approval_policy", "unknown value %d: use APPROVAL_POLICY_NONE, APPROVAL_POLICY_DESTRUCTIVE or APPROVAL_POLICY_ALL", pol)
 	}
@@ -161,6 +162,40 @@ func (c *checker) protocolPreference(p *connectorv1.Connector) {
 			"SESSION_MODE_PER_SESSION connector over streamable HTTP gives each caller session its own MCP session: "+
 			"use PROTOCOL_PREFERENCE_AUTO or PROTOCOL_PREFERENCE_CLASSIC")
 	}
+}
+
+// Bounds of a connector's sampling limits.
+const (
+	maxSamplingTokens   = 1_000_000
+	maxSamplingRequests = 100_000
+)
+
+// askBack checks what a connector's servers may ask of it. Elicitation
+// goes to the one user a connection belongs to, so it needs connections
+// that belong to one: a shared connection would declare it to nobody.
+func (c *checker) askBack(p *connectorv1.Connector) {
+	if p.GetElicitation() && p.GetSessionMode() != connectorv1.SessionMode_SESSION_MODE_PER_SESSION &&
+		p.GetAuth().GetMode() != connectorv1.AuthMode_AUTH_MODE_OAUTH_USER {
+		c.add("connector.elicitation", "servers ask the user of a connection, and this connector's one shared "+
+			"connection has none: set session_mode to SESSION_MODE_PER_SESSION or auth.mode to AUTH_MODE_OAUTH_USER")
+	}
+	sc := p.GetSampling()
+	if sc == nil {
+		return
+	}
+	if _, ok := samplingPolicies[sc.GetPolicy()]; !ok {
+		c.add("connector.sampling.policy", "unknown value %d: use SAMPLING_POLICY_AUTO or SAMPLING_POLICY_APPROVE", sc.GetPolicy())
+	}
+	limit := func(name string, v int32, most int) {
+		if v < 0 || int(v) > most {
+			c.add("connector.sampling."+name, "must be between 0 and %d (0 uses the service's default)", most)
+		}
+	}
+	limit("max_tokens_per_request", sc.GetMaxTokensPerRequest(), maxSamplingTokens)
+	limit("max_requests_per_run", sc.GetMaxRequestsPerRun(), maxSamplingRequests)
+	limit("max_tokens_per_run", sc.GetMaxTokensPerRun(), maxSamplingTokens)
+	limit("max_requests_per_minute", sc.GetMaxRequestsPerMinute(), maxSamplingRequests)
+	limit("max_tokens_per_minute", sc.GetMaxTokensPerMinute(), maxSamplingTokens)
 }
 
 // Bounds of a connector's auth settings and of a user id.
