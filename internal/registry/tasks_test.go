@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/registry"
 )
 
@@ -533,5 +534,28 @@ func TestTaskToolPerSession(t *testing.T) {
 	}
 	if want := map[string]string{id: "slow"}; !cmp.Equal(srv.created(), want) {
 		t.Errorf("the server created tasks %v; the call said its task was %q", srv.created(), id)
+	}
+}
+
+// A task that asks its user for input, over stdio, reaches the Asker of
+// the call running it, and goes on with the answer.
+func TestTaskElicitsOverStdio(t *testing.T) {
+	spec := stdioSpec(1)
+	spec.Command = taskServerCommand(t)
+	spec.SessionMode, spec.Elicitation = registry.SessionPerSession, true
+	reg := run(t, newSource(spec), testConfig())
+	asker := &fakeAsker{}
+	ctx := ask.With(ctxT(t), asker, ask.Call{ID: "c1", Tool: "confirm"})
+	var id string
+	res, err := reg.CallTool(ctx, 1, "confirm", nil, registry.CallOptions{Session: "s1", TaskID: &id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, res); got != "accept by Ada" || id == "" {
+		t.Errorf("result = %q, task %q; want the answer, through a task", got, id)
+	}
+	inputs, calls := asker.asked()
+	if len(inputs) != 1 || inputs[0].Message != "Who confirms?" || calls[0].ID != "c1" {
+		t.Errorf("asked %+v for %+v, want one input for call c1", inputs, calls)
 	}
 }

@@ -60,7 +60,8 @@ func main() {
 		mu.Unlock()
 	})
 	s := server.NewMCPServer("taskserver", "1.0", server.WithToolCapabilities(true),
-		server.WithTaskCapabilities(true, true, true), server.WithHooks(hooks), server.WithTaskHooks(taskHooks))
+		server.WithTaskCapabilities(true, true, true), server.WithHooks(hooks), server.WithTaskHooks(taskHooks),
+		server.WithElicitation())
 	required := mcp.WithTaskSupport(mcp.TaskSupportRequired)
 	// slow answers its text after the client polled it twice.
 	s.AddTaskTool(mcp.NewTool("slow", required, mcp.WithString("text")),
@@ -86,6 +87,26 @@ func main() {
 			}
 			<-polled
 			return &mcp.CreateTaskResult{Content: []mcp.Content{mcp.NewTextContent("reported")}}, nil
+		})
+	// confirm asks the user (an elicitation, tagged with no task: mcp-go's
+	// server does not tell a task its id) for a name, and says it.
+	s.AddTaskTool(mcp.NewTool("confirm", required),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
+			var req mcp.ElicitationRequest
+			req.Params.Message = "Who confirms?"
+			req.Params.RequestedSchema = map[string]any{
+				"type":       "object",
+				"properties": map[string]any{"name": map[string]any{"type": "string"}},
+				"required":   []any{"name"},
+			}
+			// The task's context ended with the request that created it.
+			res, err := s.RequestElicitation(context.WithoutCancel(ctx), req)
+			if err != nil {
+				return nil, err
+			}
+			content, _ := res.Content.(map[string]any)
+			return &mcp.CreateTaskResult{Content: []mcp.Content{
+				mcp.NewTextContent(fmt.Sprintf("%s by %v", res.Action, content["name"]))}}, nil
 		})
 	// hang runs for a minute. (It cannot watch its context: mcp-go's
 	// server runs a task on the context of the request that created it,
