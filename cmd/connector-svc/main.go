@@ -17,11 +17,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/egress"
@@ -32,6 +34,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
+	"github.com/connector-svc/connector-svc/internal/sampling"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -255,6 +258,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	src := live.NewSource(db, box, logger)
 	src.FenceWith(rep.owners.Fence) // only the owner syncs catalogs and writes health
 	var sessions *live.Sessions     // set below; the registry's hooks run once it serves
+	var sampler *sampling.Sampler   // nil without an LLM: servers' sampling requests are refused
+	var lv *live.Connectors
 	reg := registry.New(src, registry.Config{
 		HealthInterval:           cfg.HealthInterval,
 		Concurrency:              cfg.HealthConcurrency,
@@ -274,16 +279,28 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		OnSessionOpened: func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) },
 		OnSessionClosed: func(id int64, sid string) { sessions.Closed(id, sid) },
 		Authorize:       authorizeHook(oauthMgr),
+		// What servers ask of a call: the user (through the call's
+		// caller) and the connector's model.
+		ElicitationTimeout: cfg.ElicitationTimeout,
+		Sample: func(ctx context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			if sampler == nil {
+				return nil, errors.New("sampling is not available: the service has no LLM configured (LLM_BASE_URL)")
+			}
+			return sampler.Sample(ctx, id, a, call, req)
+		},
 	}, logger)
 	sessions = live.NewSessions(db, reg, box, rep.members, rep.pool, cfg.MaxSessions, logger)
 	router := live.NewRouter(rep.owners, rep.pool, reg)
 	rep.members.OnChange(func([]cluster.Member) { router.Moved() })
-	agent, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
+	agent, model, embedder, err := newAgent(cfg, reg, obs.meters, tp, logger)
 	if err != nil {
 		return err
 	}
-	lv := live.New(db, src, reg, live.Owned(rep.owners, logger), live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel,
+	lv = live.New(db, src, reg, live.Owned(rep.owners, logger), live.Config{Logger: logger, Embedder: embedder, EmbeddingModel: cfg.EmbeddingsModel,
 		ReconcileInterval: cfg.Cluster.ReconcileInterval})
+	if model != nil {
+		sampler = newSampler(cfg, model, lv, db, obs.meters, tp, logger)
+	}
 	rep.owners.OnGained(func(id, _ int64) { lv.Touch(id) })
 	rep.owners.OnLostOwnership(lv.Touch)
 	// Join, and claim this replica's share, before loading: a connector
@@ -438,15 +455,16 @@ func inUse(err error, setting string) error {
 // embeddings model, it also returns the embedder the agent ranks tools
 // with.
 func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, tp trace.TracerProvider,
-	logger *slog.Logger) (*orchestrator.Agent, orchestrator.Embedder, error) {
+	logger *slog.Logger) (*orchestrator.Agent, *llm.Client, orchestrator.Embedder, error) {
 	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, APIKey: cfg.LLMAPIKey, Model: cfg.LLMModel,
 		EmbeddingModel: cfg.EmbeddingsModel, MeterProvider: meters})
 	if errors.Is(err, llm.ErrNotConfigured) {
-		logger.Info("no LLM configured: QueryConnector and StreamQueryConnector are disabled; set LLM_BASE_URL and LLM_MODEL")
-		return nil, nil, nil
+		logger.Info("no LLM configured: QueryConnector and StreamQueryConnector are disabled, and servers' sampling requests " +
+			"are refused; set LLM_BASE_URL and LLM_MODEL")
+		return nil, nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	logger.Info("LLM configured", slog.String("base_url", secret.RedactText(cfg.LLMBaseURL)), slog.String("model", cfg.LLMModel),
 		slog.String("embeddings_model", cfg.EmbeddingsModel), slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
@@ -454,7 +472,31 @@ func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, t
 	if cfg.EmbeddingsModel != "" {
 		acfg.Embedder = model
 	}
-	return orchestrator.New(model, server.ToolCaller{Registry: reg}, acfg, logger), acfg.Embedder, nil
+	return orchestrator.New(model, server.ToolCaller{Registry: reg}, acfg, logger), model, acfg.Embedder, nil
+}
+
+// newSampler answers servers' sampling requests with each connector's
+// model (or LLM_MODEL), within the connector's budgets, those it leaves
+// unset being the service's.
+func newSampler(cfg config, model *llm.Client, lv *live.Connectors, db *store.DB, meters metric.MeterProvider,
+	tp trace.TracerProvider, logger *slog.Logger) *sampling.Sampler {
+	return sampling.New(sampling.Config{
+		Chat:  model.Chat,
+		Model: cfg.LLMModel,
+		Connector: func(id int64) (sampling.Target, bool) {
+			row, ok := lv.Row(id)
+			if !ok {
+				return sampling.Target{}, false
+			}
+			return sampling.Target{Workspace: row.WorkspaceID, Name: row.ExternalID, Model: row.Config.Model,
+				Sampling: row.Config.Sampling}, true
+		},
+		Minutes:        db,
+		Defaults:       sampling.Limits(cfg.AskBack.Sampling),
+		MeterProvider:  meters,
+		TracerProvider: tp,
+		Logger:         logger,
+	})
 }
 
 // flushTraces exports the spans still buffered, within grace.

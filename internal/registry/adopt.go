@@ -107,13 +107,14 @@ func (r *Registry) Adopt(id int64, sessionID string, h SessionHandle) bool {
 // replica left it: no handshake, and so nothing sent yet.
 func (c *conn) attach(spec Spec, hc *http.Client, h SessionHandle) (*session, error) {
 	own, end := sessionClient(hc)
-	opts := []client.ClientOption{client.WithSession(), client.WithProtocolVersion(h.ProtocolVersion)}
+	asks := c.newAsks(spec)
+	opts := append([]client.ClientOption{client.WithSession(), client.WithProtocolVersion(h.ProtocolVersion)}, asks.options()...)
 	s, err := newSession(c.reg.life, spec, own, opts, c.spec.ConnectTimeout, messageLimit(c.reg.cfg.MaxResultBytes),
 		c.mcpLogger(), c.reg.metrics, h)
 	if err != nil {
 		return nil, err
 	}
-	s.end, s.version = end, h.ProtocolVersion
+	s.end, s.version, s.asks = end, h.ProtocolVersion, asks
 	return s, nil
 }
 

@@ -60,7 +60,7 @@ func (c *conn) reinitialize(s *session, gen, epoch uint64, link trace.Link) erro
 		ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
 		defer cancel()
 		c.reg.logger.Debug("connector session unknown to the server; re-initializing", c.logAttrs()...)
-		if err := handshake(ctx, s.client, key); err != nil {
+		if err := handshake(ctx, s.client, key, s.asks.capabilities()); err != nil {
 			return nil, fmt.Errorf("re-initialize: %w", err)
 		}
 		c.epoch.Add(1)
@@ -73,8 +73,8 @@ func (c *conn) reinitialize(s *session, gen, epoch uint64, link trace.Link) erro
 }
 
 // handshake sends initialize and notifications/initialized over cl's
-// transport, as the negotiated protocol version.
-func handshake(ctx context.Context, cl *client.Client, id string) error {
+// transport, as the negotiated protocol version, declaring caps.
+func handshake(ctx context.Context, cl *client.Client, id string, caps mcp.ClientCapabilities) error {
 	tr := cl.GetTransport()
 	req := initializeRequest()
 	resp, err := tr.SendRequest(ctx, transport.JSONRPCRequest{
@@ -84,7 +84,7 @@ func handshake(ctx context.Context, cl *client.Client, id string) error {
 		Params: map[string]any{
 			"protocolVersion": cl.ProtocolVersion(),
 			"clientInfo":      req.Params.ClientInfo,
-			"capabilities":    map[string]any{},
+			"capabilities":    caps,
 		},
 	})
 	if err != nil {
@@ -116,7 +116,7 @@ func (c *conn) canReinitialize() bool {
 func (c *conn) call(ctx context.Context, name string, args map[string]any, opts CallOptions) (res *mcp.CallToolResult, err error) {
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }()
-	ctx, cancel := context.WithTimeout(ctx, c.spec.CallTimeout)
+	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	start := time.Now()
 	defer func() {
@@ -126,7 +126,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		c.reg.metrics.called(ctx, c, name, time.Since(start), res, err)
 		c.usage.lastUsed.Store(time.Now().UnixNano())
 		c.usage.calls.Add(1)
-		if err != nil || (res != nil && res.IsError) {
+		if (err != nil && !awaitsInput(err)) || (res != nil && res.IsError) {
 			c.usage.errors.Add(1)
 		}
 		err = c.redact.err(err)
@@ -137,8 +137,9 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		return nil, err
 	}
 	defer s.release()
+	opts.asTask = runsAsTask(tool)
 	epoch := c.epoch.Load()
-	res, err = callTool(ctx, s, name, args, opts.Progress)
+	res, err = callTool(ctx, s, name, args, opts)
 	switch why := c.closedCause(); {
 	case err == nil:
 		return res, nil
@@ -153,14 +154,14 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 			c.suspect(s, gen)
 		}
 		return nil, err
-	case isSessionLost(err):
+	case isSessionLost(err) && !ranAsTask(err):
 		// The request was refused for its session and never ran: mend the
 		// session and run it again, whatever the tool.
 		if s, err = c.renewSession(ctx, s, gen, epoch); err != nil {
 			return nil, unavailable(err)
 		}
 		c.reg.logger.Debug("retrying call on the renewed session", append(c.logAttrs(), slog.String("tool", name))...)
-		return callTool(ctx, s, name, args, opts.Progress)
+		return callTool(ctx, s, name, args, opts)
 	case !isConnectionBroken(err):
 		return nil, err
 	}
@@ -180,7 +181,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		return nil, err
 	}
 	defer s2.release()
-	return callTool(ctx, s2, name, args, opts.Progress)
+	return callTool(ctx, s2, name, args, opts)
 }
 
 // acquire finds the live session, counts a call on it and returns the
@@ -242,24 +243,37 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 	return s, err
 }
 
-// callTool sends one tools/call over s. With fn, the request gets a
-// progress token of its own, routed to fn while it runs (see
-// CallOptions.Progress). An answer over the size limit is
-// ErrResultTooLarge.
-func callTool(ctx context.Context, s *session, name string, args map[string]any, fn func(Progress)) (*mcp.CallToolResult, error) {
-	res, err := sendCall(ctx, s, name, args, fn)
-	return res, asTooLarge(err)
+// callTool sends one tools/call over s, as a task if opts say so (see
+// callTask). With opts.Progress, the request gets a progress token of its
+// own, routed to it while it runs (see CallOptions.Progress). An answer
+// over the size limit is ErrResultTooLarge; a classic server's -32042 an
+// *ask.URLRequiredError. While it runs, the call is one of s's calls in
+// flight, to which the server's requests may be routed (see asks.route).
+func callTool(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
+	defer s.asks.track(ctx)()
+	if opts.asTask {
+		res, err := callTask(ctx, s, name, args, opts)
+		return res, urlRequired(asTooLarge(err))
+	}
+	res, err := sendCall(ctx, s, name, args, opts)
+	return res, urlRequired(asTooLarge(err))
 }
 
-func sendCall(ctx context.Context, s *session, name string, args map[string]any, fn func(Progress)) (*mcp.CallToolResult, error) {
+func sendCall(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	var req mcp.CallToolRequest
 	req.Params.Name = name
 	req.Params.Arguments = args
-	if fn == nil {
+	send := func() (*mcp.CallToolResult, error) {
+		if s.sessionless(opts.Retry) {
+			return callSessionless(ctx, s, name, args, req.Params.Meta, opts.Retry)
+		}
 		return s.client.CallTool(ctx, req)
+	}
+	if opts.Progress == nil {
+		return send()
 	}
 	token, q := s.progress.add()
 	defer s.progress.remove(token)
 	req.Params.Meta = &mcp.Meta{ProgressToken: token}
-	return callWithProgress(q, fn, func() (*mcp.CallToolResult, error) { return s.client.CallTool(ctx, req) })
+	return callWithProgress(q, opts.Progress, send)
 }

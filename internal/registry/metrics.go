@@ -25,9 +25,12 @@ type metrics struct {
 	reinits     metric.Int64Counter
 	connectErrs metric.Int64Counter
 	processes   metric.Int64UpDownCounter
-	state       metric.Int64ObservableGauge
-	sessions    metric.Int64ObservableGauge
-	gauges      metric.Registration // the gauges' callback
+	// serverRefused counts server requests answered with an error
+	// because the transport cannot carry them (legacy SSE).
+	serverRefused metric.Int64Counter
+	state         metric.Int64ObservableGauge
+	sessions      metric.Int64ObservableGauge
+	gauges        metric.Registration // the gauges' callback
 	// zeroStates label the state gauge's zeros: each state, no connector.
 	zeroStates []metric.ObserveOption
 }
@@ -61,6 +64,9 @@ func newMetrics(mp metric.MeterProvider, r *Registry) *metrics {
 		metric.WithDescription("Connects of a connector that failed."))
 	x.processes, _ = m.Int64UpDownCounter("connector.stdio.processes", metric.WithUnit("{process}"),
 		metric.WithDescription("stdio server processes started and not yet reaped."))
+	x.serverRefused, _ = m.Int64Counter("connector.server_requests.refused", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests a connector's server sent (elicitation, sampling, ...) that its transport cannot carry "+
+			"(legacy SSE), answered at once with an error; by method."))
 	x.state, _ = m.Int64ObservableGauge("connector.state",
 		metric.WithDescription("1 for each connector held, labelled with its state: connecting, ready, degraded or error; "+
 			"and 0 for each state without a connector label, so that every state is present before the first connector."))
@@ -92,7 +98,7 @@ func newMetrics(mp metric.MeterProvider, r *Registry) *metrics {
 // that a dashboard or an alert on a fresh service reads 0, not nothing.
 func (x *metrics) startTotals() {
 	ctx := context.Background()
-	for _, c := range []metric.Int64Counter{x.calls, x.callErrors, x.reconnects, x.reinits, x.connectErrs} {
+	for _, c := range []metric.Int64Counter{x.calls, x.callErrors, x.reconnects, x.reinits, x.connectErrs, x.serverRefused} {
 		c.Add(ctx, 0)
 	}
 	x.processes.Add(ctx, 0)
@@ -154,14 +160,14 @@ func (c *conn) toolLabels(tool string) *callOptions {
 }
 
 // errorKind is the kind label of a failed call made under ctx; "" if it
-// did not fail. A call that ended by its deadline is a timeout even when
+// did not fail (a call that ended awaiting the user's input has not). A call that ended by its deadline is a timeout even when
 // the service saw the caller's cancel first (see EndedByDeadline), as the
 // caller got DEADLINE_EXCEEDED.
 func errorKind(ctx context.Context, res *mcp.CallToolResult, err error) string {
 	switch {
 	case err == nil && res != nil && res.IsError:
 		return "tool"
-	case err == nil:
+	case err == nil, awaitsInput(err):
 		return ""
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled) && EndedByDeadline(ctx):
 		return "timeout"

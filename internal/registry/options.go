@@ -1,5 +1,7 @@
 package registry
 
+import "github.com/connector-svc/connector-svc/internal/ask"
+
 // CallOptions are what a caller adds to one tool call, besides the tool
 // and its arguments. The zero value asks for nothing.
 type CallOptions struct {
@@ -18,7 +20,11 @@ type CallOptions struct {
 	// never after. A slow Progress never holds up the connection, which
 	// other calls share: updates wait in a queue meanwhile, and when more
 	// than maxQueuedProgress wait, the newest replaces the last queued
-	// one. Servers may send no progress at all.
+	// one. Servers may send no progress at all. A call of a task tool (see
+	// TaskID) also reports each new status of its task here, after the
+	// server's progress received before it: Message says the status and
+	// the server's status message ("working: 3 of 10 done"), and Progress
+	// and Total repeat the last update's.
 	Progress func(Progress)
 	// Restarted, when set, is set to true before CallTool returns if the
 	// call ran on a new MCP session that took the place of one its caller
@@ -29,6 +35,24 @@ type CallOptions struct {
 	// session of a caller session is not a restart; each restart is
 	// reported to one call. Only per_session connectors set it.
 	Restarted *bool
+	// Retry, on a connector of the sessionless protocol, sends the call
+	// again after it ended with an *ask.InputRequiredError: with the
+	// user's answers (mapped to elicitation results), the round's served
+	// answers and the server's request state. Other connections ignore it.
+	Retry *ask.Retry
+	// TaskID, when set, is set to the id the server gave the call's task,
+	// as soon as it gives one: before the task's first status reaches
+	// Progress, so a Progress callback may read it. A tool whose
+	// execution.taskSupport is "required" is called as a task on the
+	// classic protocol (2025-11-25): the call asks for a task, polls its
+	// status and fetches its result once it ends; a task that fails, or
+	// that the server cancels, answers as a tool error; a call whose
+	// context ends first cancels its task (tasks/cancel). Other tools, and
+	// "optional" ones, run as plain calls and leave TaskID alone.
+	TaskID *string
+
+	// asTask says the call runs as a task: the tool requires it.
+	asTask bool
 }
 
 // restarted reports a restart to the caller, if it asked.

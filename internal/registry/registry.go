@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/egress"
 )
 
@@ -201,6 +202,17 @@ type Config struct {
 	// it, OAuth connectors' requests fail.
 	Authorize func(base http.RoundTripper, spec Spec, user string) http.RoundTripper
 
+	// ElicitationTimeout bounds how long an elicitation a server sends
+	// while its call is open (the classic protocol) waits for the user's
+	// answer before it is answered "cancel"; the transport may allow less
+	// (see asks.go), and the call's own deadline still holds. 10m.
+	ElicitationTimeout time.Duration
+	// Sample, if set, answers a server's sampling/createMessage on a
+	// connector with sampling on, for the call it belongs to: a, the
+	// call's Asker (nil when the call has none), and call name it. Without
+	// it, sampling requests get an error.
+	Sample func(ctx context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+
 	// ownTransports gives each connector an HTTP transport of its own,
 	// as before connectors shared them; for benchmarks that compare.
 	ownTransports bool
@@ -223,6 +235,7 @@ func (c *Config) setDefaults() {
 	def(&c.ProbeAfter, 3*time.Second)
 	def(&c.ProbeTimeout, 3*time.Second)
 	def(&c.SessionIdleTTL, 15*time.Minute)
+	def(&c.ElicitationTimeout, 10*time.Minute)
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 64
 	}
@@ -509,7 +522,12 @@ func (r *Registry) remove(id int64, why error) {
 // opts.Progress, the server's progress notifications for the call reach it
 // before CallTool returns (see CallOptions). A call that ends by its
 // deadline with no answer has the session probed at once (see
-// conn.suspect). Returns ErrNotLoaded, ErrDeleted or ErrDeactivated (the
+// conn.suspect). What the server asks in the middle of the call
+// (elicitation, sampling) goes to the ask.Asker ctx carries (ask.With;
+// see asks.go), and the user's wait does not count against the call
+// timeout; a sessionless server's request for the user's input ends the
+// call with an *ask.InputRequiredError (send it again with opts.Retry),
+// and a classic server's -32042 with an *ask.URLRequiredError. Returns ErrNotLoaded, ErrDeleted or ErrDeactivated (the
 // connector went under the call), ErrClosed (shutdown), ErrToolNotFound
 // (the server does not list it now), ErrToolDisabled, or an error wrapping
 // ErrUnavailable when the connector cannot be used now: it says what

@@ -28,6 +28,9 @@ type sessionEnd struct {
 	// start then times out got no endpoint event on it (see
 	// transportHint).
 	streamed atomic.Bool
+	// sse, on a legacy SSE session, takes the server's requests out of
+	// the event stream and answers them (see ssereq.go).
+	sse *sseRequests
 }
 
 // sessionClient returns hc as one session uses it, with the sessionEnd
@@ -50,6 +53,9 @@ func (e *sessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := e.base.RoundTrip(req)
 		if err == nil && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			e.streamed.Store(true)
+			if e.sse != nil {
+				resp.Body = e.sse.filter(resp.Body)
+			}
 		}
 		return resp, err
 	default:

@@ -121,7 +121,7 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 	ctx, span := c.callSpan(ctx, name)
 	defer func() { endSpan(span, err) }() // after the redaction below
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, c.spec.CallTimeout)
+	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	_, _, cat, err := c.ready(ctx)
 	if err != nil {
@@ -134,9 +134,11 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 			return nil, err
 		}
 	}
-	if _, err := cat.callable(name); err != nil {
+	tool, err := cat.callable(name)
+	if err != nil {
 		return nil, err
 	}
+	opts.asTask = runsAsTask(tool)
 	sc, err := c.sessionFor(opts.Session)
 	if err != nil {
 		return nil, err
@@ -156,7 +158,7 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 		c.usage.lastUsed.Store(time.Now().UnixNano())
 		sc.calls.Add(1)
 		c.usage.calls.Add(1)
-		if err != nil || (res != nil && res.IsError) {
+		if (err != nil && !awaitsInput(err)) || (res != nil && res.IsError) {
 			sc.errors.Add(1)
 			c.usage.errors.Add(1)
 		}
@@ -178,7 +180,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 		if !s.acquire() {
 			return nil, sc.closedErr()
 		}
-		res, err := callTool(ctx, s, name, args, opts.Progress)
+		res, err := callTool(ctx, s, name, args, opts)
 		s.release()
 		if s.restart.Swap(false) {
 			opts.restarted()
@@ -190,7 +192,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 			// An authorization refused is the user's to mend, not the
 			// connection's.
 			return nil, err
-		case isSessionLost(err) && attempt == 0:
+		case isSessionLost(err) && attempt == 0 && !ranAsTask(err):
 			sc.dropConn(s, err)
 			sc.parent.reg.logger.Debug("retrying call on a new session connection", append(sc.parent.logAttrs(),
 				slog.String("session_id", sc.id), slog.String("tool", name))...)
@@ -404,12 +406,14 @@ func (sc *sessConn) info() SessionInfo {
 // listing tools. It returns the protocol version agreed.
 func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
 	own, end := sessionClient(hc)
-	s, err := newSession(c.reg.life, spec, own, c.clientOptions(classic), c.spec.ConnectTimeout,
+	end.sse = c.sseRequests(spec, end.base)
+	asks := c.newAsks(spec)
+	s, err := newSession(c.reg.life, spec, own, append(c.clientOptions(classic), asks.options()...), c.spec.ConnectTimeout,
 		messageLimit(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics, SessionHandle{})
 	if err != nil {
 		return nil, "", transportHint(spec.Transport, err, end.streamed.Load())
 	}
-	s.end = end
+	s.end, s.asks = end, asks
 	res, err := s.client.Initialize(ctx, initializeRequest())
 	if err != nil {
 		s.close(c.reg.cfg.CloseGrace)

@@ -38,6 +38,9 @@ type session struct {
 	restart atomic.Bool
 	// progress routes notifications/progress to the calls that asked.
 	progress progressRoutes
+	// asks serves the server's requests (elicitation, sampling); nil when
+	// the session declares neither.
+	asks *asks
 
 	mu       sync.Mutex
 	calls    int           // calls running on the session

@@ -27,6 +27,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/connector-svc/connector-svc/internal/mcptest"
+	"github.com/connector-svc/connector-svc/internal/registry/testdata/asktools"
 )
 
 func main() {
@@ -36,6 +37,7 @@ func main() {
 	httpAddr := flag.String("http", "", "serve streamable HTTP (classic sessions) on this address instead of stdio")
 	sseAddr := flag.String("sse", "", "serve SSE on this address instead of stdio")
 	profile := flag.String("profile", "", "hold an exclusive lock on this directory (its $CONNECTOR_SESSION_ID subdirectory if set) while running, as a browser holds its profile")
+	asks := flag.Bool("asks", false, "serve the tools that ask back (see asktools)")
 	exitAfter := flag.Duration("exit-after", 0, "exit with status 7 this long after starting, saying so (and $TOKEN) on stderr")
 	flag.Parse()
 
@@ -70,6 +72,9 @@ func main() {
 	}
 
 	s := server.NewMCPServer("stdioserver", "1.0")
+	if *asks {
+		asktools.Add(s)
+	}
 	readOnly := true
 	echo := mcp.NewTool("echo", mcp.WithString("text", mcp.Required()))
 	echo.Annotations.ReadOnlyHint = &readOnly

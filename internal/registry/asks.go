@@ -1,0 +1,348 @@
+package registry
+
+// Server requests: what a connection's MCP server asks of the service in
+// the middle of a tool call (an elicitation for the user, a completion of
+// the connector's model), and how each finds the caller of that call.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/ask"
+)
+
+// answerMargin is how long before the end of the time a server request
+// has (the call's deadline, the transport's limit on its handler) its
+// answer is given: a "cancel" sent at the last moment would not arrive.
+const answerMargin = 2 * time.Second
+
+// httpHandlerLimit is how long mcp-go gives the handler of a server
+// request over streamable HTTP.
+const httpHandlerLimit = 30 * time.Second
+
+// asks serves the server requests of one session: it declares the
+// capabilities, holds the handlers mcp-go calls, and keeps the calls in
+// flight on the session, for transports whose server requests do not
+// carry the call's context. Nil when the session declares nothing.
+type asks struct {
+	c *conn
+	// elicit says elicitation (form and URL) is declared: the connector
+	// asks for it and the connection belongs to one user. sample says
+	// sampling (with tools) is.
+	elicit, sample bool
+	// byContext says a server request's context carries its call's
+	// (streamable HTTP, where requests come on the call's own response
+	// stream): a request without an Asker there belongs to a call without
+	// one.
+	byContext bool
+
+	mu    sync.Mutex
+	calls []*inflight // oldest first
+}
+
+// inflight is a call running on the session.
+type inflight struct {
+	ctx  context.Context // the call's
+	a    ask.Asker       // nil: the call has nobody to ask
+	call ask.Call
+	task string // the id of the task the call runs as, once known
+}
+
+// newAsks returns what a session of spec declares and serves, or nil.
+// Elicitation is declared only on connections that belong to one user
+// (per-session and per-user ones, and the connection that lists their
+// connector's tools, which serves no calls), never on a shared one: a
+// shared connection has nobody in particular to ask. Nothing is declared
+// over legacy SSE, which cannot carry a server's requests (see
+// ssereq.go).
+func (c *conn) newAsks(spec Spec) *asks {
+	if spec.Transport == TransportSSE {
+		return nil
+	}
+	a := &asks{c: c, elicit: spec.Elicitation && c.ownConnections(), sample: spec.Sampling,
+		byContext: spec.Transport == TransportStreamableHTTP}
+	if !a.elicit && !a.sample {
+		return nil
+	}
+	return a
+}
+
+// capabilities are what the session declares: at the classic handshake,
+// and in every sessionless request's _meta.
+func (a *asks) capabilities() mcp.ClientCapabilities {
+	var caps mcp.ClientCapabilities
+	if a == nil {
+		return caps
+	}
+	if a.elicit {
+		// A handler alone would declare {}: form mode only.
+		caps.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}
+	}
+	if a.sample {
+		caps.Sampling = &mcp.SamplingCapability{Tools: &struct{}{}}
+	}
+	return caps
+}
+
+// options are the mcp-go client options that declare and serve a's
+// capabilities.
+func (a *asks) options() []client.ClientOption {
+	if a == nil {
+		return nil
+	}
+	opts := []client.ClientOption{client.WithClientCapabilities(a.capabilities())}
+	if a.elicit {
+		opts = append(opts, client.WithElicitationHandler(elicitHandler{a}))
+	}
+	if a.sample {
+		opts = append(opts, client.WithSamplingHandler(samplingHandler{a}))
+	}
+	return opts
+}
+
+// track counts a call in flight on the session, with the Asker its
+// context carries (if any), until the returned func is called.
+func (a *asks) track(ctx context.Context) func() {
+	if a == nil {
+		return func() {}
+	}
+	in := &inflight{ctx: ctx}
+	in.a, in.call, _ = ask.From(ctx)
+	a.mu.Lock()
+	a.calls = append(a.calls, in)
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if i := slices.Index(a.calls, in); i >= 0 {
+			a.calls = slices.Delete(a.calls, i, i+1)
+		}
+	}
+}
+
+// relateTask records that the call made under ctx (the context callTool
+// got) runs as task taskID: a server request that names the task (its
+// _meta's related-task) goes to that call.
+func (s *session) relateTask(ctx context.Context, taskID string) {
+	a := s.asks
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, in := range a.calls {
+		if in.ctx == ctx {
+			in.task = taskID
+		}
+	}
+}
+
+// route finds who answers a server request that came with ctx: the Asker
+// ctx carries, or, where server requests do not carry their call's
+// context (stdio), that of a call in flight on the session: the one
+// running as task (the request's related task), if any, else the one that
+// started first (a server asks in the middle of a call, and the oldest
+// has waited longest). callCtx is the call's context, nil if no call was
+// found; a nil Asker means nobody can answer.
+func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call ask.Call, callCtx context.Context) {
+	if asker, call, ok := ask.From(ctx); ok {
+		return asker, call, ctx
+	}
+	if a.byContext {
+		return nil, ask.Call{}, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.calls) == 0 {
+		return nil, ask.Call{}, nil
+	}
+	in := a.calls[0]
+	for _, c := range a.calls {
+		if task != "" && c.task == task {
+			in = c
+			break
+		}
+	}
+	return in.a, in.call, in.ctx
+}
+
+// relatedTask is the task a server request's _meta names, if any.
+func relatedTask(meta *mcp.Meta) string {
+	if meta == nil {
+		return ""
+	}
+	m, _ := meta.AdditionalFields[mcp.RelatedTaskMetaKey].(map[string]any)
+	id, _ := m["taskId"].(string)
+	return id
+}
+
+// elicitHandler answers elicitation/create on the classic protocol: it
+// puts the request to the call's Asker and waits for the answer until
+// ElicitationTimeout, the limit mcp-go puts on the handler (30s over
+// streamable HTTP, none over stdio) or the deadline of whoever made the
+// call, whichever comes first, less answerMargin; then it answers
+// "cancel". The call's own timeout stops meanwhile (see callClock).
+type elicitHandler struct{ a *asks }
+
+func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	a := h.a
+	in, err := inputOf(req.Params)
+	if err != nil {
+		return nil, err
+	}
+	asker, call, callCtx := a.route(ctx, relatedTask(req.Params.Meta))
+	if asker == nil {
+		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
+			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
+		return elicitResult(ask.Answer{Action: ask.Cancel}), nil
+	}
+	resume, callerDeadline := pauseCall(callCtx)
+	defer resume()
+	now := time.Now()
+	deadline := now.Add(a.c.reg.cfg.ElicitationTimeout)
+	if a.byContext {
+		deadline = earliest(deadline, now.Add(httpHandlerLimit-answerMargin))
+	}
+	if !callerDeadline.IsZero() {
+		deadline = earliest(deadline, callerDeadline.Add(-answerMargin))
+	}
+	in.ID, in.Deadline = newInputID(), deadline
+	ectx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if callCtx != ctx {
+		// Over stdio the handler's context is the connection's: the
+		// wait also ends with the call.
+		defer context.AfterFunc(callCtx, cancel)()
+	}
+	ans, err := asker.Elicit(ectx, call, in)
+	if err != nil {
+		return nil, err
+	}
+	return elicitResult(ans), nil
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// inputOf is an elicitation request as the user is asked it. Only the
+// modes declared (form and URL) are taken.
+func inputOf(p mcp.ElicitationParams) (ask.Input, error) {
+	in := ask.Input{Mode: p.Mode, Message: p.Message}
+	switch p.Mode {
+	case "", mcp.ElicitationModeForm:
+		in.Mode = ask.ModeForm
+		schema, ok := p.RequestedSchema.(map[string]any)
+		if p.RequestedSchema != nil && !ok {
+			return ask.Input{}, errors.New("invalid elicitation params: requestedSchema is not an object")
+		}
+		in.Schema = schema
+	case mcp.ElicitationModeURL:
+		in.Mode = ask.ModeURL
+		in.URL, in.ElicitationID = p.URL, p.ElicitationID
+		if in.URL == "" {
+			return ask.Input{}, errors.New("invalid elicitation params: url is required in url mode")
+		}
+	default:
+		return ask.Input{}, fmt.Errorf("invalid elicitation params: mode %q is not supported (form and url are)", p.Mode)
+	}
+	return in, nil
+}
+
+// elicitResult is the elicitation result that says ans. A URL-mode
+// accept carries no content.
+func elicitResult(ans ask.Answer) *mcp.ElicitationResult {
+	var r mcp.ElicitationResult
+	switch ans.Action {
+	case ask.Accept:
+		r.Action = mcp.ElicitationResponseActionAccept
+		if ans.Content != nil {
+			r.Content = ans.Content
+		}
+	case ask.Decline:
+		r.Action = mcp.ElicitationResponseActionDecline
+	default:
+		r.Action = mcp.ElicitationResponseActionCancel
+	}
+	return &r
+}
+
+// newInputID names an input put to a user: unique within its call's run,
+// and across replicas.
+func newInputID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "in_" + hex.EncodeToString(b)
+}
+
+// samplingHandler answers sampling/createMessage on the classic protocol
+// through Config.Sample, for the call the request belongs to.
+type samplingHandler struct{ a *asks }
+
+func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	// mcp-go drops a sampling request's _meta: no related task here.
+	asker, call, callCtx := h.a.route(ctx, "")
+	resume, _ := pauseCall(callCtx)
+	defer resume()
+	if callCtx != nil && callCtx != ctx {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(callCtx, cancel)()
+	}
+	return h.a.c.sample(ctx, asker, call, req)
+}
+
+// errNoSampling is what a sampling request gets when the service has no
+// way to serve it.
+var errNoSampling = errors.New("sampling is not configured on this service")
+
+// sample serves one sampling request of c's server through Config.Sample.
+func (c *conn) sample(ctx context.Context, asker ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	fn := c.reg.cfg.Sample
+	if fn == nil || !c.spec.Sampling {
+		return nil, errNoSampling
+	}
+	return fn(ctx, c.spec.ID, asker, call, req)
+}
+
+// urlRequired turns a classic server's -32042 into the *ask.URLRequiredError
+// callers pause on; other errors are returned as they are.
+func urlRequired(err error) error {
+	var e mcp.URLElicitationRequiredError
+	if err == nil || !errors.As(err, &e) {
+		return err
+	}
+	out := &ask.URLRequiredError{}
+	for _, p := range e.Elicitations {
+		id := p.ElicitationID
+		if id == "" {
+			id = newInputID()
+		}
+		out.Inputs = append(out.Inputs, ask.Input{ID: id, Mode: ask.ModeURL, Message: p.Message, URL: p.URL,
+			ElicitationID: p.ElicitationID})
+	}
+	return out
+}
+
+// awaitsInput reports whether a call ended for want of the user's input
+// (sessionless input_required, classic -32042): it did not fail, and is
+// sent again once the user answers.
+func awaitsInput(err error) bool {
+	var ir *ask.InputRequiredError
+	var ur *ask.URLRequiredError
+	return errors.As(err, &ir) || errors.As(err, &ur)
+}

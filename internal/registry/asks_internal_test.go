@@ -1,0 +1,51 @@
+package registry
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/ask"
+)
+
+type nopAsker struct{ name string }
+
+func (nopAsker) Elicit(context.Context, ask.Call, ask.Input) (ask.Answer, error) {
+	return ask.Answer{}, nil
+}
+func (nopAsker) Sampling() *ask.Budget                { return nil }
+func (nopAsker) Sampled(ask.Call, ask.SamplingRecord) {}
+
+// On stdio, a server request goes to the call that started first, or to
+// the one running as the task it names.
+func TestAsksRouteOnStdio(t *testing.T) {
+	a := &asks{elicit: true}
+	s := &session{asks: a}
+	if asker, _, callCtx := a.route(context.Background(), ""); asker != nil || callCtx != nil {
+		t.Fatalf("no call in flight routed to %v", asker)
+	}
+	first, second := nopAsker{"first"}, nopAsker{"second"}
+	ctx1 := ask.With(context.Background(), first, ask.Call{ID: "1"})
+	ctx2 := ask.With(context.Background(), second, ask.Call{ID: "2"})
+	done1 := a.track(ctx1)
+	done2 := a.track(ctx2)
+	defer done2()
+	s.relateTask(ctx2, "task-2")
+	if asker, call, _ := a.route(context.Background(), ""); asker != first || call.ID != "1" {
+		t.Errorf("routed to %v %+v, want the first call", asker, call)
+	}
+	if asker, call, callCtx := a.route(context.Background(), relatedTask(mcp.WithRelatedTask("task-2"))); asker != second || call.ID != "2" || callCtx != ctx2 {
+		t.Errorf("routed to %v %+v, want the call of task-2", asker, call)
+	}
+	done1()
+	if asker, _, _ := a.route(context.Background(), ""); asker != second {
+		t.Errorf("routed to %v after the first call ended, want the second", asker)
+	}
+	// Over streamable HTTP a request without an Asker in its context
+	// belongs to a call without one.
+	a.byContext = true
+	if asker, _, _ := a.route(context.Background(), ""); asker != nil {
+		t.Errorf("streamable HTTP routed a request to %v", asker)
+	}
+}
