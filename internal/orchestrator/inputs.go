@@ -268,11 +268,6 @@ func (r *run) awaitInput(step *Step, outputs []string, pending []int) []int {
 	return pending
 }
 
-// InputError is why answers to a paused run's inputs were refused.
-type InputError struct{ Field, Problem string }
-
-func (e *InputError) Error() string { return e.Field + ": " + e.Problem }
-
 // Answered readies a run paused for its user's input (StatusAwaitingInput)
 // to go on with answers, one per input by id (the caller checked them
 // against the inputs: Result.Inputs). Each call that waited runs again on
