@@ -166,7 +166,7 @@ func (r rpc) call(ctx context.Context, conn *grpc.ClientConn, workspace string) 
 // queryRPCs are the RPCs of scope query; the others need admin.
 var queryRPCs = map[string]bool{"CallTool": true, "StreamCallTool": true, "QueryConnector": true, "StreamQueryConnector": true,
 	"ListSessions": true, "CloseSession": true, "ResumeQuery": true, "StreamResumeQuery": true, "GetQueryRun": true, "ListQueryRuns": true,
-	"StartAuthorization": true, "CompleteAuthorization": true, "ListAuthorizations": true, "RevokeAuthorization": true}
+	"StartAuthorization": true, "CompleteAuthorization": true, "ListAuthorizations": true, "RevokeAuthorization": true, "AnswerInput": true}
 
 // TestEndToEndAuth runs the real run() with keys and checks who may call
 // what, over gRPC.

@@ -352,6 +352,13 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 		Egress:                policy,
 		Auth:                  cfg.Auth,
 		OAuthWindow:           cfg.OAuth.StateTTL,
+		// A run's (or a direct call's) budget of its servers' sampling.
+		SamplingBudget: func(c *store.Connector) *ask.Budget {
+			if sampler == nil || !c.Config.SamplingOn() {
+				return nil
+			}
+			return sampler.Budget(c.Config.Sampling)
+		},
 	})
 	g, hs := server.NewGRPCServer(srv, append(connOptions(cfg.Conn, true), creds...)...)
 	server.SetServing(hs, true)
