@@ -59,6 +59,9 @@ const (
 	// ReasonInputRequired: a unary CallTool's server needs the user's
 	// input, which only StreamCallTool can carry.
 	ReasonInputRequired = "INPUT_REQUIRED"
+	// ReasonTaskUnsupported: the tool must run as an MCP task, which the
+	// connection's protocol generation does not carry here.
+	ReasonTaskUnsupported = "TASK_UNSUPPORTED"
 )
 
 // newStatus builds a status error with an ErrorInfo detail.
@@ -146,6 +149,9 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.NotFound, ReasonToolNotFound, err.Error())
 	case errors.Is(err, registry.ErrToolDisabled):
 		return newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
+	case errors.Is(err, registry.ErrTaskUnsupported):
+		return newStatus(codes.FailedPrecondition, ReasonTaskUnsupported,
+			err.Error()+": set the connector's protocol_preference to PROTOCOL_PREFERENCE_CLASSIC")
 	case errors.Is(err, store.ErrToolNotFound):
 		return newStatus(codes.NotFound, ReasonToolNotFound, "tool not found")
 	case errors.Is(err, store.ErrRunNotFound):
