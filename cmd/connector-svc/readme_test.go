@@ -33,6 +33,9 @@ var readmeWant = map[string][]string{
 		`"actorId": "alice"`, `"answer": "The echo tool said hello from alice."`, `"text": "Echo: approved in the chat"`},
 	"Connect a server that needs OAuth": {`"reason": "AUTHORIZATION_REQUIRED"`, "(alice has not authorized yet)",
 		"Authorized. You can close this window", `"text": "Hello, Alice!"`, `"userId": "alice"`, `"scopes": [`},
+	"When a server asks back": {`Hi there, friend.`, `"name": "trigger-url-elicitation"`, `"cancelledInputs": [`,
+		`"status": "QUERY_STATUS_AWAITING_INPUT"`, `"mode": "INPUT_MODE_FORM"`, "inputs[0].content", `"status": "QUERY_STATUS_COMPLETED"`,
+		`"answer": "Thanks, Alice: your profile is saved."`, `- Name: Alice`, `- Email: alice@example.com`},
 	"Per-session connections": {`"text": "Echo: hello from alice"`, `"text": "Echo: hello from bob"`, `"sessionId": "bob"`, `"closed": 1`},
 	"Progress":                {`"progress": 1,`, `"progress": 4,`, `"total": 4`, `"result"`},
 	"API keys and TLS":        {"chat-backend", "revoked API key", `"token": "csk_`, `"name": "chat backend"`, "connector.v1.ConnectorService\n"},
@@ -65,7 +68,12 @@ func TestREADMECommands(t *testing.T) {
 		llmtest.Answer(`{"plan":[{"tool":"echo","purpose":"say hello"}]}`),
 		// Approving tool calls: the query pauses, then goes on.
 		llmtest.CallToolsSaying("The user wants a hello.", llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}),
-		llmtest.Answer("The echo tool said hello from alice."))
+		llmtest.Answer("The echo tool said hello from alice."),
+		// When a server asks back: the server's sampling request, then a
+		// query whose tool elicits.
+		llmtest.Answer("Hi there, friend."),
+		llmtest.CallToolsSaying("The user wants their profile filled in.", llmtest.Call{Tool: "trigger-elicitation-request", Args: `{}`}),
+		llmtest.Answer("Thanks, Alice: your profile is saved."))
 	url := storetest.NewURL(t)
 	t.Setenv("PATH", fakeNPX(t)+string(os.PathListSeparator)+os.Getenv("PATH")) // for the service's stdio connectors
 	callback := freeAddr(t)

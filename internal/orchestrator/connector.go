@@ -124,6 +124,12 @@ func jsonschemaDoc(b []byte) (any, error) {
 }
 
 func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
+	return compile(name, raw, false)
+}
+
+// compile compiles raw as compileSchema does; with formats, the "format"
+// of strings (email, uri, date, date-time…) is checked, not only noted.
+func compile(name string, raw json.RawMessage, formats bool) *jsonschema.Schema {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
 	}
@@ -134,6 +140,9 @@ func compileSchema(name string, raw json.RawMessage) *jsonschema.Schema {
 	url := "mem://tools/" + name + ".json"
 	comp := jsonschema.NewCompiler()
 	comp.UseLoader(loadNothing{})
+	if formats {
+		comp.AssertFormat()
+	}
 	if err := comp.AddResource(url, doc); err != nil {
 		return nil
 	}

@@ -346,7 +346,8 @@ func ValidateContent(schema, content map[string]any) error {
 	if err != nil {
 		return fmt.Errorf("the requested schema cannot be read: %v", err)
 	}
-	sch := compileSchema("input", raw)
+	// A form's formats are part of what the user must fill in right.
+	sch := compile("input", raw, true)
 	if sch == nil {
 		return errors.New("the requested schema is not a valid JSON schema")
 	}
