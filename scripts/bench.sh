@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .dev
 out=.dev/bench.txt
-pkgs=(./internal/registry ./internal/server ./internal/auth ./internal/oauth)
+pkgs=(./internal/registry ./internal/server ./internal/auth ./internal/oauth ./internal/sampling)
 flags=(-run '^$' -bench . -benchtime 2s -timeout 30m)
 if [ $# -gt 0 ]; then flags=(-run '^$' -benchtime 2s -timeout 30m "$@"); fi
 echo "benchmarks of $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores" | tee "$out"
