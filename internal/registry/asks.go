@@ -208,14 +208,7 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	}
 	resume, callerDeadline := pauseCall(callCtx)
 	defer resume()
-	now := time.Now()
-	deadline := now.Add(a.c.reg.cfg.ElicitationTimeout)
-	if a.byContext {
-		deadline = earliest(deadline, now.Add(httpHandlerLimit-answerMargin))
-	}
-	if !callerDeadline.IsZero() {
-		deadline = earliest(deadline, callerDeadline.Add(-answerMargin))
-	}
+	deadline := a.answerDeadline(callerDeadline)
 	in.ID, in.Deadline = newInputID(), deadline
 	ectx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -229,6 +222,22 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 		return nil, err
 	}
 	return elicitResult(ans), nil
+}
+
+// answerDeadline is when a server's request on an open call must be
+// answered: within ELICITATION_TIMEOUT, before the transport gives up on
+// the handler (streamable HTTP), and before the caller's own deadline, each
+// with a margin for the answer to reach the server.
+func (a *asks) answerDeadline(callerDeadline time.Time) time.Time {
+	now := time.Now()
+	deadline := now.Add(a.c.reg.cfg.ElicitationTimeout)
+	if a.byContext {
+		deadline = earliest(deadline, now.Add(httpHandlerLimit-answerMargin))
+	}
+	if !callerDeadline.IsZero() {
+		deadline = earliest(deadline, callerDeadline.Add(-answerMargin))
+	}
+	return deadline
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -295,8 +304,12 @@ type samplingHandler struct{ a *asks }
 func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	// mcp-go drops a sampling request's _meta: no related task here.
 	asker, call, callCtx := h.a.route(ctx, "")
-	resume, _ := pauseCall(callCtx)
+	resume, callerDeadline := pauseCall(callCtx)
 	defer resume()
+	// A request put to the user for approval, and the model's answer,
+	// must come while the server (and the transport) still wait.
+	ctx, cancelWait := context.WithDeadline(ctx, h.a.answerDeadline(callerDeadline))
+	defer cancelWait()
 	if callCtx != nil && callCtx != ctx {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)

@@ -67,11 +67,15 @@ type fakeSampler struct {
 	calls  []ask.Call
 	reqs   []mcp.CreateMessageRequest
 	ids    []int64
+	// deadlines are the requests' contexts' deadlines (zero: none).
+	deadlines []time.Time
 }
 
-func (f *fakeSampler) sample(_ context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+func (f *fakeSampler) sample(ctx context.Context, id int64, a ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	f.mu.Lock()
 	f.askers, f.calls, f.reqs, f.ids = append(f.askers, a), append(f.calls, call), append(f.reqs, req), append(f.ids, id)
+	d, _ := ctx.Deadline()
+	f.deadlines = append(f.deadlines, d)
 	f.mu.Unlock()
 	return &mcp.CreateMessageResult{
 		SamplingMessage: mcp.SamplingMessage{Role: mcp.RoleAssistant, Content: mcp.NewTextContent("hi there")},
@@ -336,8 +340,10 @@ func TestAsksSamplingRoutesTheCallersAsker(t *testing.T) {
 			var s fakeSampler
 			cfg := testConfig()
 			cfg.Sample = s.sample
+			cfg.ElicitationTimeout = 40 * time.Second
 			reg := run(t, newSource(tc.spec), cfg)
 			a := &fakeAsker{}
+			start := time.Now()
 			res, err := reg.CallTool(ask.With(ctxT(t), a, ask.Call{ID: "c7", Tool: "sample"}), 1, "sample", nil, registry.CallOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -355,6 +361,14 @@ func TestAsksSamplingRoutesTheCallersAsker(t *testing.T) {
 			}
 			if reqs[0].SystemPrompt != "be brief" || reqs[0].MaxTokens != 50 || len(reqs[0].Messages) != 1 {
 				t.Errorf("sampling request = %+v", reqs[0].CreateMessageParams)
+			}
+			// An approval, and the model, must answer while the server
+			// waits: the request has the deadline an elicitation has.
+			s.mu.Lock()
+			d := s.deadlines[0]
+			s.mu.Unlock()
+			if d.IsZero() || d.After(start.Add(40*time.Second+time.Second)) {
+				t.Errorf("sampling request's deadline = %v, want one within ELICITATION_TIMEOUT (40s) of %v", d, start)
 			}
 		})
 	}

@@ -382,8 +382,13 @@ func (s *Sampler) approve(ctx context.Context, t Target, a ask.Asker, call ask.C
 			Msg: "sampling refused: the connector's sampling needs the user's approval, and nobody can approve it on this call"}
 	case err != nil:
 		return &Error{Code: CodeUserRejected, Outcome: OutcomeDeclined, Msg: "sampling refused: the user's approval could not be asked"}
-	case ans.Action != ask.Accept:
+	case ans.Action == ask.Decline:
 		return &Error{Code: CodeUserRejected, Outcome: OutcomeDeclined, Msg: "the user declined the sampling request"}
+	case ans.Action != ask.Accept && !in.Deadline.IsZero() && !time.Now().Before(in.Deadline):
+		return &Error{Code: CodeUserRejected, Outcome: OutcomeDeclined,
+			Msg: "sampling refused: nobody approved the request before its deadline"}
+	case ans.Action != ask.Accept:
+		return &Error{Code: CodeUserRejected, Outcome: OutcomeDeclined, Msg: "the user cancelled the sampling request"}
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func TestApprove(t *testing.T) {
 		_, err := s.Sample(context.Background(), 1, a, call, req)
 		var e *sampling.Error
 		if !errors.As(err, &e) || e.Code != sampling.CodeUserRejected || e.Outcome != sampling.OutcomeDeclined ||
-			err.Error() != "the user declined the sampling request" {
+			err.Error() != "the user "+map[string]string{ask.Decline: "declined", ask.Cancel: "cancelled"}[a.action]+" the sampling request" {
 			t.Errorf("%s: error %v", a.action, err)
 		}
 		if _, tok := a.budget.Used(); tok != 0 {

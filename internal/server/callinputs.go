@@ -103,6 +103,11 @@ func (a *callAsker) Elicit(ctx context.Context, call ask.Call, in ask.Input) (as
 	in.ID = "in_" + uuid.NewString()
 	a.s.countInput(a.row, in.Mode, "asked")
 	render := inputToProto(a.req.GetConnectorId(), a.row.Name, orchestrator.Input{Input: in, Tool: call.Tool})
+	if a.send == nil && in.Mode == ask.ModeSampling {
+		// Nobody can approve a sampling request here: it is refused.
+		a.s.countInput(a.row, in.Mode, "unanswerable")
+		return ask.Answer{}, ask.ErrNobodyToAsk
+	}
 	if a.send == nil {
 		// A unary call carries no request: cancel, and say so.
 		a.mu.Lock()
