@@ -427,8 +427,19 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 			return nil
 		}})
 	}
+	// The registry stops once the runs still going on here without their
+	// callers have failed: their tool calls' connections close with it.
+	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRegistry()
 	drained := []job{
-		{"registry", reg.Run},
+		{"registry", func(ctx context.Context) error {
+			go func() {
+				<-ctx.Done()
+				srv.StopLiveRuns(cfg.ShutdownGrace)
+				stopRegistry()
+			}()
+			return reg.Run(regCtx)
+		}},
 		{"counters and run records", func(ctx context.Context) error { return srv.Run(ctx, cfg.ShutdownGrace) }},
 	}
 	return runJobs(ctx, serving, drained, logger)

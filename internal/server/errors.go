@@ -149,6 +149,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.NotFound, ReasonToolNotFound, err.Error())
 	case errors.Is(err, registry.ErrToolDisabled):
 		return newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
+	case errors.Is(err, errReplicaStopping):
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, err.Error())
 	case errors.Is(err, registry.ErrTaskUnsupported):
 		return newStatus(codes.FailedPrecondition, ReasonTaskUnsupported,
 			err.Error()+": set the connector's protocol_preference to PROTOCOL_PREFERENCE_CLASSIC")

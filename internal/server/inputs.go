@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -65,7 +66,11 @@ type liveRun struct {
 	conn *store.Connector // its connector's row
 	// cancel cancels the run; done is closed once it ended and its
 	// outcome is set.
-	cancel context.CancelFunc
+	cancel func()
+	// stop cancels the run with a cause (StopLiveRuns); ended is closed
+	// once its goroutine is done, its record written.
+	stop  context.CancelCauseFunc
+	ended chan struct{}
 
 	// sinkMu guards sink, the events' current receiver: the caller that
 	// waits, if it streams. No event is sent once it stopped waiting.
@@ -361,6 +366,41 @@ func (lr *liveRun) reportedInputs() []orchestrator.Input {
 	return ins
 }
 
+// errReplicaStopping is why a run going on here when the replica stops
+// fails: its tool call's connection (and any input it waits on) ends with
+// the replica.
+var errReplicaStopping = errors.New("the replica running this query stopped while the run went on without its caller " +
+	"(waiting for input, or resumed and left): ask again with QueryConnector")
+
+// StopLiveRuns fails the runs still going on here once the gRPC server has
+// drained: those whose callers left (a live pause for input, or a resume
+// whose caller went away). They end before the MCP connections close, so
+// that no run takes the closing of its call's connection for the call's
+// answer and asks the model on. It waits for them within grace.
+func (s *Server) StopLiveRuns(grace time.Duration) {
+	s.liveRuns.mu.Lock()
+	var lrs []*liveRun
+	for _, lr := range s.liveRuns.runs {
+		lrs = append(lrs, lr)
+	}
+	s.liveRuns.mu.Unlock()
+	if len(lrs) == 0 {
+		return
+	}
+	s.logger.Warn("failing the query runs still going on here without their callers", slog.Int("runs", len(lrs)))
+	for _, lr := range lrs {
+		lr.stop(errReplicaStopping)
+	}
+	deadline := time.After(grace)
+	for _, lr := range lrs {
+		select {
+		case <-lr.ended:
+		case <-deadline:
+			return
+		}
+	}
+}
+
 func notAwaitingInput(msg string) error {
 	return newStatus(codes.FailedPrecondition, ReasonRunNotAwaitingInput, msg)
 }
@@ -375,12 +415,16 @@ func notAwaitingInput(msg string) error {
 // run before this part.
 func (s *Server) runLive(ctx context.Context, run *store.Run, c *store.Connector, emit func(orchestrator.Event), newQuery bool,
 	before orchestrator.Usage, body func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error)) (*connectorv1.QueryResult, error) {
-	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
-	lr := &liveRun{s: s, run: run, conn: c, cancel: cancel, wake: make(chan struct{}, 1)}
+	base, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	runCtx, cancelRun := context.WithTimeout(base, s.cfg.QueryTimeout)
+	cancel := func() { cancelRun(); stop(nil) }
+	lr := &liveRun{s: s, run: run, conn: c, cancel: cancel, stop: stop, ended: make(chan struct{}),
+		wake: make(chan struct{}, 1)}
 	lr.attach(emit)
 	s.liveRuns.put(lr)
 	release := s.runs.Hold(run.ID)
 	go func() {
+		defer close(lr.ended)
 		defer cancel()
 		defer release()
 		defer s.liveRuns.drop(run.ID)
@@ -390,6 +434,11 @@ func (s *Server) runLive(ctx context.Context, run *store.Run, c *store.Connector
 			events = lr.emit
 		}
 		res, err := body(runCtx, events, lr)
+		if cause := context.Cause(runCtx); errors.Is(cause, errReplicaStopping) && err != nil {
+			// Its tool call's connection closes with this replica: the
+			// run fails, rather than go on with that as the call's answer.
+			res, err = nil, cause
+		}
 		s.countQuery(c, res, err, newQuery, before)
 		lr.mu.Lock()
 		known := lr.paused || !newQuery

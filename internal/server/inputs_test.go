@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
@@ -614,5 +615,27 @@ func TestLiveInputAnsweredThroughAnotherReplica(t *testing.T) {
 	msgs := recvAll(t, stream)
 	if got := msgs[len(msgs)-1].GetResult().GetContent()[0].GetText().GetText(); got != `action=accept content={"name":"Gil"}` {
 		t.Errorf("streamed ask = %q", got)
+	}
+}
+
+// A replica that stops while a run waits on its open tool call fails the
+// run before the call's connection closes: the closing is never taken for
+// the call's answer, and the model is not asked on.
+func TestStopLiveRunsFailsPausedRuns(t *testing.T) {
+	f, model, _ := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{},
+		llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("must not be asked"))
+	res := f.awaitingInput(t)
+	asked := len(model.Requests())
+	f.srv.StopLiveRuns(10 * time.Second)
+	run := f.getRun(t, res.GetRunId())
+	if run.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_FAILED || !strings.Contains(run.GetError(), "replica running this query stopped") {
+		t.Fatalf("after StopLiveRuns the run is %v (%q); want FAILED saying the replica stopped", run.GetStatus(), run.GetError())
+	}
+	if n := len(model.Requests()); n != asked {
+		t.Errorf("the model was asked %d more times after the replica stopped", n-asked)
+	}
+	_, err := f.answer(t, res.GetRunId(), accept(res.GetInputRequests()[0].GetInputId(), map[string]any{"name": "late"}))
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("an answer after the stop: %v; want FAILED_PRECONDITION", err)
 	}
 }
