@@ -175,7 +175,12 @@ func (r *run) snapshot() *Result {
 			c.Inputs = append(slices.Clone(c.Inputs), r.inputs[c.ID]...)
 			c.Samplings = append(slices.Clone(c.Samplings), r.samplings[c.ID]...)
 		}
-		res.Steps = append(res.Steps, st)
+		// A resumed step is in the result already: it is replaced.
+		if n := len(res.Steps); n > 0 && res.Steps[n-1].Index == st.Index {
+			res.Steps[n-1] = st
+		} else {
+			res.Steps = append(res.Steps, st)
+		}
 	}
 	res.Status, res.Answer = StatusAwaitingInput, ""
 	return &res

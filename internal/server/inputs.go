@@ -460,6 +460,7 @@ func inputsFromProto(req resumeRequest, open []orchestrator.Input) (map[string]a
 	}
 	now := time.Now()
 	out := make(map[string]ask.Answer, len(open))
+	answered := make(map[string]bool, len(open))
 	for i, a := range req.GetInputs() {
 		field := fmt.Sprintf("inputs[%d]", i)
 		in, ok := byID[a.GetInputId()]
@@ -475,6 +476,7 @@ func inputsFromProto(req resumeRequest, open []orchestrator.Input) (map[string]a
 			ch.add(field+".input_id", "input %q is answered twice", a.GetInputId())
 			continue
 		}
+		answered[a.GetInputId()] = true
 		ans, ok := answerFromProto(&ch, field, in.Input, a)
 		if !ok {
 			continue
@@ -483,7 +485,8 @@ func inputsFromProto(req resumeRequest, open []orchestrator.Input) (map[string]a
 		out[a.GetInputId()] = ans
 	}
 	for _, in := range open {
-		if _, ok := out[in.ID]; !ok {
+		// An answer refused above is named there, not again as missing.
+		if !answered[in.ID] {
 			ch.add("inputs", "no answer for input request %q: answer every open input request", in.ID)
 		}
 	}
