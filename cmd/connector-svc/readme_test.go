@@ -35,7 +35,7 @@ var readmeWant = map[string][]string{
 		"Authorized. You can close this window", `"text": "Hello, Alice!"`, `"userId": "alice"`, `"scopes": [`},
 	"When a server asks back": {`Hi there, friend.`, `"name": "trigger-url-elicitation"`, `"cancelledInputs": [`,
 		`"status": "QUERY_STATUS_AWAITING_INPUT"`, `"mode": "INPUT_MODE_FORM"`, "inputs[0].content", `"status": "QUERY_STATUS_COMPLETED"`,
-		`"answer": "Thanks, Alice: your profile is saved."`, `- Name: Alice`, `- Email: alice@example.com`},
+		`"answer": "Thanks, Alice: your profile is saved."`, `- Name: Alice`, `- Email: alice@example.com`, `"samplingCount": "1"`, `"inputCount": "2"`},
 	"Per-session connections": {`"text": "Echo: hello from alice"`, `"text": "Echo: hello from bob"`, `"sessionId": "bob"`, `"closed": 1`},
 	"Progress":                {`"progress": 1,`, `"progress": 4,`, `"total": 4`, `"result"`},
 	"API keys and TLS":        {"chat-backend", "revoked API key", `"token": "csk_`, `"name": "chat backend"`, "connector.v1.ConnectorService\n"},
