@@ -234,7 +234,8 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 		// Resumes go where the run's session (or user) is held, which is
 		// where its tool call is open: that moved, or is moving.
 		return nil, newStatus(codes.Unavailable, ReasonConnectorUnavailable,
-			"the run's tool call waits on another replica, which this request did not reach; retry")
+			"the run's tool call waits on another replica, which this request did not reach; retry. If that replica "+
+				"stopped, the run fails once its heartbeat is missed (GetQueryRun shows it), or expires at its input's deadline")
 	case live:
 		return nil, notAwaitingInput("the run's input requests are past their deadline, or the replica that held its tool call stopped")
 	case run.Status == store.RunAwaitingInput && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt), run.Status == store.RunExpired:
