@@ -431,8 +431,24 @@ func BenchmarkDurableInput(b *testing.B) {
 			b.Fatalf("the connectors did not answer: %v, %v", errA, errP)
 		}
 	}
-	var plainD, pauseD, answerD []time.Duration
-	var row int64
+	plainD, pauseD, answerD, row := pauseLoop(b, f, query, answer)
+	b.StopTimer()
+	plain, _ := quantiles(plainD)
+	pause, _ := quantiles(pauseD)
+	resume, _ := quantiles(answerD)
+	b.ReportMetric(plain, "plain-query-p50-µs")
+	b.ReportMetric(pause, "paused-query-p50-µs")
+	b.ReportMetric(resume, "resume-p50-µs")
+	b.ReportMetric(float64(row), "paused-row-bytes")
+}
+
+// pauseLoop times, in turn each iteration, a query on connector "plain"
+// (its tool asks nothing), one on "asks" that must pause for input, and
+// the answer that finishes the paused run; it returns their times and the
+// paused run's row size in Postgres.
+func pauseLoop(b *testing.B, f *fixture, query func(id string) (*connectorv1.QueryResult, error),
+	answer func(*connectorv1.QueryResult) error) (plainD, pauseD, answerD []time.Duration, row int64) {
+	ctx := context.Background()
 	for b.Loop() {
 		start := time.Now()
 		if _, err := query("plain"); err != nil {
@@ -458,12 +474,5 @@ func BenchmarkDurableInput(b *testing.B) {
 		}
 		answerD = append(answerD, time.Since(start))
 	}
-	b.StopTimer()
-	plain, _ := quantiles(plainD)
-	pause, _ := quantiles(pauseD)
-	resume, _ := quantiles(answerD)
-	b.ReportMetric(plain, "plain-query-p50-µs")
-	b.ReportMetric(pause, "paused-query-p50-µs")
-	b.ReportMetric(resume, "resume-p50-µs")
-	b.ReportMetric(float64(row), "paused-row-bytes")
+	return plainD, pauseD, answerD, row
 }
