@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	openai "github.com/sashabaranov/go-openai"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
@@ -88,33 +87,7 @@ func BenchmarkLiveInput(b *testing.B) {
 			b.Fatalf("the connectors did not answer: %v, %v", errA, errP)
 		}
 	}
-	var plainD, pauseD, answerD []time.Duration
-	var row int64
-	for b.Loop() {
-		start := time.Now()
-		if _, err := query("plain"); err != nil {
-			b.Fatal(err)
-		}
-		plainD = append(plainD, time.Since(start))
-		start = time.Now()
-		p, err := query("asks")
-		if err != nil || p.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_AWAITING_INPUT {
-			b.Fatalf("asking query = %v, %v", p, err)
-		}
-		pauseD = append(pauseD, time.Since(start))
-		if row == 0 {
-			if err := f.db.InTx(ctx, func(tx pgx.Tx) error {
-				return tx.QueryRow(ctx, `SELECT pg_column_size(q.*) FROM query_runs q WHERE id = $1`, p.GetRunId()).Scan(&row)
-			}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		start = time.Now()
-		if err := answer(p); err != nil {
-			b.Fatal(err)
-		}
-		answerD = append(answerD, time.Since(start))
-	}
+	plainD, pauseD, answerD, row := pauseLoop(b, f, query, answer)
 	b.StopTimer()
 	p50 := func(d []time.Duration) float64 {
 		slices.Sort(d)
