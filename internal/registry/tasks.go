@@ -25,7 +25,8 @@ import (
 )
 
 // Polling a task: at the interval the server asks for, kept within
-// taskPollMin and taskPollMax; at taskPollDefault when it asks for none.
+// taskPollMin and taskPollMax; when it asks for none, at taskPollMin
+// first, doubling up to taskPollDefault.
 const (
 	taskPollMin     = 100 * time.Millisecond
 	taskPollMax     = 5 * time.Second
@@ -180,6 +181,7 @@ func (t *taskRun) create(ctx context.Context, name string, args map[string]any) 
 // follow polls the task from its first state until it ends, and returns
 // its outcome.
 func (t *taskRun) follow(ctx context.Context, task mcp.Task) (*mcp.CallToolResult, error) {
+	unnamed := taskPollMin
 	for {
 		t.report(ctx, task)
 		if task.Status.IsTerminal() {
@@ -192,7 +194,13 @@ func (t *taskRun) follow(ctx context.Context, task mcp.Task) (*mcp.CallToolResul
 			// way), and answers it once the task ends.
 			t.fetch()
 		}
-		if err := t.wait(ctx, pollInterval(task.PollInterval)); err != nil {
+		wait := pollInterval(task.PollInterval)
+		if task.PollInterval == nil || *task.PollInterval <= 0 {
+			// Named by none: soon at first (a task may end at once), then
+			// less often, up to taskPollDefault.
+			wait, unnamed = unnamed, min(2*unnamed, taskPollDefault)
+		}
+		if err := t.wait(ctx, wait); err != nil {
 			return nil, err
 		}
 		got, err := t.s.client.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: t.id}})
