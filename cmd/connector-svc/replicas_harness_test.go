@@ -701,12 +701,16 @@ func (c *testCluster) waitCallable(d time.Duration, kind, connector string, ids 
 	}
 }
 
-// retryUnavailable runs call, and once more if it fails UNAVAILABLE (on
-// another replica if again returns one): the retry a client does.
-func retryUnavailable(call func(retry bool) error) error {
-	err := call(false)
-	if status.Code(err) == codes.Unavailable {
-		err = call(true)
+// retryUnavailable runs call as a client with the documented service
+// config does (examples/service-config.json: 3 attempts, backoff from 50 ms
+// doubling): again while it fails UNAVAILABLE, attempt counting from 0.
+func retryUnavailable(call func(attempt int) error) error {
+	backoff := 50 * time.Millisecond
+	err := call(0)
+	for attempt := 1; attempt < 3 && status.Code(err) == codes.Unavailable; attempt++ {
+		time.Sleep(backoff)
+		backoff *= 2
+		err = call(attempt)
 	}
 	return err
 }

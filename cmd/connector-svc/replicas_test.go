@@ -389,7 +389,7 @@ func TestReplicasKill9UnderLoad(t *testing.T) {
 					kind = "http"
 				}
 				start := time.Now()
-				err := retryUnavailable(func(bool) error { return echo(context.Background(), client, conn, kind) })
+				err := retryUnavailable(func(int) error { return echo(context.Background(), client, conn, kind) })
 				log.add(callRecord{start, id, conn, err, time.Now()})
 			}
 		}()
@@ -511,8 +511,8 @@ func (s *liveSet) pick(n int) string {
 
 // TestReplicasRollingRestart restarts A, B and C in turn (SIGTERM, wait for
 // exit 0, start again) while 6 callers call an HTTP and a stdio connector
-// round robin over the replicas in service, retrying UNAVAILABLE once on
-// another: no call fails.
+// round robin over the replicas in service, retrying UNAVAILABLE on the
+// next as the documented client config does: no call fails.
 func TestReplicasRollingRestart(t *testing.T) {
 	up := newUpstream(t)
 	ids := []string{"a", "b", "c"}
@@ -538,12 +538,8 @@ func TestReplicasRollingRestart(t *testing.T) {
 				}
 				var on string
 				start := time.Now()
-				err := retryUnavailable(func(retry bool) error {
-					pick := n
-					if retry {
-						pick = n + 1
-					}
-					on = live.pick(pick)
+				err := retryUnavailable(func(attempt int) error {
+					on = live.pick(n + attempt) // each attempt on the next replica
 					return echo(context.Background(), c.client(on), conn, kind)
 				})
 				log.add(callRecord{start, on, conn, err, time.Now()})
@@ -576,7 +572,7 @@ func TestReplicasRollingRestart(t *testing.T) {
 	}
 	t.Logf("%d calls during a rolling restart of a, b and c; %d failed", total, failed)
 	if failed > 0 {
-		t.Errorf("%d of %d calls failed during a rolling restart (callers retry UNAVAILABLE once), want 0; first:\n%s",
+		t.Errorf("%d of %d calls failed during a rolling restart (callers retry UNAVAILABLE as the documented client config does), want 0; first:\n%s",
 			failed, total, strings.Join(firstErrs, "\n"))
 	}
 }
