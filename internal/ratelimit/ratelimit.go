@@ -22,6 +22,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -214,27 +215,41 @@ func (l *Limiter) waitLocal(ctx context.Context, local *rate.Limiter) error {
 	return nil
 }
 
+// exactTimeout bounds one read or write of a shared bucket in a gate.
+const exactTimeout = 2 * time.Second
+
 // waitExact takes a token of connector id's shared bucket, waiting as
 // Throttle says: it reads how far the bucket is from a token, waits that
 // long, and tries again (another replica may have taken it meanwhile).
 // done is false when Postgres failed and the caller should use the local
 // share instead.
 func (l *Limiter) waitExact(ctx context.Context, id int64, lim Limit) (done bool, err error) {
+	// The bucket's reads and writes are not bounded by the call's own
+	// deadline: a call whose deadline is near runs in debt, rather than
+	// fail because Postgres took longer than what was left of it. Its
+	// cancellation still ends the wait.
+	db, cancel := context.WithTimeout(context.WithoutCancel(ctx), exactTimeout)
+	defer cancel()
+	defer context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})()
 	for {
-		ok, _, err := l.cfg.Exact.TakeRateToken(ctx, id, lim.PerSecond, lim.burst(), l.cfg.Now())
+		ok, _, err := l.cfg.Exact.TakeRateToken(db, id, lim.PerSecond, lim.burst(), l.cfg.Now())
 		if err != nil {
 			return l.exactFailedWhile(ctx, id, err)
 		}
 		if ok {
 			return true, nil
 		}
-		tokens, err := l.cfg.Exact.RateTokens(ctx, id, lim.PerSecond, lim.burst(), l.cfg.Now())
+		tokens, err := l.cfg.Exact.RateTokens(db, id, lim.PerSecond, lim.burst(), l.cfg.Now())
 		if err != nil {
 			return l.exactFailedWhile(ctx, id, err)
 		}
 		wait := max(time.Duration((1-tokens)/lim.PerSecond*float64(time.Second)), time.Millisecond)
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			if _, err := l.cfg.Exact.OweRateToken(ctx, id, lim.PerSecond, lim.burst(), l.cfg.Now()); err != nil {
+			if _, err := l.cfg.Exact.OweRateToken(db, id, lim.PerSecond, lim.burst(), l.cfg.Now()); err != nil {
 				l.exactFailed(ctx, id, err) // the call runs anyway: it would have in debt
 			}
 			return true, nil
