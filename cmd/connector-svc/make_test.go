@@ -76,7 +76,14 @@ func startMakeRun(t *testing.T) (cmd *exec.Cmd, addr string, logs <-chan string)
 	t.Helper()
 	cmd = exec.Command("make", "--no-print-directory", "run")
 	cmd.Dir = "../.."
+	// Every listener on a port of its own: a developer's own `make run`
+	// holds the Makefile's defaults (50051, and 8081 for the OAuth
+	// callback) while they run make test.
+	callback := freeAddr(t)
+	_, callbackPort, _ := net.SplitHostPort(callback)
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=", "GRPC_ADDR=127.0.0.1:0", "ADMIN_ADDR=127.0.0.1:0",
+		"INTERNAL_ADDR=127.0.0.1:0", "OAUTH_CALLBACK_ADDR="+callback,
+		"OAUTH_REDIRECT_URL=http://localhost:"+callbackPort+"/oauth/callback",
 		"DATABASE_URL="+storetest.NewURL(t), "SECRET_KEY="+testKey)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// An os.Pipe, not StdoutPipe: Wait closes a StdoutPipe as soon as make
@@ -112,6 +119,10 @@ func startMakeRun(t *testing.T) (cmd *exec.Cmd, addr string, logs <-chan string)
 	select {
 	case addr = <-serving:
 		return cmd, addr, out
+	case all := <-out:
+		// Every writer is gone before the service served: it exited
+		// (a port taken, a bad setting). Say so now, with what it said.
+		t.Fatalf("make run exited before it served; it printed:\n%s", all)
 	case <-time.After(120 * time.Second):
 		t.Fatal("make run did not serve within 120s")
 	}
