@@ -16,6 +16,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/pending"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -33,51 +34,10 @@ import (
 // answers.
 const maxInputRounds = 5
 
-// directInputs are the input requests of direct calls that wait for
-// AnswerInput on this replica, by input id.
-type directInputs struct {
-	mu sync.Mutex
-	m  map[string]*directInput
-}
-
-// directInput is one request, with who may answer it.
-type directInput struct {
-	workspaceID, connectorID, sessionID, userID string
-	in                                          ask.Input
-	answer                                      chan ask.Answer
-}
-
-func (d *directInputs) put(di *directInput) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.m == nil {
-		d.m = map[string]*directInput{}
-	}
-	d.m[di.in.ID] = di
-}
-
-// get returns the request req answers, if it waits and req names its
-// call's connector, session and user.
-func (d *directInputs) get(req *connectorv1.AnswerInputRequest) *directInput {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	di := d.m[req.GetAnswer().GetInputId()]
-	if di == nil || di.workspaceID != req.GetWorkspaceId() || di.connectorID != req.GetConnectorId() ||
-		di.sessionID != req.GetSessionId() || di.userID != req.GetUserId() {
-		return nil
-	}
-	return di
-}
-
-// take removes di; false if it was gone (answered, or past its deadline).
-func (d *directInputs) take(di *directInput) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.m[di.in.ID] != di {
-		return false
-	}
-	delete(d.m, di.in.ID)
-	return true
+// callOwner is a direct call, by the connector, session and user that
+// AnswerInput must name, as the owner of pending requests.
+func callOwner(workspaceID, connectorID, sessionID, userID string) pending.Owner {
+	return pending.Owner("call\x00" + workspaceID + "\x00" + connectorID + "\x00" + sessionID + "\x00" + userID)
 }
 
 // callAsker is the ask.Asker of one direct tool call.
@@ -116,23 +76,15 @@ func (a *callAsker) Elicit(ctx context.Context, call ask.Call, in ask.Input) (as
 		a.s.countInput(a.row, in.Mode, "unanswerable")
 		return ask.Answer{Action: ask.Cancel, At: time.Now()}, nil
 	}
-	di := &directInput{workspaceID: a.req.GetWorkspaceId(), connectorID: a.req.GetConnectorId(), sessionID: a.req.GetSessionId(),
-		userID: a.req.GetUserId(), in: in, answer: make(chan ask.Answer, 1)}
-	a.s.calls.put(di)
+	req := a.s.asks.Open(callOwner(a.req.GetWorkspaceId(), a.req.GetConnectorId(), a.req.GetSessionId(), a.req.GetUserId()), in)
 	wait, cancel := ctx, context.CancelFunc(func() {})
 	if !in.Deadline.IsZero() {
 		wait, cancel = context.WithDeadline(ctx, in.Deadline)
 	}
 	defer cancel()
 	a.send(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_InputRequired{InputRequired: render}})
-	select {
-	case ans := <-di.answer:
-		a.s.countInput(a.row, in.Mode, ans.Action)
-		return ans, nil
-	case <-wait.Done():
-	}
-	if !a.s.calls.take(di) {
-		ans := <-di.answer
+	// An answer that came as the deadline passed counts.
+	if ans, ok := req.Wait(wait); ok {
 		a.s.countInput(a.row, in.Mode, ans.Action)
 		return ans, nil
 	}
@@ -235,21 +187,21 @@ func (s *Server) AnswerInput(ctx context.Context, req *connectorv1.AnswerInputRe
 		resp, err := connectorv1.NewConnectorServiceClient(conn).AnswerInput(ctx, req)
 		return resp, s.forwardErr(ctx, err)
 	}
-	di := s.calls.get(req)
-	if di == nil {
+	owner := callOwner(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
+	in, ok := s.asks.Lookup(owner, req.GetAnswer().GetInputId())
+	if !ok {
 		return nil, s.toStatus(ctx, newStatus(codes.NotFound, ReasonInputNotFound, fmt.Sprintf(
 			"no input request %q waits for an answer on this connector, session and user: it was answered, its deadline passed, or its call ended",
 			req.GetAnswer().GetInputId())))
 	}
-	ans, _ := answerFromProto(&ch, "answer", di.in, req.GetAnswer())
+	ans, _ := answerFromProto(&ch, "answer", in, req.GetAnswer())
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	ans.At = time.Now()
-	if !s.calls.take(di) {
+	if err := s.asks.Answer(owner, map[string]ask.Answer{in.ID: ans}); err != nil {
 		return nil, s.toStatus(ctx, newStatus(codes.NotFound, ReasonInputNotFound, fmt.Sprintf(
 			"input request %q was answered, or its deadline passed, meanwhile", req.GetAnswer().GetInputId())))
 	}
-	di.answer <- ans
 	return &connectorv1.AnswerInputResponse{}, nil
 }

@@ -17,6 +17,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/pending"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -90,13 +91,20 @@ type liveRun struct {
 	wake     chan struct{}
 }
 
-// openInput is an input request that waits for its answer.
+// openInput is an input request that waits for its answer in the
+// server's table of pending requests (owned by the run).
 type openInput struct {
-	in     orchestrator.Input
-	answer chan ask.Answer
+	in  orchestrator.Input
+	req *pending.Request
 	// saved says the run's row names it: its caller may hear of it.
 	saved bool
 }
+
+// owner is the run as the owner of its pending requests.
+func (lr *liveRun) owner() pending.Owner { return runOwner(lr.run.ID) }
+
+// runOwner is a query run as the owner of pending requests.
+func runOwner(runID string) pending.Owner { return pending.Owner("run\x00" + runID) }
 
 // emit passes a run event on to the caller that waits, if it streams. A
 // pause is sent by lastEvents, after the row is written.
@@ -128,7 +136,7 @@ func (lr *liveRun) signal() {
 // waits before anyone hears of it; then the request waits for
 // ResumeQuery's answer, until ctx ends (its deadline).
 func (lr *liveRun) Await(ctx context.Context, in orchestrator.Input, snap *orchestrator.Result) (ask.Answer, error) {
-	oi := &openInput{in: in, answer: make(chan ask.Answer, 1)}
+	oi := &openInput{in: in, req: lr.s.asks.Open(lr.owner(), in.Input)}
 	lr.mu.Lock()
 	lr.open = append(lr.open, oi)
 	lr.snap, lr.paused = snap, true
@@ -142,18 +150,12 @@ func (lr *liveRun) Await(ctx context.Context, in orchestrator.Input, snap *orche
 		return ask.Answer{}, err
 	}
 	lr.signal()
-	select {
-	case a := <-oi.answer:
-		lr.s.countInput(lr.conn, in.Mode, a.Action)
-		return a, nil
-	case <-ctx.Done():
-	}
-	if !lr.close(in.ID) {
-		// Answered as the deadline passed: the answer counts.
-		a := <-oi.answer
+	// An answer that came as the deadline passed counts.
+	if a, ok := oi.req.Wait(ctx); ok {
 		lr.s.countInput(lr.conn, in.Mode, a.Action)
 		return a, nil
 	}
+	lr.close(in.ID)
 	lr.s.countInput(lr.conn, in.Mode, "timeout")
 	lr.saveState(ctx)
 	return ask.Answer{}, ctx.Err()
@@ -168,8 +170,9 @@ func (lr *liveRun) close(id string) bool {
 	if i < 0 {
 		return false
 	}
+	o := lr.open[i]
 	lr.open = slices.Delete(lr.open, i, i+1)
-	return true
+	return o.req.Close()
 }
 
 func (lr *liveRun) openCount() int {
@@ -345,11 +348,13 @@ func (lr *liveRun) deliver(answers map[string]ask.Answer) error {
 		lr.mu.Unlock()
 		return notAwaitingInput("the run's open input requests changed; GetQueryRun shows them")
 	}
-	lr.open = slices.DeleteFunc(lr.open, func(o *openInput) bool { _, ok := answers[o.in.ID]; return ok })
-	lr.mu.Unlock()
-	for _, o := range targets {
-		o.answer <- answers[o.in.ID]
+	defer lr.mu.Unlock()
+	var notOpen *pending.NotOpenError
+	if err := lr.s.asks.Answer(lr.owner(), answers); errors.As(err, &notOpen) {
+		// Its deadline passed as the answer came.
+		return notAwaitingInput(fmt.Sprintf("the run's input request %q is not open: it was answered, or its deadline passed", notOpen.ID))
 	}
+	lr.open = slices.DeleteFunc(lr.open, func(o *openInput) bool { _, ok := answers[o.in.ID]; return ok })
 	return nil
 }
 

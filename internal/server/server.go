@@ -35,6 +35,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/pending"
 	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -117,15 +118,16 @@ type Server struct {
 	steps  stepUps
 	counts *queryCounts // queries' counters on their way to the store
 	runs   *runs.Log    // query run records on their way to the store
-	// liveRuns are the query runs going on here; calls, the direct tool
-	// calls whose input requests wait for AnswerInput.
+	// liveRuns are the query runs going on here.
 	liveRuns liveRuns
-	calls    directInputs
-	inputs   metric.Int64Counter // connector.inputs
-	cfg      Config
-	logger   *slog.Logger
-	tracer   trace.TracerProvider
-	meters   metric.MeterProvider // nil: no RPC metrics
+	// asks are the servers' questions that wait here for an answer, of
+	// query runs and direct calls alike.
+	asks   pending.Table
+	inputs metric.Int64Counter // connector.inputs
+	cfg    Config
+	logger *slog.Logger
+	tracer trace.TracerProvider
+	meters metric.MeterProvider // nil: no RPC metrics
 }
 
 // Deps are the Server's collaborators.
