@@ -133,7 +133,8 @@ func (db *DB) saveRuns(ctx context.Context, runs []*Run, asyncCommit bool) error
 				expires_at = excluded.expires_at, finished_at = excluded.finished_at,
 				held_by = coalesce(excluded.held_by, CASE WHEN excluded.status = 'running' THEN query_runs.held_by END),
 				heartbeat_at = coalesce(excluded.heartbeat_at, CASE WHEN excluded.status = 'running' THEN query_runs.heartbeat_at END),
-				version = query_runs.version + 1, updated_at = now()`,
+				version = query_runs.version + 1, updated_at = now()
+			WHERE query_runs.finished_at IS NULL OR excluded.finished_at IS NOT NULL`,
 			r.ID, r.WorkspaceID, r.ConnectorID, r.ConnectorExternalID, r.SessionID, r.Query, r.Context,
 			r.MaxTools, r.Status, r.Answer, r.Error, trace, nullJSON(r.State), r.PromptTokens, r.CompletionTokens,
 			r.Duration.Milliseconds(), r.CreatedAt, r.ExpiresAt, r.FinishedAt, r.UserID, r.HeldBy)

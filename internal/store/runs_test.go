@@ -112,6 +112,30 @@ func TestSaveRunsAsyncCommit(t *testing.T) {
 	}
 }
 
+// TestFinishedRunStaysFinished: a run's row, once finished, is not taken
+// back by a late write of the run going on (its replica wrote it running
+// again after an answer, while the run itself ended and wrote its end).
+func TestFinishedRunStaysFinished(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	now := time.Now()
+	done := &store.Run{ID: "r1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 1,
+		Status: store.RunCompleted, Answer: "yes", CreatedAt: now, FinishedAt: &now}
+	if err := db.SaveRunsAsyncCommit(ctx, []*store.Run{done}); err != nil {
+		t.Fatal(err)
+	}
+	late := *done
+	late.Status, late.Answer, late.FinishedAt, late.HeldBy = store.RunRunning, "", nil, "replica-a"
+	if err := db.SaveRuns(ctx, []*store.Run{&late}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.GetRun(ctx, "ws1", "r1")
+	if err != nil || got.Status != store.RunCompleted || got.Answer != "yes" || got.FinishedAt == nil || got.Version != 1 {
+		t.Fatalf("GetRun after a late running write = %+v, %v; want it completed, unchanged", got, err)
+	}
+}
+
 // TestRunsAwaitingInput: a durable pause for input is claimed as an
 // approval is; a live one, held by its replica, is not claimable, keeps
 // its heartbeat while the replica touches it, and fails once it stops.
