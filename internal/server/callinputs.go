@@ -180,12 +180,8 @@ func (s *Server) AnswerInput(ctx context.Context, req *connectorv1.AnswerInputRe
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false); err != nil || conn != nil {
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
-		resp, err := connectorv1.NewConnectorServiceClient(conn).AnswerInput(ctx, req)
-		return resp, s.forwardErr(ctx, err)
+	if resp, done, err := forwardUnary(ctx, s, s.toCaller(req), req, connectorv1.ConnectorServiceClient.AnswerInput); done {
+		return resp, err
 	}
 	owner := callOwner(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
 	in, ok := s.asks.Lookup(owner, req.GetAnswer().GetInputId())

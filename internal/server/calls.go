@@ -35,13 +35,8 @@ func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID s
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
-	conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false)
-	if err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	if conn != nil {
-		resp, err := connectorv1.NewConnectorServiceClient(conn).CallTool(ctx, req)
-		return resp, s.forwardErr(ctx, err)
+	if resp, done, err := forwardUnary(ctx, s, s.toCaller(req), req, connectorv1.ConnectorServiceClient.CallTool); done {
+		return resp, err
 	}
 	resp, err := s.callTool(ctx, req, nil, nil)
 	if err != nil {
@@ -55,16 +50,8 @@ func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest)
 // result, and its input requests (input_required), which AnswerInput
 // answers. The caller cancelling the stream cancels the call.
 func (s *Server) StreamCallTool(req *connectorv1.StreamCallToolRequest, stream connectorv1.ConnectorService_StreamCallToolServer) error {
-	conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false)
-	if err != nil {
-		return s.toStatus(stream.Context(), err)
-	}
-	if conn != nil {
-		up, err := connectorv1.NewConnectorServiceClient(conn).StreamCallTool(stream.Context(), req)
-		if err != nil {
-			return s.forwardErr(stream.Context(), err)
-		}
-		return s.forwardErr(stream.Context(), relay(up.Recv, stream.Send))
+	if done, err := forwardStream(stream.Context(), s, s.toCaller(req), req, connectorv1.ConnectorServiceClient.StreamCallTool, stream.Send); done {
+		return err
 	}
 	return serveStream(s, stream, s.cfg.DefaultRPCTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.StreamCallToolResponse, error) {
@@ -207,12 +194,9 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", "", true); err != nil || conn != nil {
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
-		resp, err := connectorv1.NewConnectorServiceClient(conn).RefreshTools(ctx, req)
-		return resp, s.forwardErr(ctx, err)
+	if resp, done, err := forwardUnary(ctx, s, s.toOwner(req.GetWorkspaceId(), req.GetConnectorId()), req,
+		connectorv1.ConnectorServiceClient.RefreshTools); done {
+		return resp, err
 	}
 	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
@@ -239,12 +223,9 @@ func (s *Server) CheckConnector(ctx context.Context, req *connectorv1.CheckConne
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), "", "", true); err != nil || conn != nil {
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
-		resp, err := connectorv1.NewConnectorServiceClient(conn).CheckConnector(ctx, req)
-		return resp, s.forwardErr(ctx, err)
+	if resp, done, err := forwardUnary(ctx, s, s.toOwner(req.GetWorkspaceId(), req.GetConnectorId()), req,
+		connectorv1.ConnectorServiceClient.CheckConnector); done {
+		return resp, err
 	}
 	c, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -18,38 +19,81 @@ import (
 // With several replicas, a call of a stdio connector runs on the replica
 // that owns it (the one that runs its process), and so do refreshes and
 // checks of any connector (the owner syncs its catalog and writes its
-// health). The handlers below hand such a call to the owner over the
-// internal listener, one hop, with the caller's request and deadline; the
-// owner's answer, error included, goes back as it is.
+// health); a per-session (per-user) connection's calls run where it is
+// held. live.Placer decides where; the handlers below hand such a call to
+// that replica over the internal listener, one hop, with the caller's
+// request and deadline, through forwardUnary or forwardStream; the
+// replica's answer, error included, goes back as it is.
 
-// routeCall returns the connection to the replica a call of a workspace's
-// connector runs on, or nil to run it here: this replica owns what the
-// call needs, the connector is not known here (the call then fails here as
-// it should), or the call was forwarded here already. A stdio connector's
-// calls run on its owner (the one replica that runs its processes, its
-// sessions' included); with ownerOnly, every connector's. A per_session
-// connector's call with a session, or an oauth_user connector's call for
-// a user, otherwise runs on the replica that holds that session's (that
-// user's) connection. The session and user ids are checked first: they
-// are claimed in the sessions table and sent on as they are.
-func (s *Server) routeCall(ctx context.Context, workspaceID, connectorID, sessionID, userID string, ownerOnly bool) (*grpc.ClientConn, error) {
-	if s.router == nil {
-		return nil, nil
+// unaryRPC is a unary method of the generated client, as a method
+// expression (connectorv1.ConnectorServiceClient.CallTool).
+type unaryRPC[Req, Resp any] func(connectorv1.ConnectorServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
+
+// streamRPC is a server-streaming method of the generated client.
+type streamRPC[Req, Resp any] func(connectorv1.ConnectorServiceClient, context.Context, Req, ...grpc.CallOption) (grpc.ServerStreamingClient[Resp], error)
+
+// forwardUnary runs rpc with req on the replica place names: done is
+// false when place says here, and the handler serves it.
+func forwardUnary[Req, Resp any](ctx context.Context, s *Server, place func(context.Context) (*grpc.ClientConn, error),
+	req Req, rpc unaryRPC[Req, Resp]) (resp Resp, done bool, err error) {
+	conn, err := place(ctx)
+	if err != nil {
+		return resp, true, s.toStatus(ctx, err)
 	}
-	row, ok := s.live.Lookup(workspaceID, connectorID)
-	if !ok || !row.Active {
-		return nil, nil
+	if conn == nil {
+		return resp, false, nil
 	}
-	if !ownerOnly {
-		if err := checkCaller(row, sessionID, userID); err != nil {
-			return nil, err
-		}
+	resp, err = rpc(connectorv1.NewConnectorServiceClient(conn), ctx, req)
+	return resp, true, s.forwardErr(ctx, err)
+}
+
+// forwardStream is forwardUnary for a server stream: the replica's
+// messages are relayed to send until it ends the stream.
+func forwardStream[Req, Resp any](ctx context.Context, s *Server, place func(context.Context) (*grpc.ClientConn, error),
+	req Req, rpc streamRPC[Req, Resp], send func(*Resp) error) (done bool, err error) {
+	conn, err := place(ctx)
+	if err != nil {
+		return true, s.toStatus(ctx, err)
 	}
-	conn, err := s.router.ToOwner(ctx, row, ownerOnly)
-	if err != nil || conn != nil || ownerOnly {
-		return conn, err
+	if conn == nil {
+		return false, nil
 	}
-	return s.sessions.Route(ctx, row, live.SessionKey(row, sessionID, userID))
+	up, err := rpc(connectorv1.NewConnectorServiceClient(conn), ctx, req)
+	if err != nil {
+		return true, s.forwardErr(ctx, err)
+	}
+	return true, s.forwardErr(ctx, relay(up.Recv, send))
+}
+
+// callerRequest is what calls, queries and answers name of their caller.
+type callerRequest interface {
+	GetWorkspaceId() string
+	GetConnectorId() string
+	GetSessionId() string
+	GetUserId() string
+}
+
+// toCaller places a request's call where its session's (user's)
+// connection is held, its ids checked once here against the connector.
+func (s *Server) toCaller(req callerRequest) func(context.Context) (*grpc.ClientConn, error) {
+	return func(ctx context.Context) (*grpc.ClientConn, error) {
+		return s.place.Place(ctx, live.Target{WorkspaceID: req.GetWorkspaceId(), ConnectorID: req.GetConnectorId(),
+			SessionID: req.GetSessionId(), UserID: req.GetUserId(), Check: checkCaller})
+	}
+}
+
+// toOwner places a request on its connector's owner.
+func (s *Server) toOwner(workspaceID, connectorID string) func(context.Context) (*grpc.ClientConn, error) {
+	return func(ctx context.Context) (*grpc.ClientConn, error) {
+		return s.place.Place(ctx, live.Target{WorkspaceID: workspaceID, ConnectorID: connectorID, OwnerOnly: true})
+	}
+}
+
+// toRun places the resume of a paused run as its calls were.
+func (s *Server) toRun(workspaceID, runID string) func(context.Context) (*grpc.ClientConn, error) {
+	return func(ctx context.Context) (*grpc.ClientConn, error) {
+		return s.place.PlaceRun(ctx, workspaceID, runID, checkCaller)
+	}
 }
 
 // checkCaller checks the session and user ids of a call or query of row's
@@ -81,29 +125,10 @@ func relay[T any](recv func() (*T, error), send func(*T) error) error {
 	}
 }
 
-// runOwnerConn is ownerConn for the connector of a paused run: resuming a
-// stdio connector's run runs its tool calls on the owner. A run that is
-// not found is resumed here, which says so.
-func (s *Server) runOwnerConn(ctx context.Context, workspaceID, runID string) (*grpc.ClientConn, error) {
-	if s.router == nil || workspaceID == "" || runID == "" {
-		return nil, nil
-	}
-	run, err := s.db.GetRun(ctx, workspaceID, runID)
-	if err != nil {
-		return nil, nil
-	}
-	return s.routeCall(ctx, workspaceID, run.ConnectorExternalID, run.SessionID, run.UserID, false)
-}
-
 // settleSession drops the claim of a caller's session that the call
 // served here left unopened (it was refused before it ran).
 func (s *Server) settleSession(workspaceID, connectorID, sessionID, userID string) {
-	if s.sessions == nil || (sessionID == "" && userID == "") {
-		return
-	}
-	if row, ok := s.live.Lookup(workspaceID, connectorID); ok {
-		s.sessions.Settle(row, live.SessionKey(row, sessionID, userID))
-	}
+	s.place.Settle(live.Target{WorkspaceID: workspaceID, ConnectorID: connectorID, SessionID: sessionID, UserID: userID})
 }
 
 // forwardErr is what the caller of a forwarded call gets for err: the

@@ -40,12 +40,8 @@ type queryRequest interface {
 
 // QueryConnector implements connector.v1.ConnectorService.
 func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConnectorRequest) (*connectorv1.QueryConnectorResponse, error) {
-	if conn, err := s.routeCall(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false); err != nil || conn != nil {
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
-		resp, err := connectorv1.NewConnectorServiceClient(conn).QueryConnector(ctx, req)
-		return resp, s.forwardErr(ctx, err)
+	if resp, done, err := forwardUnary(ctx, s, s.toCaller(req), req, connectorv1.ConnectorServiceClient.QueryConnector); done {
+		return resp, err
 	}
 	res, err := s.query(ctx, req, nil)
 	if err != nil {
@@ -58,15 +54,9 @@ func (s *Server) QueryConnector(ctx context.Context, req *connectorv1.QueryConne
 // run as QueryConnector, streamed. The caller cancelling the stream
 // cancels the run and its tool calls.
 func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorRequest, stream connectorv1.ConnectorService_StreamQueryConnectorServer) error {
-	if conn, err := s.routeCall(stream.Context(), req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), false); err != nil || conn != nil {
-		if err != nil {
-			return s.toStatus(stream.Context(), err)
-		}
-		up, err := connectorv1.NewConnectorServiceClient(conn).StreamQueryConnector(stream.Context(), req)
-		if err != nil {
-			return s.forwardErr(stream.Context(), err)
-		}
-		return s.forwardErr(stream.Context(), relay(up.Recv, stream.Send))
+	if done, err := forwardStream(stream.Context(), s, s.toCaller(req), req, connectorv1.ConnectorServiceClient.StreamQueryConnector,
+		stream.Send); done {
+		return err
 	}
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamQueryConnectorResponse)) (*connectorv1.StreamQueryConnectorResponse, error) {

@@ -37,12 +37,9 @@ type resumeRequest interface {
 
 // ResumeQuery implements connector.v1.ConnectorService.
 func (s *Server) ResumeQuery(ctx context.Context, req *connectorv1.ResumeQueryRequest) (*connectorv1.ResumeQueryResponse, error) {
-	if conn, err := s.runOwnerConn(ctx, req.GetWorkspaceId(), req.GetRunId()); err != nil || conn != nil {
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
-		resp, err := connectorv1.NewConnectorServiceClient(conn).ResumeQuery(ctx, req)
-		return resp, s.forwardErr(ctx, err)
+	if resp, done, err := forwardUnary(ctx, s, s.toRun(req.GetWorkspaceId(), req.GetRunId()), req,
+		connectorv1.ConnectorServiceClient.ResumeQuery); done {
+		return resp, err
 	}
 	res, err := s.resume(ctx, req, nil)
 	if err != nil {
@@ -54,15 +51,9 @@ func (s *Server) ResumeQuery(ctx context.Context, req *connectorv1.ResumeQueryRe
 // StreamResumeQuery implements connector.v1.ConnectorService: ResumeQuery,
 // with the run's events streamed as StreamQueryConnector streams them.
 func (s *Server) StreamResumeQuery(req *connectorv1.StreamResumeQueryRequest, stream connectorv1.ConnectorService_StreamResumeQueryServer) error {
-	if conn, err := s.runOwnerConn(stream.Context(), req.GetWorkspaceId(), req.GetRunId()); err != nil || conn != nil {
-		if err != nil {
-			return s.toStatus(stream.Context(), err)
-		}
-		up, err := connectorv1.NewConnectorServiceClient(conn).StreamResumeQuery(stream.Context(), req)
-		if err != nil {
-			return s.forwardErr(stream.Context(), err)
-		}
-		return s.forwardErr(stream.Context(), relay(up.Recv, stream.Send))
+	if done, err := forwardStream(stream.Context(), s, s.toRun(req.GetWorkspaceId(), req.GetRunId()), req,
+		connectorv1.ConnectorServiceClient.StreamResumeQuery, stream.Send); done {
+		return err
 	}
 	return serveStream(s, stream, s.cfg.QueryTimeout,
 		func(ctx context.Context, send func(*connectorv1.StreamResumeQueryResponse)) (*connectorv1.StreamResumeQueryResponse, error) {

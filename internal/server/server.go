@@ -109,8 +109,10 @@ type Server struct {
 	keys  *auth.Keys
 	// live keeps the connectors' connections, catalogs and agents in line
 	// with their rows: every handler that writes a row calls it after.
-	live     *live.Connectors
-	router   *live.Router   // nil: a single replica, nothing to forward
+	live *live.Connectors
+	// place says where a call runs: here, or on the replica it is
+	// forwarded to.
+	place    *live.Placer
 	sessions *live.Sessions // nil: sessions are this replica's alone
 	limits   rateLimits
 	// oauth runs users' authorizations; nil: OAuth is not configured.
@@ -203,7 +205,7 @@ func New(d Deps, cfg Config) *Server {
 	if d.DB != nil {
 		limits.Exact = d.DB
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, router: d.Router, sessions: d.Sessions, agent: d.Agent, keys: d.Keys,
+	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB), sessions: d.Sessions, agent: d.Agent, keys: d.Keys,
 		oauth:  d.OAuth,
 		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
