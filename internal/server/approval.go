@@ -1,11 +1,7 @@
 package server
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/mark3labs/mcp-go/mcp"
-	"google.golang.org/grpc/codes"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/live"
@@ -83,34 +79,4 @@ func approvalFlags(c *checker, req *connectorv1.UpdateToolRequest, f *store.Tool
 	default:
 		c.add("approval_override", "unknown value %d: use APPROVAL_OVERRIDE_POLICY, APPROVAL_OVERRIDE_ALWAYS or APPROVAL_OVERRIDE_NEVER", o)
 	}
-}
-
-// approvalRequired is the refusal of a direct call that needs approval.
-func approvalRequired(tool string) error {
-	return newStatus(codes.FailedPrecondition, ReasonApprovalRequired, fmt.Sprintf(
-		"tool %q needs a person's approval: show the call to the user, and call again with user_approved once they approve", tool))
-}
-
-// checkApproval refuses a direct call of a tool that needs approval,
-// unless the caller says it has the user's. A tool that may not be called
-// (not listed, disabled) is left to the call, which says why.
-func (s *Server) checkApproval(ctx context.Context, id int64, req callRequest, user string) error {
-	if req.GetUserApproved() {
-		return nil
-	}
-	la, err := s.live.Settings(id, func() (*store.Connector, error) {
-		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-	})
-	if err != nil {
-		return err
-	}
-	cat, err := s.reg.CatalogFor(ctx, id, user)
-	if err != nil {
-		return err
-	}
-	t, override, ok := cat.Tool(req.GetToolName())
-	if ok && live.NeedsApproval(la.Row.Config.ApprovalPolicy, t, override) {
-		return approvalRequired(req.GetToolName())
-	}
-	return nil
 }

@@ -6,32 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
-	"github.com/connector-svc/connector-svc/internal/store"
 )
-
-// activeConnector loads a workspace's connector and refuses an inactive one.
-func (s *Server) activeConnector(ctx context.Context, workspaceID, connectorID string) (*store.Connector, error) {
-	c, err := s.db.GetConnector(ctx, workspaceID, connectorID)
-	if err != nil {
-		return nil, err
-	}
-	if !c.Active {
-		return nil, newStatus(codes.FailedPrecondition, ReasonConnectorInactive,
-			"connector is inactive; activate it with ActivateConnector")
-	}
-	return c, nil
-}
 
 // CallTool implements connector.v1.ConnectorService.
 func (s *Server) CallTool(ctx context.Context, req *connectorv1.CallToolRequest) (*connectorv1.CallToolResponse, error) {
@@ -88,8 +73,7 @@ type callRequest interface {
 // nil, sends the server's input requests on the caller's stream (without,
 // each is answered cancel and listed in the response).
 func (s *Server) callTool(ctx context.Context, req callRequest, progress func(registry.Progress),
-	send func(*connectorv1.StreamCallToolResponse)) (_ *connectorv1.CallToolResponse, err error) {
-	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
+	send func(*connectorv1.StreamCallToolResponse)) (*connectorv1.CallToolResponse, error) {
 	var ch checker
 	ch.toolRef(req.GetWorkspaceId(), req.GetConnectorId(), req.GetToolName())
 	ch.sessionID(req.GetSessionId())
@@ -99,58 +83,35 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	if err := s.checkArguments(req.GetArguments()); err != nil {
 		return nil, err
 	}
-	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-	if err != nil {
-		return nil, err
-	}
-	row, err := s.liveRow(ctx, id, req.GetWorkspaceId(), req.GetConnectorId())
-	if err != nil {
-		return nil, err
-	}
-	// An oauth_user connector runs the call on the user's own connection,
-	// with that user's token.
-	user, err := userFor(row, req.GetUserId())
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		// The user must authorize first: say where.
-		if required, ok := asRequired(err); ok {
-			err = s.authorizationNeeded(ctx, row, user, required, "")
+	call := calls.Request{WorkspaceID: req.GetWorkspaceId(), ConnectorID: req.GetConnectorId(), Tool: req.GetToolName(),
+		Args: req.GetArguments().AsMap(), SessionID: req.GetSessionId(), UserID: req.GetUserId(),
+		UserApproved: req.GetUserApproved(), Progress: progress}
+	if send != nil {
+		call.Ask = func(name string, in orchestrator.Input) {
+			send(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_InputRequired{
+				InputRequired: inputToProto(req.GetConnectorId(), name, in)}})
 		}
-	}()
-	if err := s.checkApproval(ctx, id, req, user); err != nil {
-		return nil, err
 	}
-	if err := s.admitCall(ctx, id, req); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	// A per_session connector runs it on the session's own connection, and
-	// refuses without one (ErrSessionRequired).
-	// Restarted: the call ran on a new MCP session in place of one the
-	// caller's session had (here, or on a replica that stopped).
-	var restarted bool
-	var taskID string
-	opts := registry.CallOptions{Session: req.GetSessionId(), UserID: user, Progress: progress, Restarted: &restarted, TaskID: &taskID}
-	asker := s.newCallAsker(row, req, user, send)
-	res, err := s.callWithInputs(ctx, asker, id, req.GetToolName(), req.GetArguments().AsMap(), opts)
-	if errors.Is(err, registry.ErrResultTooLarge) {
+	res, err := s.calls.Call(ctx, call)
+	var auth *calls.AuthorizationRequiredError
+	switch {
+	case errors.Is(err, registry.ErrResultTooLarge):
 		return nil, s.resultOverLimit()
+	case errors.As(err, &auth):
+		// The user must authorize first: say where.
+		return nil, s.authorizationNeeded(ctx, auth.Row, auth.UserID, auth.Required, "")
+	case err != nil:
+		return nil, err
 	}
+	resp, err := s.fitResult(res.CallToolResult)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.fitResult(res)
-	if err != nil {
-		return nil, err
+	resp.Duration = durationpb.New(res.Duration)
+	resp.SessionRestarted, resp.TaskId = res.Restarted, res.TaskID
+	for _, in := range res.Cancelled {
+		resp.CancelledInputs = append(resp.CancelledInputs, inputToProto(req.GetConnectorId(), res.ConnectorName, in))
 	}
-	resp.Duration = durationpb.New(time.Since(start))
-	resp.SessionRestarted = restarted
-	resp.TaskId = taskID
-	asker.mu.Lock()
-	resp.CancelledInputs = asker.cancelled
-	asker.mu.Unlock()
 	return resp, nil
 }
 
@@ -163,32 +124,6 @@ func progressToProto(p registry.Progress) *connectorv1.Progress {
 	return &connectorv1.Progress{Progress: p.Progress, Total: p.Total, Message: orchestrator.Truncate(p.Message, maxProgressMessage)}
 }
 
-// callable returns the registry id of an active connector. The registry
-// holds exactly the active connectors, with their live catalogs: it is the
-// one that knows which tools exist, and a call to a connector it holds
-// goes to it (waiting for a connect under way) even if the tool turns out
-// not to exist. Only a connector it does not hold goes to the store, for
-// the precise error.
-func (s *Server) callable(ctx context.Context, workspaceID, connectorID string) (int64, error) {
-	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
-		return id, nil
-	}
-	c, err := s.activeConnector(ctx, workspaceID, connectorID)
-	if err != nil {
-		return 0, err
-	}
-	// Active in the store but not held: activated a moment ago by another
-	// request, or its secrets did not open.
-	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
-		return id, nil
-	}
-	msg := "connector is active but not connected"
-	if c.Health.LastError != "" {
-		msg += ": " + c.Health.LastError
-	}
-	return 0, newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)
-}
-
 // RefreshTools implements connector.v1.ConnectorService.
 func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshToolsRequest) (*connectorv1.RefreshToolsResponse, error) {
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
@@ -198,7 +133,7 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 		connectorv1.ConnectorServiceClient.RefreshTools); done {
 		return resp, err
 	}
-	c, err := s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	c, err := s.calls.ActiveConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

@@ -370,9 +370,9 @@ func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string,
 // when this replica owns the connector, and the sessions it has open.
 // The counters include the query counts not written to the store yet.
 func (s *Server) render(c *store.Connector) *connectorv1.Connector {
-	if d := s.counts.unwritten(c.ID); d != (store.Counters{}) {
+	if d := s.counts.Unwritten(c.ID); d != (store.Counters{}) {
 		withCounts := *c
-		withCounts.Counters = merge(c.Counters, d)
+		withCounts.Counters = s.counts.With(c.ID, c.Counters)
 		c = &withCounts
 	}
 	p := connectorToProto(c)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
@@ -98,7 +99,21 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var egressDenied *egressDeniedError
 	var discovery *oauth.DiscoveryError
 	var refused *oauth.AuthServerError
+	var unavailable *calls.UnavailableError
+	var approval *calls.ApprovalRequiredError
+	var limited *calls.RateLimitedError
+	var inputRequired *calls.InputRequiredError
 	switch {
+	case errors.Is(err, calls.ErrInactive):
+		return newStatus(codes.FailedPrecondition, ReasonConnectorInactive, msg)
+	case errors.As(err, &unavailable):
+		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)
+	case errors.As(err, &approval):
+		return newStatus(codes.FailedPrecondition, ReasonApprovalRequired, msg)
+	case errors.As(err, &limited):
+		return newStatus(codes.ResourceExhausted, ReasonRateLimited, msg)
+	case errors.As(err, &inputRequired):
+		return newStatus(codes.FailedPrecondition, ReasonInputRequired, msg)
 	case errors.As(err, &invalid):
 		return invalidStatus(invalid)
 	case errors.As(err, &discovery):

@@ -141,22 +141,22 @@ func (lr *liveRun) Await(ctx context.Context, in orchestrator.Input, snap *orche
 	lr.open = append(lr.open, oi)
 	lr.snap, lr.paused = snap, true
 	lr.mu.Unlock()
-	lr.s.countInput(lr.conn, in.Mode, "asked")
+	lr.s.counts.CountInput(lr.conn, in.Mode, "asked")
 	if err := lr.savePause(ctx); err != nil {
 		lr.s.logger.ErrorContext(ctx, "record a query run paused for input; the input is cancelled", slog.String("run_id", lr.run.ID),
 			slog.String("error", err.Error()))
 		lr.close(in.ID)
-		lr.s.countInput(lr.conn, in.Mode, "failed")
+		lr.s.counts.CountInput(lr.conn, in.Mode, "failed")
 		return ask.Answer{}, err
 	}
 	lr.signal()
 	// An answer that came as the deadline passed counts.
 	if a, ok := oi.req.Wait(ctx); ok {
-		lr.s.countInput(lr.conn, in.Mode, a.Action)
+		lr.s.counts.CountInput(lr.conn, in.Mode, a.Action)
 		return a, nil
 	}
 	lr.close(in.ID)
-	lr.s.countInput(lr.conn, in.Mode, "timeout")
+	lr.s.counts.CountInput(lr.conn, in.Mode, "timeout")
 	lr.saveState(ctx)
 	return ask.Answer{}, ctx.Err()
 }

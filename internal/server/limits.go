@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -180,25 +181,8 @@ func (l rateLimits) throttle(id int64, cfg *store.RateLimit) func(context.Contex
 	return l.Throttle(id, limitOf(cfg))
 }
 
-// admitCall takes a token of the rate limit of connector id for a direct
-// call, or refuses it.
-func (s *Server) admitCall(ctx context.Context, id int64, req callRequest) error {
-	la, err := s.live.Settings(id, func() (*store.Connector, error) {
-		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-	})
-	if err != nil {
-		return err
-	}
-	if !s.limits.allow(ctx, id, la.Row.Config.RateLimit) {
-		return rateLimited(la.Row.Config.RateLimit)
-	}
-	return nil
-}
-
 // rateLimited is the refusal of a call or query over the connector's
 // rate limit.
 func rateLimited(cfg *store.RateLimit) error {
-	return newStatus(codes.ResourceExhausted, ReasonRateLimited, fmt.Sprintf(
-		"the connector's rate_limit (%g per second, burst %d) is used up: each tool call counts, and each query; try again shortly",
-		cfg.RequestsPerSecond, max(cfg.Burst, 1)))
+	return &calls.RateLimitedError{Limit: *cfg}
 }

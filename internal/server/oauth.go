@@ -112,14 +112,6 @@ func userFor(row *store.Connector, userID string) (string, error) {
 	return userID, c.err()
 }
 
-// liveRow is the row connector id's live copy was built from.
-func (s *Server) liveRow(ctx context.Context, id int64, workspaceID, connectorID string) (*store.Connector, error) {
-	if row, ok := s.live.Row(id); ok {
-		return row, nil
-	}
-	return s.db.GetConnector(ctx, workspaceID, connectorID)
-}
-
 // oauthConnector is what the oauth package needs of row's connector, its
 // client secret opened.
 func (s *Server) oauthConnector(row *store.Connector) (oauth.Connector, error) {

@@ -109,12 +109,12 @@ func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestr
 	if s.agent == nil {
 		return nil, llm.ErrNotConfigured
 	}
-	id, err := s.callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	id, err := s.calls.Callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
 		return nil, err
 	}
 	la, err := s.live.Settings(id, func() (*store.Connector, error) {
-		return s.activeConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+		return s.calls.ActiveConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	})
 	if err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector,
 	}
 	if res.Status == orchestrator.StatusAwaitingInput {
 		for _, in := range res.Inputs {
-			s.countInput(c, in.Mode, "asked")
+			s.counts.CountInput(c, in.Mode, "asked")
 		}
 	}
 	if res.Status == orchestrator.StatusAwaitingAuthorization && res.Authorization != nil {
@@ -267,7 +267,7 @@ func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr
 		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens-before.PromptTokens, res.Usage.CompletionTokens-before.CompletionTokens
 		d.Samplings = res.Usage.SamplingRequests - before.SamplingRequests
 	}
-	s.counts.add(c.ID, d)
+	s.counts.Add(c.ID, d)
 }
 
 var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{

@@ -251,7 +251,7 @@ func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(o
 		return nil, err
 	}
 	for _, in := range st.Result.Inputs {
-		s.countInput(la.Row, in.Mode, answers[in.ID].Action)
+		s.counts.CountInput(la.Row, in.Mode, answers[in.ID].Action)
 	}
 	// The answers are in the record before anything runs.
 	st.Answered(answers)
@@ -506,7 +506,7 @@ func decisionToProto(d *orchestrator.Decision) *connectorv1.CallDecision {
 // pausedRunAgent is the live agent of a paused run's connector, which must
 // still be the one the run paused on and callable.
 func (s *Server) pausedRunAgent(ctx context.Context, run *store.Run) (*live.Agent, error) {
-	id, err := s.callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
+	id, err := s.calls.Callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
 	if err != nil {
 		return nil, err
 	}
@@ -515,6 +515,6 @@ func (s *Server) pausedRunAgent(ctx context.Context, run *store.Run) (*live.Agen
 			"the run's connector was deleted since it paused; the run cannot go on")
 	}
 	return s.live.Settings(id, func() (*store.Connector, error) {
-		return s.activeConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
+		return s.calls.ActiveConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
 	})
 }

@@ -32,6 +32,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -118,14 +119,15 @@ type Server struct {
 	// oauth runs users' authorizations; nil: OAuth is not configured.
 	oauth  Authorizer
 	steps  stepUps
-	counts *queryCounts // queries' counters on their way to the store
-	runs   *runs.Log    // query run records on their way to the store
+	counts *runs.Counters // calls' and queries' counters on their way to the store
+	runs   *runs.Log      // query run records on their way to the store
 	// liveRuns are the query runs going on here.
 	liveRuns liveRuns
 	// asks are the servers' questions that wait here for an answer, of
 	// query runs and direct calls alike.
-	asks   pending.Table
-	inputs metric.Int64Counter // connector.inputs
+	asks *pending.Table
+	// calls runs direct tool calls.
+	calls  *calls.Service
 	cfg    Config
 	logger *slog.Logger
 	tracer trace.TracerProvider
@@ -205,11 +207,15 @@ func New(d Deps, cfg Config) *Server {
 	if d.DB != nil {
 		limits.Exact = d.DB
 	}
-	return &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB), sessions: d.Sessions, agent: d.Agent, keys: d.Keys,
-		oauth:  d.OAuth,
-		limits: rateLimits{ratelimit.New(limits)}, counts: newQueryCounts(d.DB, countsInterval, d.Logger),
+	s := &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB),
+		sessions: d.Sessions, agent: d.Agent, keys: d.Keys, oauth: d.OAuth,
+		limits: rateLimits{ratelimit.New(limits)}, counts: runs.NewCounters(d.DB, countsInterval, d.MeterProvider, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
-		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider, inputs: newInputCounter(d.MeterProvider)}
+		asks: &pending.Table{},
+		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
+	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits.Limiter, Counters: s.counts,
+		Asks: s.asks, Placer: s.place, CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget})
+	return s
 }
 
 // countsInterval is how often query counters are written to the store.

@@ -1,0 +1,77 @@
+package calls
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/connector-svc/connector-svc/internal/oauth"
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// ErrInactive: the connector is inactive.
+var ErrInactive = errors.New("connector is inactive; activate it with ActivateConnector")
+
+// UnavailableError: the connector is active but not connected here.
+type UnavailableError struct {
+	LastError string // its last health error, if any
+}
+
+func (e *UnavailableError) Error() string {
+	msg := "connector is active but not connected"
+	if e.LastError != "" {
+		msg += ": " + e.LastError
+	}
+	return msg
+}
+
+// ApprovalRequiredError: the tool needs a person's approval and the
+// caller did not say it has it.
+type ApprovalRequiredError struct{ Tool string }
+
+func (e *ApprovalRequiredError) Error() string {
+	return fmt.Sprintf("tool %q needs a person's approval: show the call to the user, and call again with user_approved once they approve", e.Tool)
+}
+
+// RateLimitedError: the connector's rate limit is used up.
+type RateLimitedError struct{ Limit store.RateLimit }
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("the connector's rate_limit (%g per second, burst %d) is used up: each tool call counts, and each query; try again shortly",
+		e.Limit.RequestsPerSecond, max(e.Limit.Burst, 1))
+}
+
+// InputRequiredError: the server still needs the user's input, which the
+// call could not get.
+type InputRequiredError struct {
+	// Rounds is how many answered rounds the call went through.
+	Rounds int
+	// URLHosts, for a URL the user must open: its hosts.
+	URLHosts string
+	// Unary: the caller cannot carry the request (a unary call).
+	Unary bool
+	// Refused is the user's answer when they did not accept to open it.
+	Refused string
+}
+
+func (e *InputRequiredError) Error() string {
+	switch {
+	case e.URLHosts != "" && e.Unary:
+		return fmt.Sprintf("the server needs the user to open a URL (%s) before the call can run, which a unary CallTool cannot ask; use StreamCallTool", e.URLHosts)
+	case e.URLHosts != "" && e.Refused != "":
+		return fmt.Sprintf("the user answered %s to the server's request to open a URL; the call was not tried again", e.Refused)
+	case e.URLHosts != "":
+		return "the server still needs the user to open a URL after they said they had"
+	}
+	return fmt.Sprintf("the server still needs the user's input after %d answered round(s); call the tool with StreamCallTool and answer its input requests", e.Rounds)
+}
+
+// AuthorizationRequiredError: the call's user (or the connector's own
+// identity) must authorize first.
+type AuthorizationRequiredError struct {
+	Row      *store.Connector
+	UserID   string
+	Required *oauth.RequiredError
+}
+
+func (e *AuthorizationRequiredError) Error() string { return e.Required.Error() }
+func (e *AuthorizationRequiredError) Unwrap() error { return e.Required }
