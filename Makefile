@@ -1,7 +1,7 @@
 # Developer entry points; the README names `make run` and `make test`.
 GO ?= go
 
-.PHONY: run tools test bench lint gen fuzz chart
+.PHONY: run tools test bench lint gen fuzz chart dev-model dev-certs
 
 ## run: start Postgres if needed, then the service on 127.0.0.1:50051.
 ## A development SECRET_KEY is generated once into .dev/secret_key.
@@ -20,6 +20,19 @@ run: .dev/secret_key
 
 .dev/secret_key:
 	@mkdir -p .dev && umask 077 && head -c 32 /dev/urandom | base64 > $@
+
+## dev-model: the development model on 127.0.0.1:11435 (DEV_MODEL_ADDR), in
+## the foreground: a scripted stand-in for an OpenAI-compatible model, not a
+## language model, so that queries can be tried without one. In another
+## terminal: LLM_BASE_URL=http://127.0.0.1:11435/v1 LLM_MODEL=dev-model make run
+dev-model:
+	$(GO) run ./cmd/connector-svc dev-model
+
+## dev-certs: a CA, a server certificate for localhost and a client
+## certificate into .dev/tls (git-ignored), for trying TLS and mutual TLS;
+## kept when they exist (make dev-certs ARGS=-force makes new ones).
+dev-certs:
+	$(GO) run ./cmd/connector-svc dev-certs $(ARGS)
 
 ## tools: grpcurl into .tools/bin, the reference MCP server into .tools/npm
 ## and the TypeScript example's packages into examples/ts/node_modules,
