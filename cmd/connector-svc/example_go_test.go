@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -120,6 +121,19 @@ func TestGoExample(t *testing.T) {
 	if total := counts[0] + counts[1]; total < 20 || counts[0]*4 < total || counts[1]*4 < total {
 		t.Errorf("RPCs per replica = %v; want each at least a quarter of the example's calls, and at least 20 calls with its key in all", counts)
 	}
+
+	// Without the key it fails once, saying what to set, and tries nothing
+	// else: no DeleteConnector of connectors it never made.
+	noKey := slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "CONNECTOR_SVC_API_KEY=") })
+	out, err := goExampleExec(t, bin, noKey)
+	if code := tsExampleExitCode(err); code != 1 {
+		t.Errorf("the Go example without an API key exited with %v (code %d); want code 1. It printed:\n%s", err, code, out)
+	}
+	want := "error: no API key: set CONNECTOR_SVC_API_KEY to a key of workspace demo with scope admin, e.g. " +
+		"export CONNECTOR_SVC_API_KEY=$(.dev/bin/connector-svc keys create --workspace demo --scope admin --name go-example) (the service answered API_KEY_MISSING)\n"
+	if out != want {
+		t.Errorf("the Go example without an API key printed:\n%s\nwant only:\n%s", out, want)
+	}
 }
 
 // TestGoExamplePlaintext runs examples/go as against `make run`: one
@@ -171,6 +185,17 @@ func goExampleSetup(t *testing.T) (bin, mcpURL string) {
 // printed; it fails the test if the example fails.
 func goExampleRun(t *testing.T, bin string, env []string) string {
 	t.Helper()
+	out, err := goExampleExec(t, bin, env)
+	if err != nil {
+		t.Fatalf("the Go example: %v; it printed:\n%s", err, out)
+	}
+	return out
+}
+
+// goExampleExec runs the example as goExampleRun does, and returns what it
+// printed and how it exited.
+func goExampleExec(t *testing.T, bin string, env []string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
@@ -181,11 +206,8 @@ func goExampleRun(t *testing.T, bin string, env []string) string {
 	}
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the Go example: %v; it printed:\n%s", err, out)
-	}
 	t.Logf("the Go example printed:\n%s", out)
-	return string(out)
+	return string(out), err
 }
 
 // goExampleEverything starts the reference MCP server (streamable HTTP) on

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	defer conn.Close()
-	ex := &example{client: connectorv1.NewConnectorServiceClient(conn), ws: cfg.workspace, mcpURL: cfg.mcpURL, out: out}
+	ex := &example{client: connectorv1.NewConnectorServiceClient(conn), ws: cfg.workspace, mcpURL: cfg.mcpURL, out: out, keyed: cfg.apiKey != ""}
 	return ex.tour(ctx)
 }
 
@@ -186,6 +186,8 @@ type example struct {
 	ws     string
 	mcpURL string
 	out    io.Writer
+	keyed  bool     // an API key is sent
+	made   []string // the connectors this run created or found, deleted at the end
 }
 
 func (e *example) printf(format string, a ...any) { fmt.Fprintf(e.out, format+"\n", a...) }
@@ -193,10 +195,10 @@ func (e *example) printf(format string, a ...any) { fmt.Fprintf(e.out, format+"\
 // tour runs the steps in order and deletes the connectors it made.
 func (e *example) tour(ctx context.Context) error {
 	ids := []string{"go-example", "go-example-careful", "go-example-sessions"}
-	defer e.cleanup(ids)
 	if err := e.spread(ctx); err != nil {
 		return err
 	}
+	defer e.cleanup()
 	if err := e.createAndWait(ctx, ids[0], connectorv1.ApprovalPolicy_APPROVAL_POLICY_NONE, connectorv1.SessionMode_SESSION_MODE_SHARED); err != nil {
 		return err
 	}
@@ -234,12 +236,26 @@ func (e *example) spread(ctx context.Context) error {
 	for range 6 {
 		var p peer.Peer
 		if _, err := e.client.ListConnectors(ctx, &connectorv1.ListConnectorsRequest{WorkspaceId: e.ws}, grpc.Peer(&p)); err != nil {
-			return fmt.Errorf("ListConnectors: %w", err)
+			return e.keyError(err)
 		}
 		served = append(served, p.Addr.String())
 	}
 	e.printf("ListConnectors served by: %s", strings.Join(served, " "))
 	return nil
+}
+
+// keyError explains the first call's failure when it is the API key's:
+// none sent while the service asks for one, or one it refuses.
+func (e *example) keyError(err error) error {
+	switch code := status.Code(err); {
+	case code == codes.Unauthenticated && !e.keyed:
+		return fmt.Errorf("no API key: set CONNECTOR_SVC_API_KEY to a key of workspace %s with scope admin, e.g. "+
+			"export CONNECTOR_SVC_API_KEY=$(.dev/bin/connector-svc keys create --workspace %s --scope admin --name go-example) "+
+			"(the service answered %s)", e.ws, e.ws, reason(err))
+	case code == codes.Unauthenticated, code == codes.PermissionDenied:
+		return fmt.Errorf("the service refused CONNECTOR_SVC_API_KEY (%s): %s", reason(err), status.Convert(err).Message())
+	}
+	return fmt.Errorf("ListConnectors: %w", err)
 }
 
 // createAndWait creates a streamable-HTTP connector and polls GetConnector
@@ -252,6 +268,7 @@ func (e *example) createAndWait(ctx context.Context, id string, policy connector
 	if err != nil && status.Code(err) != codes.AlreadyExists {
 		return fmt.Errorf("CreateConnector %s: %w", id, err)
 	}
+	e.made = append(e.made, id)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -419,11 +436,11 @@ func reason(err error) string {
 	return ""
 }
 
-// cleanup deletes the example's connectors, so that it runs again.
-func (e *example) cleanup(ids []string) {
+// cleanup deletes the connectors the example made, so that it runs again.
+func (e *example) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, id := range ids {
+	for _, id := range e.made {
 		_, err := e.client.DeleteConnector(ctx, &connectorv1.DeleteConnectorRequest{WorkspaceId: e.ws, ConnectorId: id})
 		if err != nil && status.Code(err) != codes.NotFound {
 			e.printf("DeleteConnector %s: %v", id, err)
