@@ -103,6 +103,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var approval *calls.ApprovalRequiredError
 	var limited *calls.RateLimitedError
 	var inputRequired *calls.InputRequiredError
+	var connectorNotFound *store.ConnectorNotFoundError
 	switch {
 	case errors.Is(err, calls.ErrInactive):
 		return newStatus(codes.FailedPrecondition, ReasonConnectorInactive, msg)
@@ -175,6 +176,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return newStatus(codes.NotFound, ReasonRunNotFound, "query run not found in this workspace")
 	case errors.Is(err, store.ErrAPIKeyNotFound):
 		return newStatus(codes.NotFound, ReasonAPIKeyNotFound, "API key not found in this workspace")
+	case errors.As(err, &connectorNotFound):
+		return newStatus(codes.NotFound, ReasonConnectorNotFound, connectorNotFound.Error())
 	case errors.Is(err, store.ErrConnectorNotFound):
 		return newStatus(codes.NotFound, ReasonConnectorNotFound, "connector not found")
 	case errors.Is(err, store.ErrConflict):

@@ -69,3 +69,30 @@ func TestMissingWorkspaceIsInvalid(t *testing.T) {
 		t.Errorf("found only %d RPCs", methods.Len())
 	}
 }
+
+// TestConnectorNotFoundNamesIt: a connector that is not there is named,
+// with its workspace, for every kind of request that names one.
+func TestConnectorNotFoundNamesIt(t *testing.T) {
+	f := setup(t, options{})
+	want := `connector "nope" not found in workspace "ws"`
+	for name, call := range map[string]func() error{
+		"get": func() error {
+			_, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "nope"})
+			return err
+		},
+		"activate": func() error {
+			_, err := f.client.ActivateConnector(ctx(t), &connectorv1.ActivateConnectorRequest{WorkspaceId: "ws", ConnectorId: "nope"})
+			return err
+		},
+		"call": func() error {
+			_, err := f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "nope", ToolName: "echo"})
+			return err
+		},
+	} {
+		err := call()
+		wantStatus(t, err, codes.NotFound, server.ReasonConnectorNotFound, "")
+		if msg := status.Convert(err).Message(); msg != want {
+			t.Errorf("%s: message %q, want %q", name, msg, want)
+		}
+	}
+}

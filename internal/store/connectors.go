@@ -221,7 +221,7 @@ func (db *DB) GetConnector(ctx context.Context, workspaceID, externalID string) 
 		workspaceID, externalID)
 	c, err := scanConnector(row)
 	if err != nil {
-		return nil, fmt.Errorf("get connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+		return nil, fmt.Errorf("get connector %q: %w", externalID, translate(err, connectorNotFound(workspaceID, externalID)))
 	}
 	return c, nil
 }
@@ -259,7 +259,7 @@ func (db *DB) UpdateConnector(ctx context.Context, workspaceID, externalID strin
 			FOR UPDATE`,
 			workspaceID, externalID))
 		if err != nil {
-			return fmt.Errorf("update connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+			return fmt.Errorf("update connector %q: %w", externalID, translate(err, connectorNotFound(workspaceID, externalID)))
 		}
 		if err := fn(c); err != nil {
 			return err
@@ -271,7 +271,7 @@ func (db *DB) UpdateConnector(ctx context.Context, workspaceID, externalID strin
 			RETURNING `+connectorColumns,
 			c.ID, c.Name, c.Description, c.Transport, c.Config, c.SealedSecrets))
 		if err != nil {
-			return fmt.Errorf("update connector %q: %w", externalID, translate(err, ErrConnectorNotFound))
+			return fmt.Errorf("update connector %q: %w", externalID, translate(err, connectorNotFound(workspaceID, externalID)))
 		}
 		return nil
 	})
@@ -288,7 +288,7 @@ func (db *DB) SetConnectorActive(ctx context.Context, workspaceID, externalID st
 		workspaceID, externalID, active)
 	c, err := scanConnector(row)
 	if err != nil {
-		return nil, fmt.Errorf("set connector %q active=%t: %w", externalID, active, translate(err, ErrConnectorNotFound))
+		return nil, fmt.Errorf("set connector %q active=%t: %w", externalID, active, translate(err, connectorNotFound(workspaceID, externalID)))
 	}
 	return c, nil
 }
@@ -304,7 +304,7 @@ func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID strin
 		err := tx.QueryRow(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2 RETURNING id`,
 			workspaceID, externalID).Scan(&id)
 		if err != nil {
-			return translate(err, ErrConnectorNotFound)
+			return translate(err, connectorNotFound(workspaceID, externalID))
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE query_runs SET status = 'failed', error = 'the connector was deleted while the run waited for ' ||

@@ -130,6 +130,23 @@ func (db *DB) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 
 // translate turns driver errors into the package's sentinels, once, at the
 // edge of each query; pgx.ErrNoRows becomes notFound.
+// ConnectorNotFoundError names the connector a lookup by workspace and
+// connector id did not find. It Is ErrConnectorNotFound (and ErrNotFound).
+type ConnectorNotFoundError struct{ WorkspaceID, ConnectorID string }
+
+func (e *ConnectorNotFoundError) Error() string {
+	return fmt.Sprintf("connector %q not found in workspace %q", e.ConnectorID, e.WorkspaceID)
+}
+
+// Is makes the error match ErrConnectorNotFound and ErrNotFound.
+func (e *ConnectorNotFoundError) Is(target error) bool {
+	return target == ErrConnectorNotFound || target == ErrNotFound
+}
+
+func connectorNotFound(workspaceID, connectorID string) error {
+	return &ConnectorNotFoundError{WorkspaceID: workspaceID, ConnectorID: connectorID}
+}
+
 func translate(err error, notFound error) error {
 	switch {
 	case err == nil:
