@@ -15,6 +15,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
@@ -64,7 +65,7 @@ func run(t testing.TB, keys *Keys) {
 			t.Errorf("Run = %v", err)
 		}
 	})
-	waitFor(t, "Run to confirm", keys.trusted)
+	testsupport.WaitFor(t, "Run to confirm", keys.trusted)
 }
 
 func TestTokens(t *testing.T) {
@@ -288,14 +289,14 @@ func TestRunHearsOtherProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the service to hear that a key exists", service.Exist)
+	testsupport.WaitFor(t, "the service to hear that a key exists", service.Exist)
 	if _, err := service.Verify(ctx, token); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cli.Revoke(ctx, "", created.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the revocation to reach the service", func() bool {
+	testsupport.WaitFor(t, "the revocation to reach the service", func() bool {
 		_, err := service.Verify(ctx, token)
 		return errors.Is(err, ErrRevoked)
 	})
@@ -401,17 +402,6 @@ func opener(t *testing.T) func() *store.DB {
 		}
 		t.Cleanup(db.Close)
 		return db
-	}
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

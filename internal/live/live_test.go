@@ -17,6 +17,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
@@ -71,20 +72,8 @@ func startReplica(t *testing.T, db *store.DB) *replica {
 			}
 		}
 	})
-	waitFor(t, "the listener to listen", func() bool { return r.listening.Load() > 0 })
+	testsupport.WaitFor(t, "the listener to listen", func() bool { return r.listening.Load() > 0 })
 	return r
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 func call(r *replica, id int64, tool string) error {
@@ -109,11 +98,11 @@ func TestChangesReachAnotherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := waitFor(t, "B to call the new connector", func() bool { return call(b, c.ID, "echo") == nil })
+	took := testsupport.WaitFor(t, "B to call the new connector", func() bool { return call(b, c.ID, "echo") == nil })
 	t.Logf("created: callable on B after %v", took)
 	// The owner (here B itself, a single holder) syncs the catalog; wait
 	// for the tools' rows so that flags can be set.
-	waitFor(t, "the catalog in the store", func() bool {
+	testsupport.WaitFor(t, "the catalog in the store", func() bool {
 		tools, err := db.ConnectorTools(context.Background(), c.ID)
 		return err == nil && len(tools) == 2
 	})
@@ -122,7 +111,7 @@ func TestChangesReachAnotherReplica(t *testing.T) {
 	if _, err := db.UpdateToolFlags(context.Background(), "ws", "c", "echo", store.ToolFlags{Enabled: &no}); err != nil {
 		t.Fatal(err)
 	}
-	took = waitFor(t, "B to refuse the disabled tool", func() bool { return errors.Is(call(b, c.ID, "echo"), registry.ErrToolDisabled) })
+	took = testsupport.WaitFor(t, "B to refuse the disabled tool", func() bool { return errors.Is(call(b, c.ID, "echo"), registry.ErrToolDisabled) })
 	t.Logf("tool disabled: refused on B after %v", took)
 	if took > time.Second {
 		t.Errorf("the disabled tool was refused after %v; want under 1s", took)
@@ -134,7 +123,7 @@ func TestChangesReachAnotherReplica(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	took = waitFor(t, "B's agent to take the new description", func() bool {
+	took = testsupport.WaitFor(t, "B's agent to take the new description", func() bool {
 		a, err := b.live.Settings(c.ID, func() (*store.Connector, error) { return nil, errors.New("not loaded") })
 		return err == nil && a.Row.Description == "new words"
 	})
@@ -143,17 +132,17 @@ func TestChangesReachAnotherReplica(t *testing.T) {
 	if _, err := db.SetConnectorActive(context.Background(), "ws", "c", false); err != nil {
 		t.Fatal(err)
 	}
-	took = waitFor(t, "B to drop the deactivated connector", func() bool { return !b.reg.Has(c.ID) })
+	took = testsupport.WaitFor(t, "B to drop the deactivated connector", func() bool { return !b.reg.Has(c.ID) })
 	t.Logf("deactivated: dropped on B after %v", took)
 	if _, err := db.SetConnectorActive(context.Background(), "ws", "c", true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "B to call the reactivated connector", func() bool { return call(b, c.ID, "add") == nil })
+	testsupport.WaitFor(t, "B to call the reactivated connector", func() bool { return call(b, c.ID, "add") == nil })
 
 	if _, err := db.DeleteConnector(context.Background(), "ws", "c"); err != nil {
 		t.Fatal(err)
 	}
-	took = waitFor(t, "B to drop the deleted connector", func() bool { return !b.reg.Has(c.ID) })
+	took = testsupport.WaitFor(t, "B to drop the deleted connector", func() bool { return !b.reg.Has(c.ID) })
 	t.Logf("deleted: dropped on B after %v", took)
 	before := calls.Load()
 	if err := call(b, c.ID, "add"); !errors.Is(err, registry.ErrNotLoaded) {
@@ -180,7 +169,7 @@ func TestChangesWhileNotListeningAreCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startReplica(t, db)
-	waitFor(t, "B to call the loaded connector", func() bool { return call(b, c.ID, "echo") == nil })
+	testsupport.WaitFor(t, "B to call the loaded connector", func() bool { return call(b, c.ID, "echo") == nil })
 
 	// Cut B's listener off and change the connector before it is back.
 	admin, err := pgx.Connect(context.Background(), u)
@@ -196,7 +185,7 @@ func TestChangesWhileNotListeningAreCaught(t *testing.T) {
 	if _, err := db.SetConnectorActive(context.Background(), "ws", "c", false); err != nil {
 		t.Fatal(err)
 	}
-	took := waitFor(t, "B to drop the connector deactivated while it was not listening", func() bool { return !b.reg.Has(c.ID) })
+	took := testsupport.WaitFor(t, "B to drop the connector deactivated while it was not listening", func() bool { return !b.reg.Has(c.ID) })
 	if n := b.listening.Load(); n < 2 {
 		t.Errorf("the listener started %d times; want a restart after the kill", n)
 	}
@@ -234,7 +223,7 @@ func TestHealthAndCountersDoNotNotify(t *testing.T) {
 	if _, err := db.UpdateConnector(ctx, "ws", "c", func(c *store.Connector) error { c.Name = "renamed"; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the rename's notification", func() bool { return heard.Load() >= 1 })
+	testsupport.WaitFor(t, "the rename's notification", func() bool { return heard.Load() >= 1 })
 	time.Sleep(100 * time.Millisecond)
 	if n := heard.Load(); n != 1 {
 		t.Errorf("heard %d notifications; want 1 (the rename): health and counters must not notify", n)

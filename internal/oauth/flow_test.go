@@ -17,6 +17,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/oauthtest"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // Two users of one connector: each call carries its own user's token, and
@@ -172,7 +173,7 @@ func TestRefreshAheadOfExpiry(t *testing.T) {
 	e.authorize(ctx, m, as, c, "alice")
 	e.mustWhoami(ctx, m, c, "alice")
 	before := as.Counts()
-	waitFor(t, 10*time.Second, "a refresh ahead of expiry", func() bool {
+	testsupport.WaitWithin(t, 10*time.Second, "a refresh ahead of expiry", func() bool {
 		e.mustWhoami(ctx, m, c, "alice")
 		return as.Counts().Refreshes >= 1
 	})

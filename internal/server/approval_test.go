@@ -20,6 +20,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // approvalFixture is a server with an agent on a fake LLM and one READY
@@ -179,7 +180,7 @@ func TestApproveWithEditedArguments(t *testing.T) {
 		t.Errorf("edited call = %v; want the arguments that ran and the model's originals", call)
 	}
 	// The record keeps the same, once written (in the background).
-	waitFor(t, "the run's record to be written", func() bool {
+	testsupport.WaitFor(t, "the run's record to be written", func() bool {
 		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_COMPLETED
 	})
 	rec := f.getRun(t, res.GetRunId()).GetResult().GetSteps()[0].GetCalls()[0]
@@ -298,7 +299,7 @@ func TestPausedRunExpires(t *testing.T) {
 		options{approvalTimeout: 200 * time.Millisecond, runSweep: time.Hour},
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"text":"late"}`}))
 	res := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q"})
-	waitFor(t, "the paused run to show as expired", func() bool {
+	testsupport.WaitFor(t, "the paused run to show as expired", func() bool {
 		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_EXPIRED
 	})
 	_, err := f.resume(t, res.GetRunId(), approve("call_1"))
@@ -421,7 +422,7 @@ func TestListQueryRuns(t *testing.T) {
 		return out, resp.GetNextPageToken()
 	}
 	// Finished runs are written in the background.
-	waitFor(t, "six runs to be listed", func() bool { got, _ := list(&connectorv1.ListQueryRunsRequest{PageSize: 100}); return len(got) == 6 })
+	testsupport.WaitFor(t, "six runs to be listed", func() bool { got, _ := list(&connectorv1.ListQueryRunsRequest{PageSize: 100}); return len(got) == 6 })
 
 	var paged []string
 	token := ""
@@ -472,7 +473,7 @@ func TestOldRunsArePurged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the finished run to be written", func() bool {
+	testsupport.WaitFor(t, "the finished run to be written", func() bool {
 		_, err := f.client.GetQueryRun(ctx(t), &connectorv1.GetQueryRunRequest{WorkspaceId: "ws", RunId: res.GetRunId()})
 		return err == nil
 	})
@@ -482,7 +483,7 @@ func TestOldRunsArePurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := f.paused(t, &connectorv1.QueryConnectorRequest{Query: "q2"})
-	waitFor(t, "the finished run to be purged", func() bool {
+	testsupport.WaitFor(t, "the finished run to be purged", func() bool {
 		_, err := f.client.GetQueryRun(ctx(t), &connectorv1.GetQueryRunRequest{WorkspaceId: "ws", RunId: res.GetRunId()})
 		return status.Code(err) == codes.NotFound
 	})
@@ -554,17 +555,6 @@ func eventKind(m *connectorv1.StreamQueryConnectorResponse) string {
 	return "?"
 }
 
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // heldAnswer answers once released, telling reached when the request
 // came: a model still thinking while the test looks.
 func heldAnswer(text string, reached, release chan struct{}) llmtest.Step {
@@ -603,7 +593,7 @@ func TestResumeOutlivesItsCaller(t *testing.T) {
 		t.Errorf("run while resumed = %v; want RUNNING with alice's decision", run)
 	}
 	close(release)
-	waitFor(t, "the resumed run to complete", func() bool {
+	testsupport.WaitFor(t, "the resumed run to complete", func() bool {
 		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_COMPLETED
 	})
 	if run := f.getRun(t, res.GetRunId()); run.GetResult().GetAnswer() != "It said hi." || len(srv.toolCallHeaders()) != 1 {

@@ -24,6 +24,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // testMCP is an mcp-go server over streamable HTTP on loopback that counts
@@ -267,7 +268,7 @@ func TestGetConnectorShowsTheLiveCheckTime(t *testing.T) {
 	// READY is published from memory; the row follows off the call path, so
 	// the test waits for it rather than expecting it with READY.
 	var row *store.Connector
-	waitFor(t, "the stored health row", func() bool {
+	testsupport.WaitFor(t, "the stored health row", func() bool {
 		var err error
 		row, err = f.db.GetConnector(ctx(t), "ws", "m")
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/mcptest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // TestFrozenServerThroughTheAPI is a server that takes requests and
@@ -91,7 +92,7 @@ func TestCallEndsSayingItsConnectorWasDeleted(t *testing.T) {
 				_, err := f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "m", ToolName: "block"})
 				done <- err
 			}()
-			waitFor(t, "the call to reach the server", func() bool { return len(srv.toolCallHeaders()) == 1 })
+			testsupport.WaitFor(t, "the call to reach the server", func() bool { return len(srv.toolCallHeaders()) == 1 })
 			if err := tt.remove(f); err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +108,7 @@ func TestCallEndsSayingItsConnectorWasDeleted(t *testing.T) {
 // waitHealth waits until connector id's health meets cond.
 func waitHealth(t *testing.T, f *fixture, id string, cond func(*connectorv1.ConnectorHealth) bool) {
 	t.Helper()
-	waitFor(t, "connector "+id+"'s health", func() bool {
+	testsupport.WaitFor(t, "connector "+id+"'s health", func() bool {
 		resp, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: id})
 		if err != nil {
 			t.Fatal(err)

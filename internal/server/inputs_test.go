@@ -22,6 +22,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // askSchema is the form the "ask" tool requests.
@@ -223,7 +224,7 @@ func TestQueryLiveInputAnswered(t *testing.T) {
 	// An answer is given once.
 	_, err = f.answer(t, res.GetRunId(), accept(in.GetInputId(), map[string]any{"name": "Ada"}))
 	wantStatus(t, err, codes.FailedPrecondition, server.ReasonRunNotAwaitingInput, "")
-	waitFor(t, "input_count 1", func() bool {
+	testsupport.WaitFor(t, "input_count 1", func() bool {
 		c, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
 		return err == nil && c.GetConnector().GetCounters().GetInputCount() == 1 && c.GetConnector().GetCounters().GetQueryCount() == 1
 	})
@@ -261,7 +262,7 @@ func TestQueryLiveInputTimesOut(t *testing.T) {
 	f, model, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{elicitationTimeout: 3 * time.Second},
 		llmtest.CallTools(llmtest.Call{Tool: "ask", Args: `{}`}), llmtest.Answer("Nobody answered."))
 	res := f.awaitingInput(t)
-	waitFor(t, "the run to finish", func() bool {
+	testsupport.WaitFor(t, "the run to finish", func() bool {
 		return f.getRun(t, res.GetRunId()).GetStatus() == connectorv1.QueryStatus_QUERY_STATUS_COMPLETED
 	})
 	if got := srv.got(); len(got) != 1 || got[0] != "action=cancel content=null" {
@@ -502,7 +503,7 @@ func TestSamplingCountsInRunsAndCounters(t *testing.T) {
 	if resp, err := f.call(t, "ws", "m", "sample", nil); err != nil || resp.GetContent()[0].GetText().GetText() != "sampled=hi" {
 		t.Fatalf("CallTool(sample) = %v, %v", resp, err)
 	}
-	waitFor(t, "the counters", func() bool {
+	testsupport.WaitFor(t, "the counters", func() bool {
 		c, err := f.client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{WorkspaceId: "ws", ConnectorId: "m"})
 		n := c.GetConnector().GetCounters()
 		return err == nil && n.GetSamplingCount() == 2 && n.GetPromptTokens() == 2*100+2*11 && n.GetCompletionTokens() == 2*20+2*5
