@@ -81,8 +81,11 @@ func newStatusWith(code codes.Code, reason, msg string, metadata map[string]stri
 }
 
 // toStatus is the one place domain errors become gRPC statuses. Status
-// errors pass through; unknown errors become a generic INTERNAL whose cause
-// is logged once: in the RPC's log line, or here outside an RPC.
+// errors pass through; invalid requests carry their field violations;
+// every other known error is a row of errorTable, the caller's deadline
+// and cancellation included; unknown errors become a generic INTERNAL
+// whose cause is logged once: in the RPC's log line, or here outside an
+// RPC.
 func (s *Server) toStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -94,129 +97,164 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	// errors where they make them (URL query values included).
 	msg := err.Error()
 	var invalid *invalidError
-	var llmErr *llm.Error
-	var sessionLimit *registry.SessionLimitError
-	var egressDenied *egressDeniedError
-	var discovery *oauth.DiscoveryError
-	var refused *oauth.AuthServerError
-	var unavailable *calls.UnavailableError
-	var approval *calls.ApprovalRequiredError
-	var limited *calls.RateLimitedError
-	var inputRequired *calls.InputRequiredError
-	var connectorNotFound *store.ConnectorNotFoundError
-	switch {
-	case errors.Is(err, calls.ErrInactive):
-		return newStatus(codes.FailedPrecondition, ReasonConnectorInactive, msg)
-	case errors.As(err, &unavailable):
-		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)
-	case errors.As(err, &approval):
-		return newStatus(codes.FailedPrecondition, ReasonApprovalRequired, msg)
-	case errors.As(err, &limited):
-		return newStatus(codes.ResourceExhausted, ReasonRateLimited, msg)
-	case errors.As(err, &inputRequired):
-		return newStatus(codes.FailedPrecondition, ReasonInputRequired, msg)
-	case errors.As(err, &invalid):
+	if errors.As(err, &invalid) {
 		return invalidStatus(invalid)
-	case errors.As(err, &discovery):
-		// Which URLs were tried and what each answered: no secret.
-		return newStatus(codes.FailedPrecondition, ReasonOAuthDiscovery,
-			"the connector's server cannot be authorized as the MCP specification asks: "+msg)
-	case errors.As(err, &refused):
-		// The server's error code and its description, scrubbed of what
-		// the service sent it: the message names both.
-		return newStatus(codes.FailedPrecondition, ReasonAuthorizationFailed, msg)
-	case errors.Is(err, oauth.ErrStateInvalid):
-		return invalidStatus(&invalidError{violations: []violation{{field: "state", problem: msg}}})
-	case errors.Is(err, oauth.ErrIssuerMismatch):
-		return invalidStatus(&invalidError{violations: []violation{{field: "iss", problem: msg}}})
-	case errors.Is(err, oauth.ErrReturnToNotAllowed):
-		return invalidStatus(&invalidError{violations: []violation{{field: "return_to", problem: msg}}})
-	case errors.Is(err, oauth.ErrNoGrant):
-		return newStatus(codes.NotFound, ReasonAuthorizationMissing, "the user has no authorization of this connector")
-	case errors.As(err, &egressDenied):
-		// Only a create or update: a dial refused later is the connector
-		// being unavailable, with the refusal as its last error.
-		return newStatus(codes.FailedPrecondition, ReasonEgressDenied, msg)
-	case errors.Is(err, registry.ErrSessionRequired):
-		return invalidStatus(sessionRequired())
-	case errors.Is(err, registry.ErrUserRequired):
-		return invalidStatus(&invalidError{violations: []violation{{field: "user_id", problem: err.Error()}}})
-	case errors.Is(err, registry.ErrNoUserConnection):
-		return newStatus(codes.FailedPrecondition, ReasonConnectorUnavailable, msg)
-	case registry.IsAuthError(err):
-		// Not a user's missing token (the handlers answer that), but the
-		// authorizing itself failing: the authorization server is down,
-		// say. The connection to the MCP server is fine.
-		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, "authorizing the request failed: "+msg)
-	case errors.As(err, &sessionLimit):
-		return newStatus(codes.ResourceExhausted, ReasonSessionLimit, fmt.Sprintf(
-			"the connector has %d open sessions, the most MAX_SESSIONS_PER_CONNECTOR allows; close one with CloseSession, or wait for an idle one to close",
-			sessionLimit.Limit))
+	}
+	for _, row := range errorTable {
+		if row.contextChecks {
+			if st := contextStatus(ctx, err); st != nil {
+				return st
+			}
+			continue
+		}
+		if !row.match(err) {
+			continue
+		}
+		text := msg
+		if row.message != nil {
+			text = row.message(err)
+		}
+		if row.log != "" {
+			s.logger.ErrorContext(ctx, row.log, slog.String("error", msg))
+		}
+		if row.field != "" {
+			return invalidStatus(&invalidError{violations: []violation{{field: row.field, problem: text}}})
+		}
+		return newStatus(row.code, row.reason, text)
+	}
+	if !noteCause(ctx, msg) {
+		s.logger.ErrorContext(ctx, "internal error", slog.String("error", msg))
+	}
+	return newStatus(codes.Internal, ReasonInternal, "internal error")
+}
+
+// errorRow maps the errors match accepts to a status: an INVALID_ARGUMENT
+// naming field, or code and reason with message's text (nil: the
+// error's own, which the packages that make it keep free of secrets),
+// logged at error level as log says if not empty. A row with
+// contextChecks stands for contextStatus, at its place in the order.
+type errorRow struct {
+	match         func(error) bool
+	field         string
+	code          codes.Code
+	reason        string
+	message       func(error) string
+	log           string
+	contextChecks bool
+}
+
+// contextStatus is the caller's deadline or cancellation, nil for other
+// errors.
+func contextStatus(ctx context.Context, err error) error {
+	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled) && registry.EndedByDeadline(ctx):
 		// The second: the caller's deadline passed, and its cancel came
 		// first; the caller sees DEADLINE_EXCEEDED.
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return status.Error(codes.Canceled, "canceled")
-	case errors.Is(err, context.Canceled):
-		// Not the caller's doing: the connection closed under the call.
-		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, "the connection to the MCP server closed during the call: "+err.Error())
-	case errors.Is(err, registry.ErrToolNotFound):
-		return newStatus(codes.NotFound, ReasonToolNotFound, err.Error())
-	case errors.Is(err, registry.ErrToolDisabled):
-		return newStatus(codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool")
-	case errors.Is(err, errReplicaStopping):
-		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, err.Error())
-	case errors.Is(err, registry.ErrTaskUnsupported):
-		return newStatus(codes.FailedPrecondition, ReasonTaskUnsupported,
-			err.Error()+": set the connector's protocol_preference to PROTOCOL_PREFERENCE_CLASSIC")
-	case errors.Is(err, store.ErrToolNotFound):
-		return newStatus(codes.NotFound, ReasonToolNotFound, "tool not found")
-	case errors.Is(err, store.ErrRunNotFound):
-		return newStatus(codes.NotFound, ReasonRunNotFound, "query run not found in this workspace")
-	case errors.Is(err, store.ErrAPIKeyNotFound):
-		return newStatus(codes.NotFound, ReasonAPIKeyNotFound, "API key not found in this workspace")
-	case errors.As(err, &connectorNotFound):
-		return newStatus(codes.NotFound, ReasonConnectorNotFound, connectorNotFound.Error())
-	case errors.Is(err, store.ErrConnectorNotFound):
-		return newStatus(codes.NotFound, ReasonConnectorNotFound, "connector not found")
-	case errors.Is(err, store.ErrConflict):
-		return newStatus(codes.AlreadyExists, ReasonConnectorAlreadyExists, "a connector with this connector_id already exists in the workspace")
-	case errors.Is(err, registry.ErrDeleted):
-		return newStatus(codes.NotFound, ReasonConnectorNotFound, msg)
-	case errors.Is(err, registry.ErrDeactivated):
-		return newStatus(codes.FailedPrecondition, ReasonConnectorInactive, msg+"; activate it with ActivateConnector")
-	case errors.Is(err, registry.ErrUnavailable), errors.Is(err, registry.ErrNotLoaded), errors.Is(err, registry.ErrClosed),
-		errors.Is(err, live.ErrNoRoute):
-		// The message is the MCP server's connection error: addresses and
-		// reasons, never header or env values, URL query values redacted.
-		return newStatus(codes.Unavailable, ReasonConnectorUnavailable, msg)
-	case errors.Is(err, mcp.ErrInvalidParams):
-		return newStatus(codes.InvalidArgument, ReasonToolExecutionFailed, "the MCP server rejected the arguments: "+msg)
-	case isJSONRPCError(err):
-		return newStatus(codes.FailedPrecondition, ReasonToolExecutionFailed, "the MCP server answered with an error: "+msg)
-	case errors.Is(err, llm.ErrNotConfigured):
-		return newStatus(codes.FailedPrecondition, ReasonLLMNotConfigured, msg)
-	case errors.As(err, &llmErr) && llmErr.Temporary():
-		return newStatus(codes.Unavailable, ReasonLLMUnavailable, msg)
-	case errors.As(err, &llmErr):
-		return newStatus(codes.FailedPrecondition, ReasonLLMUnavailable, msg)
-	case errors.Is(err, orchestrator.ErrBadPlan):
-		return newStatus(codes.FailedPrecondition, ReasonOrchestrationFailed, msg)
-	case errors.Is(err, orchestrator.ErrPanic):
-		return newStatus(codes.Internal, ReasonInternal, "internal error")
-	case errors.Is(err, secret.ErrNoKey):
-		return newStatus(codes.FailedPrecondition, ReasonSecretKeyMissing,
-			"connector header, env and URL query values are encrypted at rest, and the service has no SECRET_KEY; set SECRET_KEY (base64 of 32 bytes) and restart")
-	case errors.Is(err, secret.ErrOpen):
-		s.logger.ErrorContext(ctx, "stored secrets do not decrypt", slog.String("error", msg))
-		return newStatus(codes.FailedPrecondition, ReasonSecretsUndecryptable, msg)
-	default:
-		if !noteCause(ctx, msg) {
-			s.logger.ErrorContext(ctx, "internal error", slog.String("error", msg))
-		}
-		return newStatus(codes.Internal, ReasonInternal, "internal error")
 	}
+	return nil
+}
+
+// is matches errors that are target.
+func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+
+// as matches errors that are a T.
+func as[T error]() func(error) bool {
+	return func(err error) bool { var t T; return errors.As(err, &t) }
+}
+
+// text is a fixed message.
+func text(msg string) func(error) string { return func(error) string { return msg } }
+
+// prefixed is the error's text after prefix.
+func prefixed(prefix string) func(error) string {
+	return func(err error) string { return prefix + err.Error() }
+}
+
+// errorTable is every known error's status, first match wins.
+var errorTable = []errorRow{
+	{match: is(calls.ErrInactive), code: codes.FailedPrecondition, reason: ReasonConnectorInactive},
+	{match: as[*calls.UnavailableError](), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: as[*calls.ApprovalRequiredError](), code: codes.FailedPrecondition, reason: ReasonApprovalRequired},
+	{match: as[*calls.RateLimitedError](), code: codes.ResourceExhausted, reason: ReasonRateLimited},
+	{match: as[*calls.InputRequiredError](), code: codes.FailedPrecondition, reason: ReasonInputRequired},
+	// Which URLs were tried and what each answered: no secret.
+	{match: as[*oauth.DiscoveryError](), code: codes.FailedPrecondition, reason: ReasonOAuthDiscovery,
+		message: prefixed("the connector's server cannot be authorized as the MCP specification asks: ")},
+	// The server's error code and its description, scrubbed of what the
+	// service sent it: the message names both.
+	{match: as[*oauth.AuthServerError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed},
+	{match: is(oauth.ErrStateInvalid), field: "state"},
+	{match: is(oauth.ErrIssuerMismatch), field: "iss"},
+	{match: is(oauth.ErrReturnToNotAllowed), field: "return_to"},
+	{match: is(oauth.ErrNoGrant), code: codes.NotFound, reason: ReasonAuthorizationMissing,
+		message: text("the user has no authorization of this connector")},
+	// Only a create or update: a dial refused later is the connector being
+	// unavailable, with the refusal as its last error.
+	{match: as[*egressDeniedError](), code: codes.FailedPrecondition, reason: ReasonEgressDenied},
+	{match: is(registry.ErrSessionRequired), field: "session_id",
+		message: func(error) string { return sessionRequired().violations[0].problem }},
+	{match: is(registry.ErrUserRequired), field: "user_id"},
+	{match: is(registry.ErrNoUserConnection), code: codes.FailedPrecondition, reason: ReasonConnectorUnavailable},
+	// Not a user's missing token (the handlers answer that), but the
+	// authorizing itself failing: the authorization server is down, say.
+	// The connection to the MCP server is fine.
+	{match: registry.IsAuthError, code: codes.Unavailable, reason: ReasonConnectorUnavailable,
+		message: prefixed("authorizing the request failed: ")},
+	{match: as[*registry.SessionLimitError](), code: codes.ResourceExhausted, reason: ReasonSessionLimit,
+		message: func(err error) string {
+			var e *registry.SessionLimitError
+			errors.As(err, &e)
+			return fmt.Sprintf("the connector has %d open sessions, the most MAX_SESSIONS_PER_CONNECTOR allows; "+
+				"close one with CloseSession, or wait for an idle one to close", e.Limit)
+		}},
+	{contextChecks: true},
+	// Not the caller's doing (the row above took those): the connection
+	// closed under the call.
+	{match: is(context.Canceled), code: codes.Unavailable, reason: ReasonConnectorUnavailable,
+		message: prefixed("the connection to the MCP server closed during the call: ")},
+	{match: is(registry.ErrToolNotFound), code: codes.NotFound, reason: ReasonToolNotFound},
+	{match: is(registry.ErrToolDisabled), code: codes.FailedPrecondition, reason: ReasonToolDisabled,
+		message: text("tool is disabled; enable it with UpdateTool")},
+	{match: is(errReplicaStopping), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(registry.ErrTaskUnsupported), code: codes.FailedPrecondition, reason: ReasonTaskUnsupported,
+		message: func(err error) string {
+			return err.Error() + ": set the connector's protocol_preference to PROTOCOL_PREFERENCE_CLASSIC"
+		}},
+	{match: is(store.ErrToolNotFound), code: codes.NotFound, reason: ReasonToolNotFound, message: text("tool not found")},
+	{match: is(store.ErrRunNotFound), code: codes.NotFound, reason: ReasonRunNotFound,
+		message: text("query run not found in this workspace")},
+	{match: is(store.ErrAPIKeyNotFound), code: codes.NotFound, reason: ReasonAPIKeyNotFound,
+		message: text("API key not found in this workspace")},
+	{match: as[*store.ConnectorNotFoundError](), code: codes.NotFound, reason: ReasonConnectorNotFound},
+	{match: is(store.ErrConnectorNotFound), code: codes.NotFound, reason: ReasonConnectorNotFound, message: text("connector not found")},
+	{match: is(store.ErrConflict), code: codes.AlreadyExists, reason: ReasonConnectorAlreadyExists,
+		message: text("a connector with this connector_id already exists in the workspace")},
+	{match: is(registry.ErrDeleted), code: codes.NotFound, reason: ReasonConnectorNotFound},
+	{match: is(registry.ErrDeactivated), code: codes.FailedPrecondition, reason: ReasonConnectorInactive,
+		message: func(err error) string { return err.Error() + "; activate it with ActivateConnector" }},
+	// The message is the MCP server's connection error: addresses and
+	// reasons, never header or env values, URL query values redacted.
+	{match: is(registry.ErrUnavailable), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(registry.ErrNotLoaded), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(registry.ErrClosed), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(live.ErrNoRoute), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(mcp.ErrInvalidParams), code: codes.InvalidArgument, reason: ReasonToolExecutionFailed,
+		message: prefixed("the MCP server rejected the arguments: ")},
+	{match: isJSONRPCError, code: codes.FailedPrecondition, reason: ReasonToolExecutionFailed,
+		message: prefixed("the MCP server answered with an error: ")},
+	{match: is(llm.ErrNotConfigured), code: codes.FailedPrecondition, reason: ReasonLLMNotConfigured},
+	{match: func(err error) bool { var e *llm.Error; return errors.As(err, &e) && e.Temporary() },
+		code: codes.Unavailable, reason: ReasonLLMUnavailable},
+	{match: as[*llm.Error](), code: codes.FailedPrecondition, reason: ReasonLLMUnavailable},
+	{match: is(orchestrator.ErrBadPlan), code: codes.FailedPrecondition, reason: ReasonOrchestrationFailed},
+	{match: is(orchestrator.ErrPanic), code: codes.Internal, reason: ReasonInternal, message: text("internal error")},
+	{match: is(secret.ErrNoKey), code: codes.FailedPrecondition, reason: ReasonSecretKeyMissing,
+		message: text("connector header, env and URL query values are encrypted at rest, and the service has no SECRET_KEY; " +
+			"set SECRET_KEY (base64 of 32 bytes) and restart")},
+	{match: is(secret.ErrOpen), code: codes.FailedPrecondition, reason: ReasonSecretsUndecryptable, log: "stored secrets do not decrypt"},
 }
 
 // isJSONRPCError reports whether err is an error answer from the MCP server
