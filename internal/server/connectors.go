@@ -2,13 +2,12 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
-	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -24,33 +23,23 @@ func (s *Server) CreateConnector(ctx context.Context, req *connectorv1.CreateCon
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if err := s.checkEgress(ctx, p.GetHttp().GetUrl()); err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
 	ws := req.GetWorkspaceId()
 	vals, err := secretsFromProto(p, nil)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	sealed, err := s.box.Seal(vals, live.SealContext(ws, p.GetConnectorId()))
+	c, err := s.connectors.Create(ctx, &store.Connector{
+		WorkspaceID: ws,
+		ExternalID:  p.GetConnectorId(),
+		Name:        p.GetName(),
+		Description: p.GetDescription(),
+		Transport:   transports[p.GetTransport()],
+		Config:      configFromProto(p),
+		Active:      req.Active == nil || *req.Active,
+	}, vals)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	c, err := s.db.CreateConnector(ctx, &store.Connector{
-		WorkspaceID:   ws,
-		ExternalID:    p.GetConnectorId(),
-		Name:          p.GetName(),
-		Description:   p.GetDescription(),
-		Transport:     transports[p.GetTransport()],
-		Config:        configFromProto(p),
-		SealedSecrets: sealed,
-		Active:        req.Active == nil || *req.Active,
-	})
-	if err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	s.logger.InfoContext(ctx, "connector created", live.ConnectorAttrs(c)...)
-	s.live.Apply(ctx, c)
 	return &connectorv1.CreateConnectorResponse{Connector: s.render(c)}, nil
 }
 
@@ -83,7 +72,7 @@ func (s *Server) newConnector(req *connectorv1.CreateConnectorRequest) (*connect
 	if err := c.err(); err != nil {
 		return nil, err
 	}
-	return p, s.allowCommand(p)
+	return p, s.connectors.AllowCommand(transports[p.GetTransport()], p.GetStdio().GetCommand())
 }
 
 // GetConnector implements connector.v1.ConnectorService.
@@ -148,21 +137,16 @@ func (s *Server) UpdateConnector(ctx context.Context, req *connectorv1.UpdateCon
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	u := connectors.Update{WorkspaceID: req.GetWorkspaceId(), ConnectorID: req.GetConnector().GetConnectorId(), Paths: paths,
+		Change: func(stored *store.Connector) error { return s.applyUpdate(stored, req.GetConnector(), paths) }}
 	// A new URL is checked before the transaction: no lookup holds the row.
 	if slices.Contains(paths, "http") || slices.Contains(paths, "http.url") {
-		if err := s.checkEgress(ctx, req.GetConnector().GetHttp().GetUrl()); err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
+		u.URL = req.GetConnector().GetHttp().GetUrl()
 	}
-	ws, id := req.GetWorkspaceId(), req.GetConnector().GetConnectorId()
-	updated, err := s.db.UpdateConnector(ctx, ws, id, func(stored *store.Connector) error {
-		return s.applyUpdate(stored, req.GetConnector(), paths)
-	})
+	updated, err := s.connectors.Update(ctx, u)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.logger.InfoContext(ctx, "connector updated", append(live.ConnectorAttrs(updated), slog.Any("paths", paths))...)
-	s.live.Apply(ctx, updated)
 	return &connectorv1.UpdateConnectorResponse{Connector: s.render(updated)}, nil
 }
 
@@ -178,7 +162,7 @@ func (s *Server) applyUpdate(stored *store.Connector, src *connectorv1.Connector
 	if err := c.err(); err != nil {
 		return err
 	}
-	if err := s.allowCommand(merged); err != nil {
+	if err := s.connectors.AllowCommand(transports[merged.GetTransport()], merged.GetStdio().GetCommand()); err != nil {
 		return err
 	}
 	sealed, err := s.resealed(stored, merged, secretsReplaced, clientSecret)
@@ -319,18 +303,9 @@ func (s *Server) DeleteConnector(ctx context.Context, req *connectorv1.DeleteCon
 	if err := connectorRef(req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	// An OAuth connector's tokens are revoked at the authorization server
-	// (bounded) and deleted before the row goes, while it still says how.
-	if row, err := s.db.GetConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId()); err == nil {
-		s.revokeAll(ctx, row)
-	}
-	id, err := s.db.DeleteConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-	if err != nil {
+	if err := s.connectors.Delete(ctx, req.GetWorkspaceId(), req.GetConnectorId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.live.Deleted(id)
-	s.logger.InfoContext(ctx, "connector deleted",
-		slog.String("workspace_id", req.GetWorkspaceId()), slog.String("connector_id", req.GetConnectorId()))
 	return &connectorv1.DeleteConnectorResponse{}, nil
 }
 
@@ -357,12 +332,10 @@ func (s *Server) setActive(ctx context.Context, workspaceID, connectorID string,
 	if err := connectorRef(workspaceID, connectorID); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	c, err := s.db.SetConnectorActive(ctx, workspaceID, connectorID, active)
+	c, err := s.connectors.SetActive(ctx, workspaceID, connectorID, active)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	s.logger.InfoContext(ctx, "connector desired state set", append(live.ConnectorAttrs(c), slog.Bool("active", active))...)
-	s.live.Apply(ctx, c)
 	return s.render(c), nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/connector-svc/connector-svc/internal/calls"
+	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
@@ -165,6 +166,17 @@ func as[T error]() func(error) bool {
 	return func(err error) bool { var t T; return errors.As(err, &t) }
 }
 
+// own is the text of the T in the error's chain, without what wraps it.
+func own[T error]() func(error) string {
+	return func(err error) string {
+		var t T
+		if errors.As(err, &t) {
+			return t.Error()
+		}
+		return err.Error()
+	}
+}
+
 // text is a fixed message.
 func text(msg string) func(error) string { return func(error) string { return msg } }
 
@@ -193,7 +205,8 @@ var errorTable = []errorRow{
 		message: text("the user has no authorization of this connector")},
 	// Only a create or update: a dial refused later is the connector being
 	// unavailable, with the refusal as its last error.
-	{match: as[*egressDeniedError](), code: codes.FailedPrecondition, reason: ReasonEgressDenied},
+	{match: as[*connectors.EgressDeniedError](), code: codes.FailedPrecondition, reason: ReasonEgressDenied},
+	{match: as[*connectors.CommandNotAllowedError](), code: codes.FailedPrecondition, reason: ReasonStdioCommandNotAllowed},
 	{match: is(registry.ErrSessionRequired), field: "session_id",
 		message: func(error) string { return sessionRequired().violations[0].problem }},
 	{match: is(registry.ErrUserRequired), field: "user_id"},
@@ -228,7 +241,8 @@ var errorTable = []errorRow{
 		message: text("query run not found in this workspace")},
 	{match: is(store.ErrAPIKeyNotFound), code: codes.NotFound, reason: ReasonAPIKeyNotFound,
 		message: text("API key not found in this workspace")},
-	{match: as[*store.ConnectorNotFoundError](), code: codes.NotFound, reason: ReasonConnectorNotFound},
+	{match: as[*store.ConnectorNotFoundError](), code: codes.NotFound, reason: ReasonConnectorNotFound,
+		message: own[*store.ConnectorNotFoundError]()},
 	{match: is(store.ErrConnectorNotFound), code: codes.NotFound, reason: ReasonConnectorNotFound, message: text("connector not found")},
 	{match: is(store.ErrConflict), code: codes.AlreadyExists, reason: ReasonConnectorAlreadyExists,
 		message: text("a connector with this connector_id already exists in the workspace")},

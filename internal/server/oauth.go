@@ -88,7 +88,6 @@ const (
 	maxReturnToLen     = 2048
 	maxAuthParamLen    = 4096
 	defaultGrantPage   = 100
-	revokeAllTimeout   = 10 * time.Second
 	maxStepUps         = 3
 	DefaultOAuthWindow = 10 * time.Minute
 )
@@ -436,25 +435,6 @@ func (s *Server) closeUserConnection(ctx context.Context, row *store.Connector, 
 	if _, err := s.CloseSession(ctx, closeReq); err != nil {
 		s.logger.WarnContext(ctx, "close a revoked user's connection", append(live.ConnectorAttrs(row),
 			slog.String("error", status.Convert(err).Message()))...)
-	}
-}
-
-// revokeAll revokes and deletes every token of row's connector before it
-// is deleted, within revokeAllTimeout: an authorization server that is
-// down or slow delays the deletion that long, and never stops it.
-func (s *Server) revokeAll(ctx context.Context, row *store.Connector) {
-	if s.oauth == nil || row.Config.AuthMode() == store.AuthNone {
-		return
-	}
-	oc, err := s.oauthConnector(row)
-	if err == nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeAllTimeout)
-		err = s.oauth.RevokeAll(rctx, oc)
-		cancel()
-	}
-	if err != nil {
-		s.logger.WarnContext(ctx, "revoke the tokens of a deleted connector; it is deleted all the same",
-			append(live.ConnectorAttrs(row), slog.String("error", err.Error()))...)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/oauth"
 )
 
@@ -39,4 +40,13 @@ func (a ManagerAuthorizer) Forget(connectorID int64, userID string) {
 // PendingWorkspace implements Authorizer.
 func (a ManagerAuthorizer) PendingWorkspace(ctx context.Context, state string) (string, error) {
 	return a.Manager.PendingWorkspace(ctx, state)
+}
+
+// revoker is a, as the connectors use case revokes a deleted connector's
+// tokens with it; nil without OAuth.
+func revoker(a Authorizer) connectors.TokenRevoker {
+	if a == nil {
+		return nil
+	}
+	return a
 }

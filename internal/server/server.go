@@ -8,11 +8,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +31,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/calls"
+	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -127,11 +126,13 @@ type Server struct {
 	// query runs and direct calls alike.
 	asks *pending.Table
 	// calls runs direct tool calls.
-	calls  *calls.Service
-	cfg    Config
-	logger *slog.Logger
-	tracer trace.TracerProvider
-	meters metric.MeterProvider // nil: no RPC metrics
+	calls *calls.Service
+	// connectors writes connectors and applies them.
+	connectors *connectors.Service
+	cfg        Config
+	logger     *slog.Logger
+	tracer     trace.TracerProvider
+	meters     metric.MeterProvider // nil: no RPC metrics
 }
 
 // Deps are the Server's collaborators.
@@ -213,6 +214,8 @@ func New(d Deps, cfg Config) *Server {
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		asks: &pending.Table{},
 		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
+	s.connectors = connectors.New(connectors.Deps{Store: d.DB, Live: d.Live, Box: d.Box, Egress: cfg.Egress,
+		AllowedCommands: cfg.StdioAllowedCommands, Revoker: revoker(d.OAuth), Logger: d.Logger})
 	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits.Limiter, Counters: s.counts,
 		Asks: s.asks, Placer: s.place, CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget})
 	return s
@@ -390,14 +393,4 @@ func (s *Server) recoverPanic(ctx context.Context, method string, err *error) {
 			slog.String("method", method), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
 		*err = newStatus(codes.Internal, ReasonInternal, "internal error")
 	}
-}
-
-// allowCommand refuses a stdio command that is not on the allow-list.
-func (s *Server) allowCommand(p *connectorv1.Connector) error {
-	cmd := p.GetStdio().GetCommand()
-	if p.GetTransport() != connectorv1.Transport_TRANSPORT_STDIO || slices.Contains(s.cfg.StdioAllowedCommands, cmd) {
-		return nil
-	}
-	return newStatus(codes.FailedPrecondition, ReasonStdioCommandNotAllowed,
-		fmt.Sprintf("connector.stdio.command %q is not allowed: the operator must add it to STDIO_ALLOWED_COMMANDS", cmd))
 }
