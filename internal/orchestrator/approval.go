@@ -13,8 +13,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/connector-svc/connector-svc/internal/ask"
 )
 
 // A tool whose Tool.RequiresApproval is set does not run when the model
@@ -59,49 +57,6 @@ type Decision struct {
 	Actor             string         `json:",omitempty"` // who decided, as the caller names them
 	KeyID             string         `json:",omitempty"` // the API key the decision came with, if any
 	At                time.Time
-}
-
-// State is a paused run: what Resume needs to go on with it. It is plain
-// data: EncodeState and DecodeState keep it between processes.
-type State struct {
-	// Messages are the transcript up to the paused turn's model message.
-	Messages []openai.ChatCompletionMessage
-	Turn     int
-	Used     int // tool calls of the budget spent or held by pending calls
-	// Outputs answer the paused turn's calls that did not wait, by index
-	// of the call in the turn.
-	Outputs []string
-	// Result is the run's result so far; its last step is the paused turn.
-	Result Result
-	// Decided says Decide applied the decisions; Approved are the paused
-	// turn's calls to run then, by index.
-	Decided  bool
-	Approved []int
-	// Durable are the paused turn's calls that ended needing the user's
-	// input (StatusAwaitingInput), by call id; Retries, once answered
-	// (Answered), what each is sent again with.
-	Durable map[string]DurableCall `json:",omitempty"`
-	Retries map[string]*ask.Retry  `json:",omitempty"`
-}
-
-// EncodeState writes a paused run's state as JSON.
-func EncodeState(s *State) ([]byte, error) {
-	return json.Marshal(s)
-}
-
-// DecodeState reads a state EncodeState wrote. Numbers in arguments stay
-// as written (json.Number), as the model's arguments are read.
-func DecodeState(b []byte) (*State, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var s State
-	if err := d.Decode(&s); err != nil {
-		return nil, fmt.Errorf("read the paused run's state: %w", err)
-	}
-	if len(s.Result.Steps) == 0 {
-		return nil, fmt.Errorf("read the paused run's state: no paused step")
-	}
-	return &s, nil
 }
 
 // pause ends a run at turn, before its pending calls: the result says
