@@ -78,9 +78,11 @@ type storedState struct {
 	Turn     int             `json:"turn"`
 	Used     int             `json:"used"`
 	Outputs  []string        `json:"outputs"`
-	// Result is the run so far in the trace's format, without its
-	// pending calls (Pending) and state.
-	Result   Result                   `json:"result"`
+	// Run is the run's result so far in the trace's format, without its
+	// pending calls (Pending) and state. Its name matches no field of
+	// version 1: a replica that knows only version 1 finds no paused step
+	// in a version 2 state, and refuses it rather than misreading it.
+	Run      Result                   `json:"run"`
 	Pending  []storedPending          `json:"pending,omitempty"`
 	Decided  bool                     `json:"decided,omitempty"`
 	Approved []int                    `json:"approved,omitempty"`
@@ -172,9 +174,9 @@ type storedAnswer struct {
 // EncodeState writes a paused run's state as JSON, in the format of
 // StateVersion.
 func EncodeState(s *State) ([]byte, error) {
-	out := storedState{Version: StateVersion, Turn: s.Turn, Used: s.Used, Outputs: s.Outputs, Result: s.Result,
+	out := storedState{Version: StateVersion, Turn: s.Turn, Used: s.Used, Outputs: s.Outputs, Run: s.Result,
 		Decided: s.Decided, Approved: s.Approved}
-	out.Result.Pending, out.Result.State = nil, nil
+	out.Run.Pending, out.Run.State = nil, nil
 	for _, m := range s.Messages {
 		out.Messages = append(out.Messages, storeMessage(m))
 	}
@@ -267,7 +269,7 @@ func decodeStateV2(b []byte) (*State, error) {
 	if err := decodeJSON(b, &in); err != nil {
 		return nil, err
 	}
-	s := &State{Turn: in.Turn, Used: in.Used, Outputs: in.Outputs, Result: in.Result, Decided: in.Decided, Approved: in.Approved}
+	s := &State{Turn: in.Turn, Used: in.Used, Outputs: in.Outputs, Result: in.Run, Decided: in.Decided, Approved: in.Approved}
 	s.Result.Pending, s.Result.State = nil, nil
 	for _, m := range in.Messages {
 		s.Messages = append(s.Messages, loadMessage(m))

@@ -214,6 +214,25 @@ func TestStateVersion2(t *testing.T) {
 	}
 }
 
+// TestStateVersion2IsRefusedByVersion1Readers: a replica of the build
+// before version 2 reads a state as DecodeState read version 1 (State's
+// Go names, matched without regard to case); in a version 2 state it
+// finds no paused step, which it refuses, so it never resumes a run from
+// a transcript it misread.
+func TestStateVersion2IsRefusedByVersion1Readers(t *testing.T) {
+	for _, f := range stateFixtures {
+		var old orchestrator.State
+		d := json.NewDecoder(bytes.NewReader(readFixture(t, "state-v2-"+f.name+".json")))
+		d.UseNumber()
+		if err := d.Decode(&old); err != nil {
+			t.Fatal(err)
+		}
+		if len(old.Result.Steps) != 0 {
+			t.Errorf("%s: a version 1 reader finds %d steps in a version 2 state; want none", f.name, len(old.Result.Steps))
+		}
+	}
+}
+
 // TestStateVersion2KeepsWhatMessagesCarry: content given as parts, a
 // refusal, a tool call's type, and hints left unset, come back as they
 // went.
