@@ -50,3 +50,12 @@ func revoker(a Authorizer) connectors.TokenRevoker {
 	}
 	return a
 }
+
+// forgetter is a's Forget, as the sessions use case has a user's token
+// forgotten when their connection closes; nil without OAuth.
+func forgetter(a Authorizer) func(connectorID int64, userID string) {
+	if a == nil {
+		return nil
+	}
+	return a.Forget
+}

@@ -40,6 +40,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/sessions"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -127,6 +128,8 @@ type Server struct {
 	asks *pending.Table
 	// calls runs direct tool calls.
 	calls *calls.Service
+	// sessionsUC lists and closes callers' sessions on every replica.
+	sessionsUC *sessions.Service
 	// connectors writes connectors and applies them.
 	connectors *connectors.Service
 	cfg        Config
@@ -216,6 +219,8 @@ func New(d Deps, cfg Config) *Server {
 		cfg:  cfg, logger: d.Logger, tracer: d.TracerProvider, meters: d.MeterProvider}
 	s.connectors = connectors.New(connectors.Deps{Store: d.DB, Live: d.Live, Box: d.Box, Egress: cfg.Egress,
 		AllowedCommands: cfg.StdioAllowedCommands, Revoker: revoker(d.OAuth), Logger: d.Logger})
+	s.sessionsUC = sessions.New(sessions.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Claims: d.Sessions,
+		Peers: s.peers, Forget: forgetter(d.OAuth), Logger: d.Logger})
 	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits.Limiter, Counters: s.counts,
 		Asks: s.asks, Placer: s.place, CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget})
 	return s

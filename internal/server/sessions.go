@@ -3,10 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"slices"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -15,7 +12,7 @@ import (
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/registry"
-	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/sessions"
 )
 
 const (
@@ -23,7 +20,8 @@ const (
 	maxSessionIDLen        = 256
 )
 
-// ListSessions implements connector.v1.ConnectorService.
+// ListSessions implements connector.v1.ConnectorService: the sessions of
+// every replica, a page at a time.
 func (s *Server) ListSessions(ctx context.Context, req *connectorv1.ListSessionsRequest) (*connectorv1.ListSessionsResponse, error) {
 	var c checker
 	c.ref(req.GetWorkspaceId(), req.GetConnectorId())
@@ -31,58 +29,27 @@ func (s *Server) ListSessions(ctx context.Context, req *connectorv1.ListSessions
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	id, held, err := s.heldConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
+	infos, err := s.sessionsUC.List(ctx, req.GetWorkspaceId(), req.GetConnectorId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	var infos []registry.SessionInfo
-	if held {
-		// ErrNotLoaded: deactivated meanwhile, so it has none.
-		if infos, err = s.reg.Sessions(id); err != nil && !errors.Is(err, registry.ErrNotLoaded) {
-			return nil, s.toStatus(ctx, err)
-		}
+	// Sessions come sorted by id: the page starts after the token's.
+	for len(infos) > 0 && after != "" && infos[0].SessionID <= after {
+		infos = infos[1:]
 	}
 	all := make([]*connectorv1.Session, 0, len(infos))
 	for _, in := range infos {
 		all = append(all, sessionToProto(in))
-	}
-	// With several replicas, each holds some of the sessions: ask the others.
-	peers, err := s.sessions.Peers(ctx)
-	if err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	for _, conn := range peers {
-		pctx, cancel := context.WithTimeout(ctx, peerTimeout)
-		theirs, err := connectorv1.NewConnectorServiceClient(conn).ListSessions(pctx, &connectorv1.ListSessionsRequest{
-			WorkspaceId: req.GetWorkspaceId(), ConnectorId: req.GetConnectorId(), PageSize: maxPageSize})
-		cancel()
-		if err != nil { // a replica that just died: its sessions move to whoever the next call reaches
-			s.logger.WarnContext(ctx, "a replica did not list its sessions", slog.String("error", status.Convert(err).Message()))
-			continue
-		}
-		all = append(all, theirs.GetSessions()...)
-	}
-	slices.SortFunc(all, func(a, b *connectorv1.Session) int { return strings.Compare(a.GetSessionId(), b.GetSessionId()) })
-	// Sessions come sorted by id: the page starts after the token's.
-	for len(all) > 0 && after != "" && all[0].GetSessionId() <= after {
-		all = all[1:]
 	}
 	resp := &connectorv1.ListSessionsResponse{}
 	resp.Sessions, resp.NextPageToken = nextPage(all, size, func(in *connectorv1.Session) string { return in.GetSessionId() })
 	return resp, nil
 }
 
-// peerTimeout bounds how long ListSessions and CloseSession wait for each
-// other replica: one that just died (its row not expired yet) is left out.
-const peerTimeout = 2 * time.Second
-
 // CloseSession implements connector.v1.ConnectorService. A session id is
 // scoped to its workspace: only that workspace's connectors are searched.
-// The registry logs each session it closes. Closing a user's connection
-// to an oauth_user connector (session id registry.UserSession) also has
-// every replica forget that user's token, those that hold no connection
-// of theirs included, so that the next call reads it again: how a
-// revoked authorization stops at once everywhere.
+// Closing a user's connection to an oauth_user connector (session id
+// registry.UserSession) also has every replica forget that user's token.
 func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSessionRequest) (*connectorv1.CloseSessionResponse, error) {
 	var c checker
 	c.id("workspace_id", req.GetWorkspaceId())
@@ -96,77 +63,52 @@ func (s *Server) CloseSession(ctx context.Context, req *connectorv1.CloseSession
 	if err := c.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	var closed []registry.SessionInfo
-	var id int64
-	if req.GetConnectorId() == "" {
-		closed = s.reg.CloseSession(req.GetWorkspaceId(), req.GetSessionId(), 0)
-	} else {
-		var held bool
-		var err error
-		id, held, err = s.heldConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
-		if held { // one the registry does not hold has no sessions
-			closed = s.reg.CloseSession(req.GetWorkspaceId(), req.GetSessionId(), id)
-		}
-		s.forgetUserToken(req.GetWorkspaceId(), req.GetConnectorId(), id, req.GetSessionId())
+	closed, err := s.sessionsUC.Close(ctx, req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
 	}
 	resp := &connectorv1.CloseSessionResponse{Closed: int32(len(closed))}
 	for _, in := range closed {
 		resp.Sessions = append(resp.Sessions, sessionToProto(in))
 	}
-	// With several replicas, the session may be held by another: ask each,
-	// and forget those whose replica is gone.
-	peers, err := s.sessions.Peers(ctx)
-	if err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	for _, conn := range peers {
-		pctx, cancel := context.WithTimeout(ctx, peerTimeout)
-		theirs, err := connectorv1.NewConnectorServiceClient(conn).CloseSession(pctx, req)
-		cancel()
-		if err != nil { // a replica that just died holds nothing any more
-			s.logger.WarnContext(ctx, "a replica did not close its sessions", slog.String("error", status.Convert(err).Message()))
-			continue
-		}
-		resp.Closed += theirs.GetClosed()
-		resp.Sessions = append(resp.Sessions, theirs.GetSessions()...)
-	}
-	if _, err := s.sessions.DropOrphans(ctx, req.GetWorkspaceId(), req.GetSessionId(), id); err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
 	return resp, nil
 }
 
-// forgetUserToken has the Authorizer forget the token of the user whose
-// connection to connector id (a workspace's connectorID) sessionID is, if
-// it is an oauth_user connector's user connection.
-func (s *Server) forgetUserToken(workspaceID, connectorID string, id int64, sessionID string) {
-	user, ok := registry.SessionUser(sessionID)
-	if s.oauth == nil || !ok || id == 0 {
-		return
+// peers are the other replicas, as the sessions use case asks them, over
+// the internal listener.
+func (s *Server) peers(ctx context.Context) ([]sessions.Peer, error) {
+	conns, err := s.sessions.Peers(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if row, ok := s.live.Lookup(workspaceID, connectorID); ok && row.Config.AuthMode() != store.AuthUser {
-		return // a per_session connector's caller session that happens to be named so
+	peers := make([]sessions.Peer, len(conns))
+	for i, conn := range conns {
+		peers[i] = grpcPeer{connectorv1.NewConnectorServiceClient(conn)}
 	}
-	s.oauth.Forget(id, user)
+	return peers, nil
 }
 
-// heldConnector returns the id of a workspace's connector and whether the
-// registry holds it, as it does every active connector whose secrets
-// opened. Only a connector it does not hold goes to the store, which
-// returns store.ErrConnectorNotFound if the workspace has no such
-// connector.
-func (s *Server) heldConnector(ctx context.Context, workspaceID, connectorID string) (int64, bool, error) {
-	if id, ok := s.reg.Lookup(workspaceID, connectorID); ok {
-		return id, true, nil
-	}
-	row, err := s.db.GetConnector(ctx, workspaceID, connectorID)
+// grpcPeer is another replica's sessions, over its gRPC API.
+type grpcPeer struct {
+	c connectorv1.ConnectorServiceClient
+}
+
+// List implements sessions.Peer.
+func (p grpcPeer) List(ctx context.Context, workspaceID, connectorID string) ([]registry.SessionInfo, error) {
+	resp, err := p.c.ListSessions(ctx, &connectorv1.ListSessionsRequest{WorkspaceId: workspaceID, ConnectorId: connectorID, PageSize: maxPageSize})
 	if err != nil {
-		return 0, false, err
+		return nil, errors.New(status.Convert(err).Message())
 	}
-	return row.ID, false, nil
+	return sessionsFromProto(resp.GetSessions()), nil
+}
+
+// Close implements sessions.Peer.
+func (p grpcPeer) Close(ctx context.Context, workspaceID, connectorID, sessionID string) ([]registry.SessionInfo, error) {
+	resp, err := p.c.CloseSession(ctx, &connectorv1.CloseSessionRequest{WorkspaceId: workspaceID, ConnectorId: connectorID, SessionId: sessionID})
+	if err != nil {
+		return nil, errors.New(status.Convert(err).Message())
+	}
+	return sessionsFromProto(resp.GetSessions()), nil
 }
 
 // sessionID checks a caller's session id, which the service stores and
@@ -188,6 +130,17 @@ func (c *checker) sessionID(v string) {
 func sessionRequired() *invalidError {
 	return &invalidError{violations: []violation{{field: "session_id",
 		problem: "required: the connector's session_mode is SESSION_MODE_PER_SESSION, so each caller session gets its own connection"}}}
+}
+
+// sessionsFromProto reads the sessions another replica rendered.
+func sessionsFromProto(ps []*connectorv1.Session) []registry.SessionInfo {
+	out := make([]registry.SessionInfo, len(ps))
+	for i, p := range ps {
+		out[i] = registry.SessionInfo{SessionID: p.GetSessionId(), ConnectorExternal: p.GetConnectorId(),
+			OpenedAt: p.GetOpenTime().AsTime(), LastUsed: p.GetLastUsedTime().AsTime(), Calls: p.GetCallCount(),
+			Errors: p.GetErrorCount(), State: registry.State(key(healthStates, p.GetState())), PID: int(p.GetPid())}
+	}
+	return out
 }
 
 func sessionToProto(in registry.SessionInfo) *connectorv1.Session {
