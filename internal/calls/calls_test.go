@@ -15,6 +15,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/pending"
 	"github.com/connector-svc/connector-svc/internal/ratelimit"
@@ -61,14 +62,8 @@ func mcpURL(t *testing.T) string {
 func setup(t *testing.T, cfg store.Config) *calls.Service {
 	t.Helper()
 	db := storetest.NewDB(t)
-	src := live.NewSource(db, nil, nil)
-	reg := registry.New(src, registry.Config{}, nil)
-	lv := live.New(db, src, reg, nil, live.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- reg.Run(ctx) }()
-	go func() { done <- lv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	reg, lv := livetest.Run(t, db)
+	ctx := context.Background()
 
 	cfg.URL, cfg.CallTimeout, cfg.SessionMode, cfg.Elicitation = mcpURL(t), store.Duration(20*time.Second), registry.SessionPerSession, true
 	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "c", Name: "The C", Active: true,

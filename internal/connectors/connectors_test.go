@@ -8,6 +8,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -22,14 +23,7 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 func setup(t *testing.T) (*connectors.Service, *live.Connectors, *registry.Registry) {
 	t.Helper()
 	db := storetest.NewDB(t)
-	src := live.NewSource(db, nil, nil)
-	reg := registry.New(src, registry.Config{}, nil)
-	lv := live.New(db, src, reg, nil, live.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- reg.Run(ctx) }()
-	go func() { done <- lv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	reg, lv := livetest.Run(t, db)
 	return connectors.New(connectors.Deps{Store: db, Live: lv, AllowedCommands: []string{"npx"}}), lv, reg
 }
 

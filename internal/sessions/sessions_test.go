@@ -10,7 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/sessions"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -50,14 +50,8 @@ func (p *fakePeer) Close(_ context.Context, _, _, sessionID string) ([]registry.
 // list has all three, in order, and a close reaches every replica.
 func TestListAndCloseAcrossReplicas(t *testing.T) {
 	db := storetest.NewDB(t)
-	src := live.NewSource(db, nil, nil)
-	reg := registry.New(src, registry.Config{}, nil)
-	lv := live.New(db, src, reg, nil, live.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- reg.Run(ctx) }()
-	go func() { done <- lv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	reg, lv := livetest.Run(t, db)
+	ctx := context.Background()
 
 	m := mcpserver.NewMCPServer("s", "1.0", mcpserver.WithToolCapabilities(true))
 	m.AddTool(mcp.NewTool("echo"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
