@@ -612,6 +612,12 @@ func TestReplicasSessionFailover(t *testing.T) {
 			t.Fatalf("count call %d through a = %q, want %q", i+1, got, want)
 		}
 	}
+	// Each replica opens a connection of its own for the connector's
+	// catalog, in the background: count once all three are open (and s1's),
+	// or one opened late looks like a session the failover made anew.
+	if !poll(15*time.Second, func() bool { return len(up.sessionIDs()) == 4 }) {
+		t.Fatalf("the upstream saw %d Mcp-Session-Ids, want 4: one per replica and s1's", len(up.sessionIDs()))
+	}
 	sessions := up.sessionIDs()
 	inits := up.method("/ps", "initialize")
 	if got := mustText(a, "pst", "s2", "remember", map[string]any{"value": "kept"}); got != "ok" {
