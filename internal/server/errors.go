@@ -61,6 +61,9 @@ const (
 	// ReasonInputRequired: a unary CallTool's server needs the user's
 	// input, which only StreamCallTool can carry.
 	ReasonInputRequired = "INPUT_REQUIRED"
+	// ReasonRunStateNewer: the paused run's state was written by a newer
+	// build than this replica's; the run stays paused.
+	ReasonRunStateNewer = "RUN_STATE_NEWER"
 	// ReasonTaskUnsupported: the tool must run as an MCP task, which the
 	// connection's protocol generation does not carry here.
 	ReasonTaskUnsupported = "TASK_UNSUPPORTED"
@@ -263,6 +266,9 @@ var errorTable = []errorRow{
 	{match: func(err error) bool { var e *llm.Error; return errors.As(err, &e) && e.Temporary() },
 		code: codes.Unavailable, reason: ReasonLLMUnavailable},
 	{match: as[*llm.Error](), code: codes.FailedPrecondition, reason: ReasonLLMUnavailable},
+	// A replica of an earlier build: the run stays paused for an
+	// upgraded one, which the retry may reach.
+	{match: as[*orchestrator.NewerStateError](), code: codes.Unavailable, reason: ReasonRunStateNewer},
 	{match: is(orchestrator.ErrBadPlan), code: codes.FailedPrecondition, reason: ReasonOrchestrationFailed},
 	{match: is(orchestrator.ErrPanic), code: codes.Internal, reason: ReasonInternal, message: text("internal error")},
 	{match: is(secret.ErrNoKey), code: codes.FailedPrecondition, reason: ReasonSecretKeyMissing,
