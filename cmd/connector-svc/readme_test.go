@@ -15,7 +15,6 @@ import (
 	"time"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
-	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/loudskip"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
 )
@@ -28,85 +27,115 @@ var readmeWant = map[string][]string{
 		`"toolCount": 13`, `"protocolVersion"`, `"text": "Echo: after restart"`},
 	"Try it with grpcurl": {"connector.v1.ConnectorService\n", `"status": "SERVING"`, "The sum of 2 and 3 is 5",
 		`"description": "Echo, add and friends"`, "Code: InvalidArgument", "(refused, as it should be)"},
-	"Ask a connector a question": {`"answer": "The echo tool said hello."`, `"toolCallFinished"`, `"purpose": "say hello"`},
+	// The query sections' answers are the development model's (dev-model).
+	"Ask a connector a question": {`"answer": "dev-model (a scripted stand-in, not a real model): echo returned: Echo: Say hello through the echo tool"`,
+		`"toolCallFinished"`, `"purpose": "dev-model (a scripted stand-in): the query names it"`},
 	"Approving tool calls": {`"status": "QUERY_STATUS_AWAITING_APPROVAL"`, `"status": "QUERY_STATUS_COMPLETED"`,
-		`"actorId": "alice"`, `"answer": "The echo tool said hello from alice."`, `"text": "Echo: approved in the chat"`},
+		`"actorId": "alice"`, `"answer": "dev-model (a scripted stand-in, not a real model): echo returned: Echo: hello from alice"`,
+		`"text": "Echo: approved in the chat"`},
 	"Connect a server that needs OAuth": {`"reason": "AUTHORIZATION_REQUIRED"`, "(alice has not authorized yet)",
 		"Authorized. You can close this window", `"text": "Hello, Alice!"`, `"userId": "alice"`, `"scopes": [`},
-	"When a server asks back": {`Hi there, friend.`, `"name": "trigger-url-elicitation"`, `"cancelledInputs": [`,
+	"When a server asks back": {"a scripted stand-in, not a real model) got: Resource trigger-sampling-request context: Say hi in three words",
+		`"name": "trigger-url-elicitation"`, `"cancelledInputs": [`,
 		`"status": "QUERY_STATUS_AWAITING_INPUT"`, `"mode": "INPUT_MODE_FORM"`, "inputs[0].content", `"status": "QUERY_STATUS_COMPLETED"`,
-		`"answer": "Thanks, Alice: your profile is saved."`, `- Name: Alice`, `- Email: alice@example.com`, `"samplingCount": "1"`, `"inputCount": "2"`},
+		`"answer": "dev-model (a scripted stand-in, not a real model): trigger-elicitation-request returned: `, `- Name: Alice`,
+		`- Email: alice@example.com`, `"samplingCount": "1"`, `"inputCount": "2"`},
 	"Per-session connections": {`"text": "Echo: hello from alice"`, `"text": "Echo: hello from bob"`, `"sessionId": "bob"`, `"closed": 1`},
 	"Progress":                {`"progress": 1,`, `"progress": 4,`, `"total": 4`, `"result"`},
-	"API keys and TLS":        {"chat-backend", "revoked API key", `"token": "csk_`, `"name": "chat backend"`, "connector.v1.ConnectorService\n"},
-	"Observability":           {`"text": "Echo: traced"`},
+	"API keys and TLS": {"chat-backend", "revoked API key", `"token": "csk_`, `"name": "chat backend"`,
+		"wrote a CA, a server certificate for localhost, 127.0.0.1 and ::1, and a client certificate into .dev/tls", "client-key.pem\n",
+		"connector.v1.ConnectorService\n"},
+	"Observability": {`"text": "Echo: traced"`},
 	"Several replicas": {`"text": "Echo: hello from b"`, `"text": "Echo: hello from c"`, "connectors_owned", "Code: NotFound",
 		"(deleted through c, refused by b)"},
+	"Call it from your backend": {"CallTool echo: Echo: hello from Go",
+		"event answer: dev-model (a scripted stand-in, not a real model): echo returned: Echo: Say hello through the echo tool",
+		"resumed query: QUERY_STATUS_COMPLETED: dev-model (a scripted stand-in, not a real model): echo returned: Echo: hello, edited by alice",
+		"echo: Echo: hello from TypeScript\n", "event result: COMPLETED\n", "deleted connector ts-example-careful\n", "done\n"},
+	// The client examples' own READMEs.
+	"examples/go/README.md": {"CallTool echo: Echo: hello from Go", "resumed call echo: Echo: hello, edited by alice (decided by alice)",
+		"closed session bob: 1", "done\n"},
+	"examples/ts/README.md": {"connecting to ", "(plaintext, with an API key)\n", "echo: Echo: hello from TypeScript\n",
+		"event result: COMPLETED\n", "closed 1 session(s): alice\n", "done\n"},
 }
 
-// TestREADMECommands runs every sh block of the README as a reader pastes
-// it: the whole block through bash, from a directory laid out as the
-// repository is after make run and make tools (.dev/bin/connector-svc, the
-// binary built here; .tools, the real one), against run() with its
-// database in DATABASE_URL. Only addresses change: the service's, and the
-// port of the reference MCP server the tour starts itself. The stdio
-// example's npx is a stub that runs the test stdio server, so nothing is
-// downloaded; the query examples get a scripted fake LLM; the TLS example
-// runs against services serving TLS and mutual TLS, beside their files.
-// A block after <!-- not run: reason --> is skipped. Each block must stop
-// at its first failing step, so a block that exits 0 ran every step.
+// readmeFiles are the Markdown files whose blocks TestREADMECommands runs,
+// in order: the README, then the client examples' own. The sections of an
+// example's file are named by its path.
+var readmeFiles = []string{"README.md", "examples/go/README.md", "examples/ts/README.md"}
+
+// TestREADMECommands runs every sh block of the README, then of the client
+// examples' READMEs, as a reader pastes it: the whole block through bash,
+// from a directory laid out as the repository is after make run and make
+// tools (the repository's files; .dev/bin/connector-svc, the binary built
+// here; .tools, the real one), against run() with its database in
+// DATABASE_URL. Only addresses change: the service's, and the port of the
+// reference MCP server the tour starts itself (the client examples get
+// theirs from CONNECTOR_SVC_ADDRS, CONNECTOR_SVC_ADDR and
+// CONNECTOR_SVC_MCP_URL). The stdio example's npx is a stub that runs the
+// test stdio server, so nothing is downloaded; the service's model is the
+// development model (connector-svc dev-model, in-process), as the README
+// says to start it; the TLS examples run against services serving TLS and
+// mutual TLS with the certificates the README's dev-certs block made. A
+// block after <!-- not run: reason --> is skipped. Each block must stop at
+// its first failing step, so a block that exits 0 ran every step, and
+// together they leave nothing in the repository's root but .dev.
 func TestREADMECommands(t *testing.T) {
 	tools := filepath.Dir(filepath.Dir(needFile(t, "../../.tools/bin/grpcurl", "make tools")))
 	needFile(t, "../../.tools/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "make tools")
 	if _, err := exec.LookPath("node"); err != nil {
 		loudskip.Skip(t, "node is not on PATH; the README's tour runs the reference MCP server with it")
 	}
-	blocks := readmeBlocks(t)
-	model := llmtest.New(t,
-		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
-		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}), llmtest.Answer("The echo tool said hello."),
-		llmtest.Answer(`{"plan":[{"tool":"echo","purpose":"say hello"}]}`),
-		// Approving tool calls: the query pauses, then goes on.
-		llmtest.CallToolsSaying("The user wants a hello.", llmtest.Call{Tool: "echo", Args: `{"message":"hello"}`}),
-		llmtest.Answer("The echo tool said hello from alice."),
-		// When a server asks back: the server's sampling request, then a
-		// query whose tool elicits.
-		llmtest.Answer("Hi there, friend."),
-		llmtest.CallToolsSaying("The user wants their profile filled in.", llmtest.Call{Tool: "trigger-elicitation-request", Args: `{}`}),
-		llmtest.Answer("Thanks, Alice: your profile is saved."))
+	var blocks []readmeBlock
+	for _, f := range readmeFiles {
+		blocks = append(blocks, readmeBlocks(t, f)...)
+	}
+	model, modelOut := startDevModel(t)
 	url := storetest.NewURL(t)
 	t.Setenv("PATH", fakeNPX(t)+string(os.PathListSeparator)+os.Getenv("PATH")) // for the service's stdio connectors
 	callback := freeAddr(t)
 	_, callbackPort, _ := net.SplitHostPort(callback)
 	svc := start(t, url, map[string]string{
-		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model.URL(), "LLM_MODEL": "llama3.1",
+		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model, "LLM_MODEL": "dev-model",
 		// What make run sets, on a free port.
 		"OAUTH_REDIRECT_URL": "http://localhost:" + callbackPort + "/oauth/callback", "OAUTH_CALLBACK_ADDR": callback})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
-	tlsDir, tlsAddr, mutualAddr := readmeTLS(t)
-	root := readmeRoot(t, tools, tlsDir)
-	addrs := readmeAddrs{svc: svc.addr, tls: tlsAddr, mutual: mutualAddr, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t),
+	root, made := readmeRoot(t, tools)
+	addrs := readmeAddrs{svc: svc.addr, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t),
 		replicaB: freeAddr(t), replicaC: freeAddr(t)}
 	// The blocks put grpcurl on PATH themselves; the environment is the
-	// test's, as a reader's shell is theirs.
-	env := append(os.Environ(), "DATABASE_URL="+url)
+	// test's, as a reader's shell is theirs, but for the client examples'
+	// settings: their addresses, and no API key but the one a block makes.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CONNECTOR_SVC_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "DATABASE_URL="+url, "CONNECTOR_SVC_ADDRS="+svc.addr, "CONNECTOR_SVC_ADDR="+svc.addr,
+		"CONNECTOR_SVC_MCP_URL=http://"+addrs.mcp+"/mcp")
 
 	out := map[string]string{} // section → its blocks' output
 	grpcurls, ran := 0, 0
 	for _, b := range blocks {
 		if b.skip != "" {
-			t.Logf("README.md:%d (%s) not run: %s", b.line, b.section, b.skip)
+			t.Logf("%s:%d (%s) not run: %s", b.file, b.line, b.section, b.skip)
 			continue
 		}
 		checkBlock(t, b)
+		if strings.Contains(b.text, " -cacert ") && addrs.tls == "" {
+			// The TLS examples: services serving the certificates the
+			// README's dev-certs block made, as make run would with them.
+			addrs.tls, addrs.mutual = readmeTLS(t, filepath.Join(root, ".dev", "tls"))
+		}
 		grpcurls += strings.Count(b.text, "\ngrpcurl ")
 		script, err := addrs.replace(b.text)
 		if err != nil {
-			t.Fatalf("README.md:%d: %v", b.line, err)
+			t.Fatalf("%s:%d: %v", b.file, b.line, err)
 		}
 		got, err := runBlock(t, root, env, script)
 		if err != nil {
-			t.Fatalf("README.md:%d, the block of %q: %v; it printed:\n%s", b.line, b.section, err, got)
+			t.Fatalf("%s:%d, the block of %q: %v; it printed:\n%s\nthe development model printed:\n%s", b.file, b.line, b.section, err, got, modelOut.String())
 		}
 		out[b.section] += got
 		if ran++; ran == 1 { // the tour created the first key: from now on every call needs one
@@ -138,10 +167,22 @@ func TestREADMECommands(t *testing.T) {
 	if !strings.Contains(svc.out.String(), `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
 		t.Error("no log line carries the trace id of the README's traceparent")
 	}
+	// What the blocks wrote is under .dev (git-ignored): nothing in the
+	// repository's root, where git would show it and builds say +dirty.
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !made[e.Name()] {
+			t.Errorf("the README's blocks left %s in the repository's root", e.Name())
+		}
+	}
 }
 
 // readmeBlock is one fenced sh block of the README.
 type readmeBlock struct {
+	file    string // the Markdown file, from the repository's root
 	line    int    // of its opening fence
 	section string // the ## heading above it
 	text    string
@@ -150,10 +191,12 @@ type readmeBlock struct {
 
 var notRun = regexp.MustCompile(`^<!-- not run: (.*\S) -->$`)
 
-// readmeBlocks returns the README's sh and bash blocks, in order.
-func readmeBlocks(t *testing.T) []readmeBlock {
+// readmeBlocks returns the sh and bash blocks of file (from the
+// repository's root), in order. The README's are in the sections of its ##
+// headings; another file's are in one section named by its path.
+func readmeBlocks(t *testing.T, file string) []readmeBlock {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	f, err := os.Open(filepath.Join("../..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +204,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 	var (
 		blocks    []readmeBlock
 		cur       *readmeBlock
-		section   string
+		section   = file
 		prev      string // the line before, when outside a block
 		inOther   bool   // inside a fence of another language
 		lineNo    int
@@ -181,15 +224,15 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		case inOther:
 			inOther = l != "```"
 		case shellOpen.MatchString(l):
-			cur = &readmeBlock{line: lineNo, section: section}
+			cur = &readmeBlock{file: file, line: lineNo, section: section}
 			if m := notRun.FindStringSubmatch(prev); m != nil {
 				cur.skip = m[1]
 			} else if strings.HasPrefix(prev, "<!--") {
-				t.Fatalf("README.md:%d: %q is not <!-- not run: reason -->", lineNo-1, prev)
+				t.Fatalf("%s:%d: %q is not <!-- not run: reason -->", file, lineNo-1, prev)
 			}
 		case strings.HasPrefix(l, "```"):
 			inOther = true
-		case strings.HasPrefix(l, "## "):
+		case strings.HasPrefix(l, "## ") && file == "README.md":
 			section = strings.TrimPrefix(l, "## ")
 		}
 		if cur == nil {
@@ -200,7 +243,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		t.Fatal(err)
 	}
 	if cur != nil {
-		t.Fatalf("README.md:%d: the block is not closed", cur.line)
+		t.Fatalf("%s:%d: the block is not closed", file, cur.line)
 	}
 	return blocks
 }
@@ -213,14 +256,14 @@ func checkBlock(t *testing.T, b readmeBlock) {
 	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(b.text, "\n"), "\n")
 	if !strings.HasPrefix(lines[0], "( set -euo pipefail") || lines[len(lines)-1] != ")" {
-		t.Errorf("README.md:%d: the block is not ( set -euo pipefail … ): it would go on after a failed step", b.line)
+		t.Errorf("%s:%d: the block is not ( set -euo pipefail … ): it would go on after a failed step", b.file, b.line)
 	}
 	for i, l := range lines {
 		if historyExpansion.MatchString(l) {
-			t.Errorf("README.md:%d has a ! that an interactive bash expands from its history when the block is pasted:\n%s", b.line+1+i, l)
+			t.Errorf("%s:%d has a ! that an interactive bash expands from its history when the block is pasted:\n%s", b.file, b.line+1+i, l)
 		}
 		if strings.Contains(l, "connector.v1.ConnectorService/") && !strings.Contains(l, `-H "authorization: Bearer $`) {
-			t.Errorf("README.md:%d calls the service without a key:\n%s", b.line+1+i, l)
+			t.Errorf("%s:%d calls the service without a key:\n%s", b.file, b.line+1+i, l)
 		}
 	}
 }
@@ -298,12 +341,32 @@ func runBlock(t *testing.T, dir string, env []string, script string) (string, er
 	return string(printed), errors.Join(err, rerr)
 }
 
-// readmeRoot makes the directory the blocks run in: .tools is the
-// repository's, .dev/bin/connector-svc is built here as make run builds it,
-// and the TLS example's files are those in tlsDir.
-func readmeRoot(t *testing.T, tools, tlsDir string) string {
+// readmeRoot makes the directory the blocks run in, as the repository's
+// root is after make run and make tools: a link to each of the
+// repository's files and directories (but .git, .dev and .tools), .tools
+// the repository's, and .dev/bin/connector-svc built here as make run
+// builds it. It returns the directory and the names it made in it.
+func readmeRoot(t *testing.T, tools string) (string, map[string]bool) {
 	t.Helper()
 	root := t.TempDir()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := map[string]bool{".tools": true, ".dev": true}
+	for _, e := range entries {
+		if made[e.Name()] || e.Name() == ".git" {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(repo, e.Name()), filepath.Join(root, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+		made[e.Name()] = true
+	}
 	if err := os.Symlink(tools, filepath.Join(root, ".tools")); err != nil {
 		t.Fatal(err)
 	}
@@ -316,13 +379,19 @@ func readmeRoot(t *testing.T, tools, tlsDir string) string {
 	if err := os.WriteFile(filepath.Join(root, ".dev", "secret_key"), []byte(testKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pems, _ := filepath.Glob(filepath.Join(tlsDir, "*.pem"))
-	for _, p := range pems {
-		if err := os.Symlink(p, filepath.Join(root, filepath.Base(p))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
+	return root, made
+}
+
+// readmeTLS serves TLS, and mutual TLS, for the README's grpcurl lines
+// with -cacert, with the certificates in dir as the README's make run
+// lines name them, and returns the two services' addresses.
+func readmeTLS(t *testing.T, dir string) (tlsAddr, mutualAddr string) {
+	t.Helper()
+	env := map[string]string{"TLS_CERT_FILE": filepath.Join(dir, "server.pem"), "TLS_KEY_FILE": filepath.Join(dir, "server-key.pem")}
+	tlsAddr = start(t, storetest.NewURL(t), env).addr
+	env["TLS_CLIENT_CA_FILE"] = filepath.Join(dir, "ca.pem")
+	mutualAddr = start(t, storetest.NewURL(t), env).addr
+	return tlsAddr, mutualAddr
 }
 
 // needFile returns the absolute path of a tool the test needs, skipping

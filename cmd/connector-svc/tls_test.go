@@ -143,20 +143,3 @@ func TestTLSSettingsRefused(t *testing.T) {
 		})
 	}
 }
-
-// readmeTLS serves TLS, and mutual TLS, for the README's grpcurl lines
-// with -cacert. It writes the files those lines name (ca.pem, client.pem,
-// client-key.pem) into a directory, and returns it with the two services'
-// addresses.
-func readmeTLS(t *testing.T) (dir, tlsAddr, mutualAddr string) {
-	t.Helper()
-	ca := tlsfilestest.NewCA(t, "ca")
-	dir = t.TempDir()
-	cert, key := ca.Issue(t, "client")
-	for name, b := range map[string][]byte{"ca.pem": ca.PEM, "client.pem": cert, "client-key.pem": key} {
-		tlsfilestest.WriteFile(t, filepath.Join(dir, name), b)
-	}
-	tlsAddr = start(t, storetest.NewURL(t), tlsFiles(t, t.TempDir(), ca, "server", nil)).addr
-	mutualAddr = start(t, storetest.NewURL(t), tlsFiles(t, t.TempDir(), ca, "server", ca)).addr
-	return dir, tlsAddr, mutualAddr
-}
