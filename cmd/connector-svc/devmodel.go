@@ -89,7 +89,7 @@ func runDevModel(ctx context.Context, args []string, getenv func(string) string,
 		fmt.Fprintf(stdout, "%s dev-model: %s\n", time.Now().UTC().Format(time.TimeOnly), fmt.Sprintf(format, a...))
 	}
 	base := "http://" + lis.Addr().String() + "/v1"
-	logf("%s: it follows fixed rules and understands nothing; use a real model to judge answers (README: A model for development)", devmodel.Label)
+	logf("%s: it follows fixed rules and understands nothing; try a real model for real answers (README: Ask a connector a question)", devmodel.Label)
 	logf("listening on %s; start the service with LLM_BASE_URL=%s LLM_MODEL=dev-model", base, base)
 	srv := &http.Server{Handler: devmodel.Handler(func(l string) { logf("%s", l) }), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)

@@ -164,6 +164,12 @@ func TestREADMECommands(t *testing.T) {
 			t.Errorf("section %q runs a block, but readmeWant says nothing of what it prints", section)
 		}
 	}
+	// "Approving tool calls" says that 4 of the reference server's 13 tools
+	// need approval under the default policy: ListTools of the grpcurl
+	// section's connector (default policy) shows which.
+	if n := strings.Count(out["Try it with grpcurl"], `"requiresApproval": true`); n != 4 {
+		t.Errorf("ListTools of the reference server shows %d tools that need approval under the default policy; the README says 4", n)
+	}
 	if !strings.Contains(svc.out.String(), `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
 		t.Error("no log line carries the trace id of the README's traceparent")
 	}

@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -85,7 +86,7 @@ func Handler(log func(line string)) http.Handler {
 			finish = openai.FinishReasonToolCalls
 		}
 		writeJSON(w, openai.ChatCompletionResponse{
-			ID: fmt.Sprintf("devmodel-%d", id), Object: "chat.completion", Model: req.Model,
+			ID: fmt.Sprintf("devmodel-%d", id), Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
 			Choices: []openai.ChatCompletionChoice{{Index: 0, Message: msg, FinishReason: finish}},
 			Usage:   openai.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion},
 		})
