@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -164,11 +165,13 @@ func TestREADMECommands(t *testing.T) {
 			t.Errorf("section %q runs a block, but readmeWant says nothing of what it prints", section)
 		}
 	}
-	// "Approving tool calls" says that 4 of the reference server's 13 tools
-	// need approval under the default policy: ListTools of the grpcurl
-	// section's connector (default policy) shows which.
-	if n := strings.Count(out["Try it with grpcurl"], `"requiresApproval": true`); n != 4 {
-		t.Errorf("ListTools of the reference server shows %d tools that need approval under the default policy; the README says 4", n)
+	// "Approving tool calls" names the 4 of the reference server's 13 tools
+	// that need approval under the default policy: ListTools and
+	// RefreshTools of the grpcurl section's connector (default policy) show
+	// which.
+	if got, want := readmeApprovalTools(out["Try it with grpcurl"]), []string{"gzip-file-as-resource", "simulate-research-query",
+		"toggle-simulated-logging", "toggle-subscriber-updates"}; !slices.Equal(got, want) {
+		t.Errorf("the reference server's tools that need approval under the default policy are %q; the README says %q", got, want)
 	}
 	if !strings.Contains(svc.out.String(), `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
 		t.Error("no log line carries the trace id of the README's traceparent")
@@ -185,6 +188,23 @@ func TestREADMECommands(t *testing.T) {
 		}
 	}
 }
+
+// readmeApprovalTools returns the names of the tools that grpcurl's
+// output of ListTools or RefreshTools shows with requiresApproval, sorted:
+// each is the last tool name before its "requiresApproval": true.
+func readmeApprovalTools(out string) []string {
+	var names []string
+	parts := strings.Split(out, `"requiresApproval": true`)
+	for _, before := range parts[:len(parts)-1] {
+		if m := toolName.FindAllStringSubmatch(before, -1); len(m) > 0 {
+			names = append(names, m[len(m)-1][1])
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+var toolName = regexp.MustCompile(`"name": "([^"]+)"`)
 
 // readmeBlock is one fenced sh block of the README.
 type readmeBlock struct {
