@@ -64,7 +64,7 @@ type inflight struct {
 // connector's tools, which serves no calls), never on a shared one: a
 // shared connection has nobody in particular to ask. Nothing is declared
 // over legacy SSE, which cannot carry a server's requests (see
-// ssereq.go).
+// package ssereq).
 func (c *conn) newAsks(spec Spec) *asks {
 	if spec.Transport == TransportSSE {
 		return nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/connector-svc/connector-svc/internal/registry/ssereq"
 )
 
 // deleteTimeout bounds the DELETE that ends a live streamable-HTTP
@@ -29,8 +31,8 @@ type sessionEnd struct {
 	// transportHint).
 	streamed atomic.Bool
 	// sse, on a legacy SSE session, takes the server's requests out of
-	// the event stream and answers them (see ssereq.go).
-	sse *sseRequests
+	// the event stream and answers them (package ssereq).
+	sse *ssereq.Requests
 }
 
 // sessionClient returns hc as one session uses it, with the sessionEnd
@@ -54,7 +56,7 @@ func (e *sessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			e.streamed.Store(true)
 			if e.sse != nil {
-				resp.Body = e.sse.filter(resp.Body)
+				resp.Body = e.sse.Filter(resp.Body)
 			}
 		}
 		return resp, err
