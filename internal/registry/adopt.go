@@ -10,6 +10,8 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
 // SessionHandle is what another replica needs to continue an MCP session
@@ -109,7 +111,7 @@ func (c *conn) attach(spec Spec, hc *http.Client, h SessionHandle) (*session, er
 	own, end := sessionClient(hc)
 	asks := c.newAsks(spec)
 	opts := append([]client.ClientOption{client.WithSession(), client.WithProtocolVersion(h.ProtocolVersion)}, asks.options()...)
-	s, err := newSession(c.reg.life, spec, own, opts, c.spec.ConnectTimeout, messageLimit(c.reg.cfg.MaxResultBytes),
+	s, err := newSession(c.reg.life, spec, own, opts, c.spec.ConnectTimeout, msglimit.ForResult(c.reg.cfg.MaxResultBytes),
 		c.mcpLogger(), c.reg.metrics, h)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
 // suspect checks, in the background and at most once a second, whether s
@@ -253,10 +255,10 @@ func callTool(ctx context.Context, s *session, name string, args map[string]any,
 	defer s.asks.track(ctx)()
 	if opts.asTask {
 		res, err := callTask(ctx, s, name, args, opts)
-		return res, urlRequired(asTooLarge(err))
+		return res, urlRequired(msglimit.AsTooLarge(err))
 	}
 	res, err := sendCall(ctx, s, name, args, opts)
-	return res, urlRequired(asTooLarge(err))
+	return res, urlRequired(msglimit.AsTooLarge(err))
 }
 
 func sendCall(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {

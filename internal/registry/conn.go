@@ -16,6 +16,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
+	"github.com/connector-svc/connector-svc/internal/registry/stdio"
 )
 
 // stableAfter is how long a session must live for its loss to count as a
@@ -97,7 +100,7 @@ type usage struct {
 }
 
 func newConn(reg *Registry, spec Spec) *conn {
-	p, hc := newPool(reg.transports, spec.URL, messageLimit(reg.cfg.MaxResultBytes))
+	p, hc := newPool(reg.transports, spec.URL, msglimit.ForResult(reg.cfg.MaxResultBytes))
 	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting},
 		phase: rand.N(reg.cfg.HealthInterval), owner: true}
 	if spec.Auth == AuthClientCredentials {
@@ -364,7 +367,7 @@ func initializeRequest() mcp.InitializeRequest {
 // withStderr adds the tail of a closed stdio server's stderr to err.
 func (c *conn) withStderr(s *session, err error) error {
 	if tail := s.stderrText(); tail != "" {
-		return fmt.Errorf("%w (stderr: %s)", err, lastLines(tail, 5))
+		return fmt.Errorf("%w (stderr: %s)", err, stdio.LastLines(tail, 5))
 	}
 	return err
 }

@@ -8,9 +8,14 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
 var (
+	// ErrResultTooLarge means the server's answer was over the registry's
+	// limit (see Config.MaxResultBytes) and was refused unread.
+	ErrResultTooLarge = msglimit.ErrTooLarge
 	// ErrNotLoaded means the registry holds no connection for the connector:
 	// it is inactive, deleted, or was never added.
 	ErrNotLoaded = errors.New("connector is not active in the registry")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
@@ -155,7 +156,7 @@ type pool struct {
 	home   *http.Transport // the one of set this connector uses first
 	busy   atomic.Int32    // requests under way, but for GET streams
 	closed atomic.Bool
-	// maxMessage bounds each message a response carries (see limit.go).
+	// maxMessage bounds each message a response carries (see package msglimit).
 	maxMessage int
 }
 
@@ -215,9 +216,9 @@ func (b *pooledBody) Close() error {
 // any other body (one JSON message), the whole.
 func (p *pool) limit(resp *http.Response) io.ReadCloser {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		return newMessageLimiter(resp.Body, p.maxMessage, true)
+		return msglimit.NewMessages(resp.Body, p.maxMessage, true)
 	}
-	return &limitBody{ReadCloser: resp.Body, left: int64(p.maxMessage), limit: p.maxMessage}
+	return msglimit.NewBody(resp.Body, p.maxMessage)
 }
 
 // close hands the connector's share of its transports back: the last

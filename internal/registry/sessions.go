@@ -14,6 +14,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
 // Session modes a Spec may name.
@@ -393,7 +395,7 @@ func (sc *sessConn) info() SessionInfo {
 	case sc.sess != nil:
 		in.State = StateReady
 		if p := sc.sess.proc; p != nil {
-			in.PID = p.cmd.Process.Pid
+			in.PID = p.PID()
 		}
 	case sc.lastErr != "":
 		in.State = StateDegraded
@@ -409,7 +411,7 @@ func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic b
 	end.sse = c.sseRequests(spec, end.base)
 	asks := c.newAsks(spec)
 	s, err := newSession(c.reg.life, spec, own, append(c.clientOptions(classic), asks.options()...), c.spec.ConnectTimeout,
-		messageLimit(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics, SessionHandle{})
+		msglimit.ForResult(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics, SessionHandle{})
 	if err != nil {
 		return nil, "", transportHint(spec.Transport, err, end.streamed.Load())
 	}

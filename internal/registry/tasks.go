@@ -22,6 +22,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
 // Polling a task: at the interval the server asks for, kept within
@@ -109,7 +111,7 @@ func callTask(ctx context.Context, s *session, name string, args map[string]any,
 	res, err = t.follow(ctx, *task)
 	t.deliver()
 	if err != nil && ctx.Err() == nil {
-		err = &taskRanError{id: t.id, err: asTooLarge(err)}
+		err = &taskRanError{id: t.id, err: msglimit.AsTooLarge(err)}
 	}
 	return res, err
 }

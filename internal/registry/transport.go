@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
+
+	"github.com/connector-svc/connector-svc/internal/registry/stdio"
 )
 
 // Transports a Spec may name.
@@ -27,7 +28,7 @@ const (
 // exits or closes stdout) to whoever watches it.
 type session struct {
 	client *client.Client
-	proc   *process // stdio only
+	proc   *stdio.Process // stdio only
 	cancel context.CancelFunc
 	opened time.Time
 	end    *sessionEnd // HTTP only: ends the session; see markDead
@@ -68,14 +69,14 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 	switch spec.Transport {
 	case TransportStdio:
 		reaped := m.processStarted(spec)
-		p, err := startProcess(spec, func(err error) { reaped(); s.died(err) })
+		p, err := stdio.Start(spec.Command, spec.Args, spec.Env, func(err error) { reaped(); s.died(err) })
 		if err != nil {
 			reaped()
 			cancel()
 			return nil, err
 		}
 		s.proc = p
-		tr = transport.NewIO(p.stdoutReader(maxMessage, s.died), p.stdin, nil)
+		tr = transport.NewIO(p.StdoutReader(maxMessage, s.died), p.Stdin(), nil)
 	case TransportSSE:
 		sse, err := transport.NewSSE(spec.URL, transport.WithHeaders(spec.Headers), transport.WithHTTPClient(hc),
 			transport.WithSSELogger(logger))
@@ -221,7 +222,7 @@ func (s *session) close(grace time.Duration) {
 	}
 	s.cancel()
 	if s.proc != nil {
-		s.proc.stop(grace)
+		s.proc.Stop(grace)
 	}
 }
 
@@ -231,7 +232,7 @@ func (s *session) deathCause(err error, wait time.Duration) error {
 	if s.proc == nil {
 		return err
 	}
-	if exit := s.proc.exitError(wait); exit != nil {
+	if exit := s.proc.ExitError(wait); exit != nil {
 		return exit
 	}
 	return err
@@ -242,11 +243,8 @@ func (s *session) stderrText() string {
 	if s.proc == nil {
 		return ""
 	}
-	return s.proc.stderrTail()
+	return s.proc.StderrTail()
 }
-
-// errExited is the cause of a stdio server's death when it exited.
-var errExited = errors.New("stdio server exited")
 
 // mcpLogger is the logger of c's mcp-go transports: the registry's, naming
 // the connector. mcp-go's errors come out as warnings: they are about one

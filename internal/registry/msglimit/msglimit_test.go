@@ -1,4 +1,4 @@
-package registry
+package msglimit
 
 import (
 	"errors"
@@ -49,12 +49,12 @@ func TestMessageLimiter(t *testing.T) {
 	}
 }
 
-// TestLimitBody: a body fails with ErrResultTooLarge past its limit, not at it.
+// TestLimitBody: a body fails with ErrTooLarge past its limit, not at it.
 func TestLimitBody(t *testing.T) {
 	for _, n := range []int{99, 100, 101, 5000} {
 		b := &limitBody{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", n))), left: 100, limit: 100}
 		got, err := io.ReadAll(b)
-		if over := n > 100; over != errors.Is(err, ErrResultTooLarge) || len(got) != min(n, 100) {
+		if over := n > 100; over != errors.Is(err, ErrTooLarge) || len(got) != min(n, 100) {
 			t.Errorf("a body of %d bytes: read %d, %v", n, len(got), err)
 		}
 	}

@@ -1,12 +1,12 @@
-package registry
-
-// The size limit on what a connector's server sends: a message over it is
-// refused as it is read, never held whole. An HTTP body that is one JSON
+// Package msglimit limits what a connector's server sends: a message over
+// the limit is refused as it is read, never held whole. An HTTP body that is one JSON
 // message fails its read once over the limit; an SSE stream (the answer to
 // a POST, or an SSE connector's long-lived stream) and a stdio server's
 // stdout carry many messages, so there the limit is per message: the rest
 // of an over-long one is read and discarded, and the message is replaced by
-// an error answer to the same request, so that only that call fails.
+// an error answer to the same request, so that only that call fails. It
+// knows nothing of connectors: callers give it a reader and a limit.
+package msglimit
 
 import (
 	"bytes"
@@ -17,40 +17,46 @@ import (
 	"strings"
 )
 
-// ErrResultTooLarge means the server's answer was over the registry's
-// limit (see Config.MaxResultBytes) and was refused unread.
-var ErrResultTooLarge = errors.New("the server's answer is over the size limit")
+// ErrTooLarge means the server's answer was over the limit and was
+// refused unread (registry.ErrResultTooLarge is this error).
+var ErrTooLarge = errors.New("the server's answer is over the size limit")
 
-// messageLimit is the most bytes one message from a server may take on the
+// ForResult is the most bytes one message from a server may take on the
 // wire when results may carry maxResult bytes of content: JSON escaping, the
 // structured copy of a text result and base64 make a message larger than
 // its content, so it is twice that plus a margin for the rest.
-func messageLimit(maxResult int) int { return 2*maxResult + 1<<20 }
+func ForResult(maxResult int) int { return 2*maxResult + 1<<20 }
 
 // refusalText starts the message of the error answer that replaces an
 // over-long message. mcp-go turns an error answer into an error carrying
 // only its message, so the text is how the call path knows it (see
-// asTooLarge).
+// AsTooLarge).
 const refusalText = "connector-svc refused the server's answer: over the size limit of"
 
 // refusalCode is the JSON-RPC code of that answer, one of the codes the
 // spec leaves to implementations and mcp-go gives no meaning.
 const refusalCode = -32090
 
-// asTooLarge returns err as ErrResultTooLarge when a limit refused the
+// AsTooLarge returns err as ErrTooLarge when a limit refused the
 // answer: a body read that failed with it, or the error answer a message
 // limiter put in place of an over-long message.
-func asTooLarge(err error) error {
-	if err == nil || errors.Is(err, ErrResultTooLarge) {
+func AsTooLarge(err error) error {
+	if err == nil || errors.Is(err, ErrTooLarge) {
 		return err
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, refusalText) {
-		return fmt.Errorf("%w:%s", ErrResultTooLarge, strings.TrimPrefix(msg, refusalText))
+		return fmt.Errorf("%w:%s", ErrTooLarge, strings.TrimPrefix(msg, refusalText))
 	}
 	return err
 }
 
-// limitBody fails its read with ErrResultTooLarge once more than limit
+// NewBody returns body, one JSON message, failing its read with
+// ErrTooLarge once more than limit bytes have come.
+func NewBody(body io.ReadCloser, limit int) io.ReadCloser {
+	return &limitBody{ReadCloser: body, left: int64(limit), limit: limit}
+}
+
+// limitBody fails its read with ErrTooLarge once more than limit
 // bytes have come.
 type limitBody struct {
 	io.ReadCloser
@@ -74,7 +80,7 @@ func (b *limitBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitBody) err() error {
-	return fmt.Errorf("%w: over %d bytes", ErrResultTooLarge, b.limit)
+	return fmt.Errorf("%w: over %d bytes", ErrTooLarge, b.limit)
 }
 
 // messageLimiter hands on the messages of r whole, each once it has ended:
@@ -95,6 +101,12 @@ type messageLimiter struct {
 	ready   []byte // what Read hands out next
 	off     int    // of ready, handed out already
 	readErr error
+}
+
+// NewMessages returns a messageLimiter of r's messages: events (SSE) if
+// events, else lines (stdio).
+func NewMessages(r io.Reader, limit int, events bool) io.ReadCloser {
+	return newMessageLimiter(r, limit, events)
 }
 
 func newMessageLimiter(r io.Reader, limit int, events bool) *messageLimiter {

@@ -1,4 +1,11 @@
-package registry
+// Package stdio runs a connector's stdio server: a process in its own
+// process group, with a minimal environment (a few of the service's
+// variables and the connector's own), tied to no context. Its exit is
+// noticed the moment it happens (a goroutine waits for it, reaping it at
+// once, so it never lingers as a zombie), a closed stdout is reported too,
+// and stopping it kills the whole group. The tail of its stderr is kept
+// for errors. Restarting is its caller's: a Process runs once.
+package stdio
 
 import (
 	"errors"
@@ -11,22 +18,24 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
-// stdioEnvPassThrough are the service's environment variables a stdio server
+// envPassThrough are the service's environment variables a stdio server
 // inherits; nothing else of the service's environment (database URL, keys)
 // reaches it.
-var stdioEnvPassThrough = []string{"PATH", "HOME", "USER", "LANG", "TMPDIR", "TZ", "NODE_PATH", "npm_config_cache"}
+var envPassThrough = []string{"PATH", "HOME", "USER", "LANG", "TMPDIR", "TZ", "NODE_PATH", "npm_config_cache"}
 
 // stderrTail is how much of a stdio server's stderr is kept for errors.
 const stderrTail = 4 << 10
 
-// process is a stdio server run in its own process group, with a minimal
+// Process is a stdio server run in its own process group, with a minimal
 // environment and no tie to any context. The registry owns it rather than
 // mcp-go so that its exit is noticed the moment it happens: a goroutine
 // waits for it (reaping it at once, so it never lingers as a zombie) and a
 // closed stdout is reported too.
-type process struct {
+type Process struct {
 	cmd    *exec.Cmd
 	stdin  *os.File // our end of the server's stdin
 	stdout *os.File // our end of the server's stdout
@@ -37,20 +46,24 @@ type process struct {
 	exitErr    error         // what Wait returned; read after exited
 }
 
-// startProcess starts spec's command; onExit is told when the process has
-// exited and been reaped, with its status and the tail of its stderr.
-func startProcess(spec Spec, onExit func(error)) (*process, error) {
+// ErrExited is the cause of a stdio server's death when it exited.
+var ErrExited = errors.New("stdio server exited")
+
+// Start starts command with args, in an environment of the pass-through
+// variables and env; onExit is told when the process has exited and been
+// reaped, with its status and the tail of its stderr.
+func Start(command string, args []string, env map[string]string, onExit func(error)) (*Process, error) {
 	var pipes [3][2]*os.File // stdin, stdout, stderr: {read, write}
 	for i := range pipes {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll(pipes[:i])
-			return nil, fmt.Errorf("start %s: %w", spec.Command, err)
+			return nil, fmt.Errorf("start %s: %w", command, err)
 		}
 		pipes[i] = [2]*os.File{r, w}
 	}
-	cmd := exec.Command(spec.Command, spec.Args...)
-	cmd.Env = append(passThroughEnv(), envList(spec.Env)...)
+	cmd := exec.Command(command, args...)
+	cmd.Env = append(passThroughEnv(), envList(env)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
 	err := cmd.Start()
@@ -62,9 +75,9 @@ func startProcess(spec Spec, onExit func(error)) (*process, error) {
 		pipes[0][1].Close()
 		pipes[1][0].Close()
 		pipes[2][0].Close()
-		return nil, fmt.Errorf("start %s: %w", spec.Command, err)
+		return nil, fmt.Errorf("start %s: %w", command, err)
 	}
-	p := &process{
+	p := &Process{
 		cmd: cmd, stdin: pipes[0][1], stdout: pipes[1][0], stderr: newTailBuffer(stderrTail),
 		stderrDone: make(chan struct{}), exited: make(chan struct{}),
 	}
@@ -80,21 +93,21 @@ func closeAll(pipes [][2]*os.File) {
 	}
 }
 
-func (p *process) drainStderr(r *os.File) {
+func (p *Process) drainStderr(r *os.File) {
 	defer close(p.stderrDone)
 	defer r.Close()
 	_, _ = io.Copy(p.stderr, r)
 }
 
-func (p *process) wait(onExit func(error)) {
+func (p *Process) wait(onExit func(error)) {
 	p.exitErr = p.cmd.Wait()
 	close(p.exited)
-	onExit(p.exitError(0))
+	onExit(p.ExitError(0))
 }
 
-// exitError describes the exit of a process that has exited, waiting up to
+// ExitError describes the exit of a process that has exited, waiting up to
 // wait for it to do so; nil if it is still running.
-func (p *process) exitError(wait time.Duration) error {
+func (p *Process) ExitError(wait time.Duration) error {
 	select {
 	case <-p.exited:
 	default:
@@ -110,17 +123,17 @@ func (p *process) exitError(wait time.Duration) error {
 	if p.exitErr != nil {
 		status = p.exitErr.Error()
 	}
-	err := fmt.Errorf("%w (%s)", errExited, status)
-	if tail := p.stderrTail(); tail != "" {
-		err = fmt.Errorf("%w (stderr: %s)", err, lastLines(tail, 5))
+	err := fmt.Errorf("%w (%s)", ErrExited, status)
+	if tail := p.StderrTail(); tail != "" {
+		err = fmt.Errorf("%w (stderr: %s)", err, LastLines(tail, 5))
 	}
 	return err
 }
 
-// stderrTail is the last of what the server wrote to stderr. Once it has
+// StderrTail is the last of what the server wrote to stderr. Once it has
 // exited, its last words may still be in the pipe (children can hold it
 // open), so they get a moment to arrive.
-func (p *process) stderrTail() string {
+func (p *Process) StderrTail() string {
 	select {
 	case <-p.exited:
 		select {
@@ -132,27 +145,27 @@ func (p *process) stderrTail() string {
 	return strings.TrimSpace(p.stderr.String())
 }
 
-// stdoutReader is the server's stdout for the MCP client, a line at most
-// maxLine bytes long (see messageLimiter). When it ends, onClosed is told,
+// StdoutReader is the server's stdout for the MCP client, a line at most
+// maxLine bytes long (see package msglimit). When it ends, onClosed is told,
 // unless the process is exiting, whose own report says more.
-func (p *process) stdoutReader(maxLine int, onClosed func(error)) io.Reader {
-	return newMessageLimiter(p.eofReader(onClosed), maxLine, false)
+func (p *Process) StdoutReader(maxLine int, onClosed func(error)) io.Reader {
+	return msglimit.NewMessages(p.eofReader(onClosed), maxLine, false)
 }
 
-func (p *process) eofReader(onClosed func(error)) io.Reader {
+func (p *Process) eofReader(onClosed func(error)) io.Reader {
 	return &eofReader{r: p.stdout, onEOF: func() {
 		go func() {
-			if p.exitError(500*time.Millisecond) == nil {
+			if p.ExitError(500*time.Millisecond) == nil {
 				onClosed(errors.New("stdio server closed its stdout"))
 			}
 		}()
 	}}
 }
 
-// stop closes the server's stdin, waits up to grace for it to exit, then
+// Stop closes the server's stdin, waits up to grace for it to exit, then
 // kills its whole process group (children that outlived it too) and waits
 // for it to be reaped.
-func (p *process) stop(grace time.Duration) {
+func (p *Process) Stop(grace time.Duration) {
 	_ = p.stdin.Close()
 	select {
 	case <-p.exited:
@@ -166,8 +179,14 @@ func (p *process) stop(grace time.Duration) {
 	_ = p.stdout.Close()
 }
 
+// Stdin is the server's stdin, for the MCP client to write to.
+func (p *Process) Stdin() io.WriteCloser { return p.stdin }
+
+// PID is the server's process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
 // killGroup sends SIGKILL to the server's process group.
-func (p *process) killGroup() {
+func (p *Process) killGroup() {
 	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		_ = p.cmd.Process.Kill()
 	}
@@ -190,7 +209,7 @@ func (e *eofReader) Read(b []byte) (int, error) {
 
 func passThroughEnv() []string {
 	var env []string
-	for _, k := range stdioEnvPassThrough {
+	for _, k := range envPassThrough {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
@@ -207,7 +226,8 @@ func envList(m map[string]string) []string {
 	return out
 }
 
-func lastLines(s string, n int) string {
+// LastLines is the last n lines of s, joined with " | ", for an error.
+func LastLines(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
