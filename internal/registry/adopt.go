@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/connector-svc/connector-svc/internal/registry/httppool"
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
@@ -108,7 +109,7 @@ func (r *Registry) Adopt(id int64, sessionID string, h SessionHandle) bool {
 // attach starts a session on the live MCP session of h, as another
 // replica left it: no handshake, and so nothing sent yet.
 func (c *conn) attach(spec Spec, hc *http.Client, h SessionHandle) (*session, error) {
-	own, end := sessionClient(hc)
+	own, end := httppool.SessionClient(hc)
 	asks := c.newAsks(spec)
 	opts := append([]client.ClientOption{client.WithSession(), client.WithProtocolVersion(h.ProtocolVersion)}, asks.options()...)
 	s, err := newSession(c.reg.life, spec, own, opts, c.spec.ConnectTimeout, msglimit.ForResult(c.reg.cfg.MaxResultBytes),
@@ -124,7 +125,7 @@ func (c *conn) attach(spec Spec, hc *http.Client, h SessionHandle) (*session, er
 // DELETE), so that another replica can go on with its MCP session.
 func (s *session) detach() {
 	if s.end != nil {
-		s.end.dead.Store(true)
+		s.end.MarkDead()
 	}
 }
 

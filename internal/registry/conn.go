@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/connector-svc/connector-svc/internal/registry/httppool"
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 	"github.com/connector-svc/connector-svc/internal/registry/stdio"
 )
@@ -35,7 +36,7 @@ type conn struct {
 	// hc is the connector's HTTP client over pool, its share of the
 	// transports of its origin, kept across sessions.
 	hc     *http.Client
-	pool   *pool
+	pool   *httppool.Pool
 	redact *redactor
 
 	// mu is read-locked by every call (ready): a hot connector's callers
@@ -100,7 +101,7 @@ type usage struct {
 }
 
 func newConn(reg *Registry, spec Spec) *conn {
-	p, hc := newPool(reg.transports, spec.URL, msglimit.ForResult(reg.cfg.MaxResultBytes))
+	p, hc := httppool.NewPool(reg.transports, spec.URL, msglimit.ForResult(reg.cfg.MaxResultBytes))
 	c := &conn{reg: reg, spec: spec, hc: hc, pool: p, redact: newRedactor(spec), health: Health{State: StateConnecting},
 		phase: rand.N(reg.cfg.HealthInterval), owner: true}
 	if spec.Auth == AuthClientCredentials {
@@ -583,7 +584,7 @@ func (c *conn) close(why error) {
 		s.close(c.reg.cfg.CloseGrace)
 	}
 	wg.Wait()
-	c.pool.close()
+	c.pool.Close()
 }
 
 // closeDrained closes a conn that a new one replaced: its session, and
@@ -596,7 +597,7 @@ func (c *conn) closeDrained() {
 		s.drain(c.spec.CallTimeout)
 		s.close(c.reg.cfg.CloseGrace)
 	}
-	c.pool.close()
+	c.pool.Close()
 }
 
 func (c *conn) attrs() []attribute.KeyValue {

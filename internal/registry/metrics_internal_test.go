@@ -20,7 +20,7 @@ func BenchmarkRecordCall(b *testing.B) {
 		b.Run(tt.name, func(b *testing.B) {
 			r := New(nil, Config{MeterProvider: tt.mp}, nil)
 			c := newConn(r, Spec{ID: 1, WorkspaceID: "acme", ConnectorID: "github", Transport: TransportStreamableHTTP})
-			defer c.pool.close()
+			defer c.pool.Close()
 			res := &mcp.CallToolResult{}
 			ctx := context.Background()
 			b.ReportAllocs()

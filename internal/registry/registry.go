@@ -25,6 +25,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/egress"
+	"github.com/connector-svc/connector-svc/internal/registry/httppool"
 )
 
 // Spec is what the registry needs to connect one connector. Secret values
@@ -269,7 +270,7 @@ type Registry struct {
 	// metrics records what the registry does, on Config.MeterProvider.
 	metrics *metrics
 	// transports are the HTTP transports connectors share, by origin.
-	transports *transports
+	transports *httppool.Transports
 
 	// life bounds every background stream and connect; cancelled by Run's end.
 	life   context.Context
@@ -309,7 +310,7 @@ func New(source ConnectorSource, cfg Config, logger *slog.Logger) *Registry {
 		sem:       make(chan struct{}, cfg.Concurrency),
 	}
 	r.metrics = newMetrics(cfg.MeterProvider, r)
-	r.transports = newTransports(cfg.Egress, cfg.MaxIdleConnsPerConnector, cfg.ownTransports)
+	r.transports = httppool.New(cfg.Egress, cfg.MaxIdleConnsPerConnector, cfg.ownTransports)
 	return r
 }
 

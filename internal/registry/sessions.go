@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/connector-svc/connector-svc/internal/registry/httppool"
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 )
 
@@ -407,13 +408,15 @@ func (sc *sessConn) info() SessionInfo {
 // handshake or else the sessionless one first (see openBare), without
 // listing tools. It returns the protocol version agreed.
 func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic bool) (*session, string, error) {
-	own, end := sessionClient(hc)
-	end.sse = c.sseRequests(spec, end.base)
+	own, end := httppool.SessionClient(hc)
+	if sse := c.sseRequests(spec, end.Base()); sse != nil {
+		end.SetFilter(sse.Filter)
+	}
 	asks := c.newAsks(spec)
 	s, err := newSession(c.reg.life, spec, own, append(c.clientOptions(classic), asks.options()...), c.spec.ConnectTimeout,
 		msglimit.ForResult(c.reg.cfg.MaxResultBytes), c.mcpLogger(), c.reg.metrics, SessionHandle{})
 	if err != nil {
-		return nil, "", transportHint(spec.Transport, err, end.streamed.Load())
+		return nil, "", transportHint(spec.Transport, err, end.Streamed())
 	}
 	s.end, s.asks = end, asks
 	res, err := s.client.Initialize(ctx, initializeRequest())

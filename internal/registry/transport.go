@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 
+	"github.com/connector-svc/connector-svc/internal/registry/httppool"
 	"github.com/connector-svc/connector-svc/internal/registry/stdio"
 )
 
@@ -31,7 +32,7 @@ type session struct {
 	proc   *stdio.Process // stdio only
 	cancel context.CancelFunc
 	opened time.Time
-	end    *sessionEnd // HTTP only: ends the session; see markDead
+	end    *httppool.SessionEnd // HTTP only: ends the session; see markDead
 	// version is the protocol version negotiated (or adopted: see attach).
 	version string
 	// restart says the session took the place of one its caller session
@@ -127,6 +128,14 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 	return s, nil
 }
 
+// markDead records that s is known dead: closing it sends the server
+// nothing.
+func (s *session) markDead() {
+	if s.end != nil {
+		s.end.MarkDead()
+	}
+}
+
 // died records that the transport ended on its own and tells the watcher,
 // once. A session being closed on purpose has not died.
 func (s *session) died(err error) {
@@ -200,7 +209,7 @@ func (s *session) drain(timeout time.Duration) {
 // close closes the client and, for stdio, kills the server's whole process
 // group once grace has passed, and returns when everything is gone. An
 // HTTP session's close returns at once: what it sends the server (a
-// DELETE) is bounded by the session's client (see sessionEnd), and waits
+// DELETE) is bounded by the session's client (see httppool.SessionEnd), and waits
 // for nothing. Safe to call more than once.
 func (s *session) close(grace time.Duration) {
 	s.mu.Lock()

@@ -1,4 +1,11 @@
-package registry
+// Package httppool holds the HTTP side of SSE and streamable-HTTP
+// connectors: the transports the connectors of one origin share (every
+// connection dialed through the egress policy), each connector's pool over
+// them with the limit on what a response may carry (package msglimit), and
+// each session's own client, which ends the session (its DELETE) as the
+// session's state says. It knows nothing of MCP sessions or connectors
+// beyond a URL.
+package httppool
 
 import (
 	"io"
@@ -28,7 +35,7 @@ import (
 // every request of the session reads (mark3labs/mcp-go#969).
 const transportsPerOrigin = 4
 
-// transports are the HTTP transports of the registry's connectors, shared
+// Transports are the HTTP transports of the registry's connectors, shared
 // by origin. An idle connector's cost is mostly its idle connection and its
 // transport; connectors that reach the same origin (scheme, host and port)
 // share a set of transports, and so their idle connections, instead. Every
@@ -36,7 +43,7 @@ const transportsPerOrigin = 4
 // the same TLS settings (the system's roots), so the origin is the whole
 // key. Requests are not multiplexed (HTTP/1.1): a connection carries one
 // request at a time, so one connector's slow call never holds up another's.
-type transports struct {
+type Transports struct {
 	policy  *egress.Policy
 	maxIdle int
 	own     bool // each connector its own transport, as before sharing (to compare)
@@ -45,8 +52,12 @@ type transports struct {
 	sets map[string]*transportSet
 }
 
-func newTransports(policy *egress.Policy, maxIdle int, own bool) *transports {
-	return &transports{policy: policy, maxIdle: maxIdle, own: own, sets: map[string]*transportSet{}}
+// New returns the transports of connectors whose connections policy
+// checks, each keeping up to maxIdle idle connections; own gives each
+// connector a transport of its own, as before they were shared (to
+// compare).
+func New(policy *egress.Policy, maxIdle int, own bool) *Transports {
+	return &Transports{policy: policy, maxIdle: maxIdle, own: own, sets: map[string]*transportSet{}}
 }
 
 // transportSet is the transports of one origin and how many connectors use
@@ -55,13 +66,13 @@ type transportSet struct {
 	key   string
 	all   []*http.Transport
 	next  atomic.Uint32
-	users int         // guarded by transports.mu
+	users int         // guarded by Transports.mu
 	done  atomic.Bool // its last user has gone
 }
 
 // acquire returns the transports for rawURL's origin, counting one more
 // user; release hands them back.
-func (t *transports) acquire(rawURL string) *transportSet {
+func (t *Transports) acquire(rawURL string) *transportSet {
 	if t.own {
 		return &transportSet{all: []*http.Transport{t.newTransport()}, users: 1}
 	}
@@ -81,7 +92,7 @@ func (t *transports) acquire(rawURL string) *transportSet {
 }
 
 // release counts one user less; the last one closes the idle connections.
-func (t *transports) release(s *transportSet) {
+func (t *Transports) release(s *transportSet) {
 	if !t.own {
 		t.mu.Lock()
 		s.users--
@@ -108,7 +119,7 @@ func (t *transports) release(s *transportSet) {
 // connection for most calls). Idle connections exist only as many as
 // calls ran at once, so a set shared by thousands of idle connectors
 // holds a few, not one each.
-func (t *transports) newTransport() *http.Transport {
+func (t *Transports) newTransport() *http.Transport {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.DialContext = t.policy.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	// A connector's server is one host (an SSE server's endpoint may name
@@ -143,15 +154,15 @@ func (s *transportSet) closeIdle() {
 	}
 }
 
-// pool is a connector's HTTP client side: its share of its origin's
+// Pool is a connector's HTTP client side: its share of its origin's
 // transports, and what stays its own: the limit on what a response may
 // carry and its closing. Once closed it keeps no idle connection of a set
 // nobody uses any more: a request that was still in flight when the
 // connector closed (a call racing a shutdown, the session's own DELETE)
 // would otherwise return its connection to the pool, where it and the
 // server's end of it linger until the idle timeout.
-type pool struct {
-	reg    *transports
+type Pool struct {
+	reg    *Transports
 	set    *transportSet
 	home   *http.Transport // the one of set this connector uses first
 	busy   atomic.Int32    // requests under way, but for GET streams
@@ -160,17 +171,17 @@ type pool struct {
 	maxMessage int
 }
 
-// newPool returns the pool of a connector of rawURL. The client over it
+// NewPool returns the pool of a connector of rawURL. The client over it
 // sends each request's trace context (traceparent). A response's messages
 // are limited to maxMessage bytes each.
-func newPool(t *transports, rawURL string, maxMessage int) (*pool, *http.Client) {
+func NewPool(t *Transports, rawURL string, maxMessage int) (*Pool, *http.Client) {
 	set := t.acquire(rawURL)
-	p := &pool{reg: t, set: set, home: set.pick(), maxMessage: maxMessage}
+	p := &Pool{reg: t, set: set, home: set.pick(), maxMessage: maxMessage}
 	return p, &http.Client{Transport: telemetry.Traceparent(p)}
 }
 
 // RoundTrip implements http.RoundTripper.
-func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
+func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	tr, counted := p.home, req.Method != http.MethodGet // a GET is a stream that stays open
 	if counted && p.busy.Add(1) > 1 {
 		tr = p.set.pick()
@@ -186,7 +197,7 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // done ends a request of the pool made over tr: it is no longer under way,
 // and the last connector of tr's origin keeps no connection idle.
-func (p *pool) done(tr *http.Transport, counted bool) {
+func (p *Pool) done(tr *http.Transport, counted bool) {
 	if counted {
 		p.busy.Add(-1)
 	}
@@ -195,10 +206,10 @@ func (p *pool) done(tr *http.Transport, counted bool) {
 	}
 }
 
-// pooledBody ends its request (pool.done) when it is first closed.
+// pooledBody ends its request (Pool.done) when it is first closed.
 type pooledBody struct {
 	io.ReadCloser
-	p       *pool
+	p       *Pool
 	tr      *http.Transport
 	counted bool
 	closed  atomic.Bool
@@ -214,17 +225,17 @@ func (b *pooledBody) Close() error {
 
 // limit bounds what resp's body may carry: an event stream, each event;
 // any other body (one JSON message), the whole.
-func (p *pool) limit(resp *http.Response) io.ReadCloser {
+func (p *Pool) limit(resp *http.Response) io.ReadCloser {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
 		return msglimit.NewMessages(resp.Body, p.maxMessage, true)
 	}
 	return msglimit.NewBody(resp.Body, p.maxMessage)
 }
 
-// close hands the connector's share of its transports back: the last
+// Close hands the connector's share of its transports back: the last
 // connector of an origin closes the idle connections now and every one
 // that becomes idle later. Safe to call more than once.
-func (p *pool) close() {
+func (p *Pool) Close() {
 	if p.closed.CompareAndSwap(false, true) {
 		p.reg.release(p.set)
 	}

@@ -1,4 +1,4 @@
-package registry
+package httppool
 
 // How a session ends: the DELETE with which mcp-go's streamable-HTTP
 // transport ends an MCP session.
@@ -10,35 +10,33 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/connector-svc/connector-svc/internal/registry/ssereq"
 )
 
 // deleteTimeout bounds the DELETE that ends a live streamable-HTTP
 // session; mcp-go allows it 5s.
 const deleteTimeout = time.Second
 
-// sessionEnd is the RoundTripper of a session's own HTTP client, over its
+// SessionEnd is the RoundTripper of a session's own HTTP client, over its
 // connector's connection pool. It sends no DELETE for a session known dead
 // (lost, or found not answering): a server that stopped answering would
 // hold it for nothing. Any other DELETE is bounded by deleteTimeout. Every
 // other request goes to the pool as it is.
-type sessionEnd struct {
+type SessionEnd struct {
 	base http.RoundTripper
 	dead atomic.Bool
 	// streamed says a GET opened an event stream: an SSE session whose
-	// start then times out got no endpoint event on it (see
-	// transportHint).
+	// start then times out got no endpoint event on it.
 	streamed atomic.Bool
-	// sse, on a legacy SSE session, takes the server's requests out of
-	// the event stream and answers them (package ssereq).
-	sse *ssereq.Requests
+	// filter, if set, reads every event stream a GET opens first (on a
+	// legacy SSE session, package ssereq takes the server's requests out
+	// of it and answers them).
+	filter func(io.ReadCloser) io.ReadCloser
 }
 
-// sessionClient returns hc as one session uses it, with the sessionEnd
+// SessionClient returns hc as one session uses it, with the SessionEnd
 // that ends the session.
-func sessionClient(hc *http.Client) (*http.Client, *sessionEnd) {
-	e := &sessionEnd{base: hc.Transport}
+func SessionClient(hc *http.Client) (*http.Client, *SessionEnd) {
+	e := &SessionEnd{base: hc.Transport}
 	if e.base == nil {
 		e.base = http.DefaultTransport
 	}
@@ -48,15 +46,15 @@ func sessionClient(hc *http.Client) (*http.Client, *sessionEnd) {
 }
 
 // RoundTrip implements http.RoundTripper.
-func (e *sessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
+func (e *SessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch req.Method {
 	case http.MethodDelete:
 	case http.MethodGet:
 		resp, err := e.base.RoundTrip(req)
 		if err == nil && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			e.streamed.Store(true)
-			if e.sse != nil {
-				resp.Body = e.sse.Filter(resp.Body)
+			if e.filter != nil {
+				resp.Body = e.filter(resp.Body)
 			}
 		}
 		return resp, err
@@ -79,13 +77,19 @@ func (e *sessionEnd) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// markDead records that s is known dead: closing it sends the server
-// nothing.
-func (s *session) markDead() {
-	if s.end != nil {
-		s.end.dead.Store(true)
-	}
-}
+// Base is the RoundTripper under e: the connector's pool, or hc's.
+func (e *SessionEnd) Base() http.RoundTripper { return e.base }
+
+// SetFilter makes f read every event stream a GET opens first. Call it
+// before the session's first request.
+func (e *SessionEnd) SetFilter(f func(io.ReadCloser) io.ReadCloser) { e.filter = f }
+
+// MarkDead records that the session is known dead (or handed over to
+// another replica): closing it sends the server nothing.
+func (e *SessionEnd) MarkDead() { e.dead.Store(true) }
+
+// Streamed reports whether a GET opened an event stream.
+func (e *SessionEnd) Streamed() bool { return e.streamed.Load() }
 
 // closeThen runs then after closing its body.
 type closeThen struct {

@@ -1,4 +1,4 @@
-package registry
+package httppool
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // written; another scheme, host or port gets its own; the last release
 // closes the set, and the next user of that origin gets a new one.
 func TestTransportsShareByOrigin(t *testing.T) {
-	ts := newTransports(egress.New(egress.Config{}), 8, false)
+	ts := New(egress.New(egress.Config{}), 8, false)
 	a := ts.acquire("http://mcp.example:80/mcp")
 	if b := ts.acquire("http://mcp.example/other"); b != a {
 		t.Error("http://mcp.example:80/mcp and http://mcp.example/other do not share transports")
@@ -32,7 +32,7 @@ func TestTransportsShareByOrigin(t *testing.T) {
 	if ts.acquire("http://mcp.example/mcp") == a {
 		t.Error("a closed set was handed out again")
 	}
-	if own := newTransports(egress.New(egress.Config{}), 8, true); own.acquire("http://x/") == own.acquire("http://x/") {
+	if own := New(egress.New(egress.Config{}), 8, true); own.acquire("http://x/") == own.acquire("http://x/") {
 		t.Error("with own transports, two connectors share a set")
 	}
 }
