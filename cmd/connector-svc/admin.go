@@ -25,8 +25,8 @@ func adminFlags(fs *flag.FlagSet, cfg *config) {
 		"let ADMIN_ADDR be a non-loopback address; nothing it serves asks for credentials (ADMIN_ANY_ADDRESS)")
 }
 
-// readAdmin checks the admin settings and reads the metrics exporters
-// from the standard OTel variables. The admin address serves without
+// readAdmin checks the admin settings and reads the metrics and traces
+// exporters from the standard OTel variables. The admin address serves without
 // credentials, so it stays on loopback unless the operator says otherwise.
 func (cfg *config) readAdmin(getenv func(string) string) error {
 	if cfg.AdminAddr == "off" {
@@ -53,6 +53,8 @@ func (cfg *config) readAdmin(getenv func(string) string) error {
 	if getenv("OTEL_SDK_DISABLED") == "true" {
 		cfg.MetricsExporters = nil
 	}
+	cfg.Tracing = telemetry.TracingConfig{Exporter: getenv("OTEL_TRACES_EXPORTER"), Protocol: getenv("OTEL_EXPORTER_OTLP_PROTOCOL"),
+		Disabled: getenv("OTEL_SDK_DISABLED") == "true"}
 	cfg.OTLPProtocol, err = telemetry.ParseProtocol(getenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	return err
 }

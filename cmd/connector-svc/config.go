@@ -63,6 +63,9 @@ type config struct {
 	AdminPprof, AdminAnyAddress bool
 	MetricsExporters            []string // from OTEL_METRICS_EXPORTER
 	OTLPProtocol                string
+	// Tracing is OTEL_TRACES_EXPORTER and friends (the SDK reads the
+	// exporter's own settings, OTEL_EXPORTER_OTLP_*, itself).
+	Tracing telemetry.TracingConfig
 
 	// Cluster is how this replica takes part among those on one database.
 	Cluster clusterConfig

@@ -227,9 +227,7 @@ func reseal(ctx context.Context, db *store.DB, box *secret.Box, logger *slog.Log
 // for; gRPC health and obs.ready follow Postgres.
 func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys *auth.Keys, creds []grpc.ServerOption,
 	obs observability, logger *slog.Logger) error {
-	// The SDK reads the traces' OTEL_* settings from the process
-	// environment itself, not through getenv.
-	tracing, err := telemetry.SetupTracing(ctx)
+	tracing, err := telemetry.SetupTracing(ctx, cfg.Tracing)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,10 @@ func TestEndToEndTraces(t *testing.T) {
 		argValue    = "arg-PLANTED-trace-3c58"
 	)
 	mcp := newForgetfulMCP(t, "Bearer "+secret)
-	svc := start(t, storetest.NewURL(t), map[string]string{"SECRET_KEY": testKey})
+	// The service's configuration reads OTEL_TRACES_EXPORTER through
+	// getenv; the SDK's exporter reads the rest from the process.
+	svc := start(t, storetest.NewURL(t), map[string]string{"SECRET_KEY": testKey, "OTEL_TRACES_EXPORTER": "otlp",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	for id, url := range map[string]string{"echo": mcp.url(), "dead": "http://127.0.0.1:9/mcp"} {
 		_, err := client.CreateConnector(testCtx(t), &connectorv1.CreateConnectorRequest{WorkspaceId: "acme", Connector: &connectorv1.Connector{

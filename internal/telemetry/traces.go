@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -32,23 +31,47 @@ type Tracing struct {
 // JSON, between the log lines).
 func TraceExporters() []string { return []string{"otlp", "console", "none"} }
 
-// SetupTracing builds the tracer provider that the standard OpenTelemetry
-// environment asks for. The SDK reads it from the process environment:
-// OTEL_TRACES_EXPORTER (otlp, console or none; none when unset, unlike
-// the SDK's own default), OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf, the
-// default, or grpc), OTEL_EXPORTER_OTLP_ENDPOINT and the other
-// OTEL_EXPORTER_OTLP_* settings, OTEL_TRACES_SAMPLER, OTEL_BSP_*,
+// TracingConfig is what the service's own settings say of traces: the
+// standard variables, read by the caller's configuration.
+type TracingConfig struct {
+	// Exporter is OTEL_TRACES_EXPORTER: otlp, console or none; none when
+	// empty, unlike the SDK's own default.
+	Exporter string
+	// Protocol is OTEL_EXPORTER_OTLP_PROTOCOL, named in errors.
+	Protocol string
+	// Disabled is OTEL_SDK_DISABLED=true: nothing is exported.
+	Disabled bool
+}
+
+// SetupTracing builds the tracer provider cfg asks for. Called without a
+// cfg (benchmarks of other packages do), it leaves the choice to
+// autoexport's reading of the process environment, and Exporter says
+// "environment" unless that chose none. With traces on, the
+// exporter is built by the OpenTelemetry SDK's autoexport, which reads the
+// standard variables from the process environment itself, with no way to
+// pass them in: OTEL_TRACES_EXPORTER (the same value as cfg.Exporter, as
+// main reads the process environment), OTEL_EXPORTER_OTLP_PROTOCOL
+// (http/protobuf, the default, or grpc), OTEL_EXPORTER_OTLP_ENDPOINT and
+// the other OTEL_EXPORTER_OTLP_* settings, OTEL_TRACES_SAMPLER, OTEL_BSP_*,
 // OTEL_SERVICE_NAME (connector-svc by default) and
-// OTEL_RESOURCE_ATTRIBUTES. OTEL_SDK_DISABLED=true exports nothing. The
-// resource has no process attributes: a command line may carry secrets.
+// OTEL_RESOURCE_ATTRIBUTES. That is the one place the service's settings
+// are read outside its configuration. The resource has no process
+// attributes: a command line may carry secrets.
 //
 // It sets otel's global propagator to W3C trace context and baggage, so
 // that a caller's trace continues here. It leaves otel's global tracer
 // provider alone: pass Provider to what makes spans.
 //
 // Shutdown flushes the spans still buffered.
-func SetupTracing(ctx context.Context) (*Tracing, error) {
+func SetupTracing(ctx context.Context, cfgs ...TracingConfig) (*Tracing, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	cfg := TracingConfig{Exporter: "environment"}
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	if cfg.Disabled || cfg.Exporter == "" || cfg.Exporter == "none" {
+		return &Tracing{Provider: noop.NewTracerProvider(), Exporter: "none"}, nil
+	}
 	unset := false
 	exp, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(
 		func(context.Context) (sdktrace.SpanExporter, error) {
@@ -57,10 +80,10 @@ func SetupTracing(ctx context.Context) (*Tracing, error) {
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("traces exporter (OTEL_TRACES_EXPORTER %q, OTEL_EXPORTER_OTLP_PROTOCOL %q): %w; want one of %s, and %s or %s",
-			os.Getenv("OTEL_TRACES_EXPORTER"), os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), err,
+			cfg.Exporter, cfg.Protocol, err,
 			strings.Join(TraceExporters(), ", "), ProtocolHTTP, ProtocolGRPC)
 	}
-	if unset || autoexport.IsNoneSpanExporter(exp) || os.Getenv("OTEL_SDK_DISABLED") == "true" {
+	if unset || autoexport.IsNoneSpanExporter(exp) {
 		return &Tracing{Provider: noop.NewTracerProvider(), Exporter: "none"}, nil
 	}
 	res, err := resource.New(ctx,
@@ -72,7 +95,7 @@ func SetupTracing(ctx context.Context) (*Tracing, error) {
 		return nil, fmt.Errorf("OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &Tracing{Provider: tp, Exporter: os.Getenv("OTEL_TRACES_EXPORTER"), shutdown: tp.Shutdown}, nil
+	return &Tracing{Provider: tp, Exporter: cfg.Exporter, shutdown: tp.Shutdown}, nil
 }
 
 // Shutdown exports the spans still buffered, within ctx, and stops the

@@ -16,13 +16,16 @@ import (
 )
 
 // setenv sets the OpenTelemetry environment for one test, every variable
-// SetupTracing reads unset unless given.
-func setenv(t *testing.T, env map[string]string) {
+// the SDK reads unset unless given, and returns the TracingConfig the
+// service's configuration reads from it.
+func setenv(t *testing.T, env map[string]string) telemetry.TracingConfig {
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
 		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
 		"OTEL_SDK_DISABLED"} {
 		t.Setenv(k, env[k])
 	}
+	return telemetry.TracingConfig{Exporter: env["OTEL_TRACES_EXPORTER"], Protocol: env["OTEL_EXPORTER_OTLP_PROTOCOL"],
+		Disabled: env["OTEL_SDK_DISABLED"] == "true"}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -34,8 +37,8 @@ func ctxT(t *testing.T) context.Context {
 func TestSetupTracingExportsNothingByDefault(t *testing.T) {
 	for _, env := range []map[string]string{{}, {"OTEL_TRACES_EXPORTER": "none"},
 		{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}} {
-		setenv(t, env)
-		tr, err := telemetry.SetupTracing(ctxT(t))
+		cfg := setenv(t, env)
+		tr, err := telemetry.SetupTracing(ctxT(t), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,8 +83,8 @@ func TestSetupTracingServiceName(t *testing.T) {
 // tracing down and returns what c got.
 func exportOne(t *testing.T, c *telemetrytest.Collector, env map[string]string) []telemetrytest.Span {
 	t.Helper()
-	setenv(t, env)
-	tr, err := telemetry.SetupTracing(ctxT(t))
+	cfg := setenv(t, env)
+	tr, err := telemetry.SetupTracing(ctxT(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +103,8 @@ func TestSetupTracingBadEnvironment(t *testing.T) {
 		{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"},
 		{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_RESOURCE_ATTRIBUTES": "team"},
 	} {
-		setenv(t, env)
-		if _, err := telemetry.SetupTracing(ctxT(t)); err == nil || !strings.Contains(err.Error(), "OTEL_") {
+		cfg := setenv(t, env)
+		if _, err := telemetry.SetupTracing(ctxT(t), cfg); err == nil || !strings.Contains(err.Error(), "OTEL_") {
 			t.Errorf("%v: SetupTracing = %v; want an error naming the setting", env, err)
 		}
 	}
@@ -149,8 +152,8 @@ func TestTraceparent(t *testing.T) {
 // help's list) is one SetupTracing takes, and its error names them all.
 func TestTraceExportersAreAccepted(t *testing.T) {
 	for _, name := range telemetry.TraceExporters() {
-		setenv(t, map[string]string{"OTEL_TRACES_EXPORTER": name, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
-		tr, err := telemetry.SetupTracing(ctxT(t))
+		cfg := setenv(t, map[string]string{"OTEL_TRACES_EXPORTER": name, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+		tr, err := telemetry.SetupTracing(ctxT(t), cfg)
 		if err != nil {
 			t.Errorf("OTEL_TRACES_EXPORTER=%s: %v", name, err)
 			continue
@@ -160,8 +163,8 @@ func TestTraceExportersAreAccepted(t *testing.T) {
 		}
 		_ = tr.Shutdown(ctxT(t))
 	}
-	setenv(t, map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"})
-	_, err := telemetry.SetupTracing(ctxT(t))
+	cfg := setenv(t, map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"})
+	_, err := telemetry.SetupTracing(ctxT(t), cfg)
 	if err == nil || !strings.Contains(err.Error(), "otlp, console, none") {
 		t.Errorf("OTEL_TRACES_EXPORTER=jaeger: %v; want an error naming otlp, console, none", err)
 	}
