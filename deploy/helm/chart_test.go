@@ -890,7 +890,7 @@ var (
 // binarySettings collects what connector-svc reads: each flag's "(NAME)" and
 // the environment-only names its -h prints, the OTEL_* variables of -h and of
 // the README's configuration table, and the service's variables a stdio
-// server inherits (internal/registry's stdioEnvPassThrough: HOME,
+// server inherits (internal/registry/stdio's envPassThrough: HOME,
 // npm_config_cache, …).
 func binarySettings(t *testing.T) settings {
 	t.Helper()
@@ -949,18 +949,18 @@ func configurationSection(t *testing.T, readme string) string {
 	return section
 }
 
-// stdioPassThrough reads internal/registry's stdioEnvPassThrough, the
+// stdioPassThrough reads internal/registry/stdio's envPassThrough, the
 // variables of the service's environment a stdio server inherits.
 func stdioPassThrough(t *testing.T) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "../../internal/registry/process.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "../../internal/registry/stdio/stdio.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	ast.Inspect(f, func(n ast.Node) bool {
 		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "stdioEnvPassThrough" || len(vs.Values) != 1 {
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "envPassThrough" || len(vs.Values) != 1 {
 			return true
 		}
 		lit, ok := vs.Values[0].(*ast.CompositeLit)
@@ -976,7 +976,7 @@ func stdioPassThrough(t *testing.T) []string {
 		return false
 	})
 	if !slices.Contains(names, "HOME") || !slices.Contains(names, "npm_config_cache") {
-		t.Fatalf("internal/registry/process.go stdioEnvPassThrough = %v: HOME and npm_config_cache no longer reach stdio servers?", names)
+		t.Fatalf("internal/registry/stdio/stdio.go envPassThrough = %v: HOME and npm_config_cache no longer reach stdio servers?", names)
 	}
 	return names
 }
