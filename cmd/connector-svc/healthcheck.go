@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -42,6 +43,9 @@ func healthcheck(ctx context.Context, cfg config, stdout io.Writer) error {
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
+		if hint := tlsHint(ctx, cfg, addr); hint != "" {
+			return fmt.Errorf("health check of %s: %s (%w)", addr, hint, err)
+		}
 		return fmt.Errorf("health check of %s: %w", addr, err)
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -96,4 +100,52 @@ func healthcheckCreds(cfg config) (credentials.TransportCredentials, error) {
 		tc.Certificates = []tls.Certificate{own}
 	}
 	return credentials.NewTLS(tc), nil
+}
+
+// tlsHint says which TLS settings the check lacks, when a check failed
+// against a port that speaks TLS: it says so plainly instead of gRPC's
+// "error reading server preface: EOF" (or "broken pipe" under mutual TLS).
+// It sends the port a TLS ClientHello only to find out whether TLS answers
+// and whether a client certificate is asked for; nothing it receives is
+// trusted or used. "" when there is nothing to say.
+func tlsHint(ctx context.Context, cfg config, addr string) string {
+	speaksTLS, asksCert := probeTLS(ctx, addr)
+	switch {
+	case !speaksTLS:
+		return ""
+	case cfg.TLSCertFile == "" && asksCert:
+		return "the port speaks mutual TLS: set TLS_CERT_FILE and TLS_KEY_FILE, and TLS_CLIENT_CA_FILE, as the service has them " +
+			"(the check trusts the service's own certificate and presents it as its client certificate)"
+	case cfg.TLSCertFile == "":
+		return "the port speaks TLS: set TLS_CERT_FILE and TLS_KEY_FILE as the service has them " +
+			"(the check trusts the service's own certificate)"
+	case asksCert && cfg.TLSClientCAFile == "":
+		return "the port asks for client certificates (mutual TLS): set TLS_CLIENT_CA_FILE as the service has it, " +
+			"so that the check presents TLS_CERT_FILE as its client certificate"
+	}
+	return ""
+}
+
+// probeTLS sends addr a TLS ClientHello, verifying nothing, and reports
+// whether a TLS server answered (a handshake, or a TLS alert) and whether
+// it asked for a client certificate (none is sent).
+func probeTLS(ctx context.Context, addr string) (speaksTLS, asksCert bool) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var asked atomic.Bool
+	d := tls.Dialer{Config: &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // only to tell TLS from plaintext: the connection is closed at once
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked.Store(true)
+			return &tls.Certificate{}, nil
+		},
+	}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		conn.Close()
+		return true, asked.Load()
+	}
+	var alert tls.AlertError
+	return errors.As(err, &alert) || asked.Load(), asked.Load()
 }

@@ -143,3 +143,41 @@ func TestTLSSettingsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestHealthcheckSaysTheCheckLacksTLS: a healthcheck without the TLS
+// settings the service has says which ones to set, instead of gRPC's
+// "error reading server preface: EOF" or "broken pipe"; a port that does
+// not answer gets no TLS hint.
+func TestHealthcheckSaysTheCheckLacksTLS(t *testing.T) {
+	ca := tlsfilestest.NewCA(t, "ca")
+	tlsEnv := tlsFiles(t, t.TempDir(), ca, "server", nil)
+	mutualEnv := tlsFiles(t, t.TempDir(), ca, "server", ca)
+	tlsSvc := start(t, storetest.NewURL(t), tlsEnv)
+	mutualSvc := start(t, storetest.NewURL(t), mutualEnv)
+	withoutClientCA := map[string]string{"TLS_CERT_FILE": mutualEnv["TLS_CERT_FILE"], "TLS_KEY_FILE": mutualEnv["TLS_KEY_FILE"]}
+	for _, tt := range []struct {
+		name, addr string
+		env        map[string]string
+		want       []string
+	}{
+		{"TLS", tlsSvc.addr, nil, []string{"the port speaks TLS: set TLS_CERT_FILE and TLS_KEY_FILE"}},
+		{"mutual TLS", mutualSvc.addr, nil, []string{"the port speaks mutual TLS", "TLS_CERT_FILE", "TLS_CLIENT_CA_FILE"}},
+		{"mutual TLS, no client CA", mutualSvc.addr, withoutClientCA, []string{"asks for client certificates", "set TLS_CLIENT_CA_FILE"}},
+	} {
+		_, err := healthcheckCmd(t, tt.addr, tt.env)
+		for _, w := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: healthcheck = %v; want it to say %q", tt.name, err, w)
+			}
+		}
+	}
+	if _, err := healthcheckCmd(t, mutualSvc.addr, mutualEnv); err != nil {
+		t.Errorf("healthcheck with the service's settings: %v", err)
+	}
+	if err := tlsSvc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := healthcheckCmd(t, tlsSvc.addr, nil); err == nil || strings.Contains(err.Error(), "TLS") {
+		t.Errorf("healthcheck of a closed port = %v; want an error without a TLS hint", err)
+	}
+}
