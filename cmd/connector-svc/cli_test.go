@@ -5,7 +5,11 @@ import (
 	"errors"
 	"flag"
 	"io"
+	neturl "net/url"
+	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,6 +200,106 @@ func TestSecondInstanceOnTheSameAddresses(t *testing.T) {
 		err := run(testCtx(t), append([]string{"-database-url", url}, args...), getenv(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "another connector-svc is probably running there") {
 			t.Errorf("%s address in use: run = %v; want it to say another connector-svc is probably running", name, err)
+		}
+	}
+}
+
+// TestCommandHelp: each command's -h prints that command's usage, short,
+// with the settings it reads and not the others, exits 0 (flag.ErrHelp),
+// and reads neither the environment nor the database: -h is never taken
+// for an argument (oauth's issuer). A flag given before -h is not shown as
+// a default.
+func TestCommandHelp(t *testing.T) {
+	// An unreachable database and settings that do not parse: none is read.
+	env := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "LOG_LEVEL": "loud", "SECRET_KEY": "short"}
+	for _, tt := range []struct {
+		args      string
+		want, not []string
+	}{
+		{"migrate -h", []string{"Usage: connector-svc [flags] migrate", "-database-url", "-log-level"}, []string{"-grpc-addr", "SECRET_KEY"}},
+		{"reseal -h", []string{"Usage: connector-svc [flags] reseal", "-database-url", "SECRET_KEY"}, []string{"-grpc-addr"}},
+		{"healthcheck -h", []string{"Usage: connector-svc [flags] healthcheck", "-grpc-addr", "-tls-cert-file", "-tls-client-ca-file"},
+			[]string{"-database-url", "Environment only"}},
+		{"version -h", []string{"Usage: connector-svc version"}, []string{"-database-url"}},
+		{"oauth -h", []string{"Usage: connector-svc [flags] oauth forget-registration <issuer>", "-database-url", "SECRET_KEY"}, []string{"-grpc-addr"}},
+		{"oauth forget-registration -h", []string{"Usage: connector-svc [flags] oauth forget-registration <issuer>"}, []string{"-grpc-addr"}},
+		{"oauth forget-registration --help", []string{"Usage: connector-svc [flags] oauth forget-registration <issuer>"}, nil},
+		{"-database-url postgres://u:hunter2@db/x oauth forget-registration -h", []string{"forget-registration <issuer>"}, []string{"hunter2"}},
+		{"-database-url postgres://u:hunter2@db/x migrate -h", []string{"migrate"}, []string{"hunter2"}},
+		{"keys -h", []string{"connector-svc keys create"}, []string{"-grpc-addr"}},
+		{"keys create -h", []string{"connector-svc keys create"}, []string{"-grpc-addr"}},
+		{"serve -h", []string{"Usage: connector-svc", "-grpc-addr", "-database-url"}, nil},
+	} {
+		var out bytes.Buffer
+		err := run(testCtx(t), strings.Fields(tt.args), getenv(env), &out)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s = %v; want flag.ErrHelp (exit 0)", tt.args, err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s does not say %q:\n%s", tt.args, w, out.String())
+			}
+		}
+		for _, n := range tt.not {
+			if strings.Contains(out.String(), n) {
+				t.Errorf("%s says %q:\n%s", tt.args, n, out.String())
+			}
+		}
+		if n := strings.Count(out.String(), "\n"); n > 30 && !strings.HasPrefix(tt.args, "serve") {
+			t.Errorf("%s printed %d lines; want the command's usage only:\n%s", tt.args, n, out.String())
+		}
+	}
+}
+
+// TestOAuthCommandLine: oauth's command line is checked before the
+// database is opened; the real binary exits 0 on -h and 2 on a bad line,
+// with the oauth usage on stderr.
+func TestOAuthCommandLine(t *testing.T) {
+	for _, args := range []string{"oauth", "oauth forget", "oauth forget-registration", "oauth forget-registration a b",
+		"oauth -nope", "oauth forget-registration https://as.example.com -h"} {
+		err := run(testCtx(t), strings.Fields(args), getenv(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x"}), io.Discard)
+		var usage *usageError
+		if !errors.As(err, &usage) || !strings.Contains(usage.usage, "oauth forget-registration <issuer>") {
+			t.Errorf("%s = %v; want a usage error with the oauth usage, before the database", args, err)
+		}
+	}
+	svc, _ := binaries(t)
+	for args, want := range map[string]int{"oauth -h": 0, "oauth forget-registration -h": 0, "migrate -h": 0, "oauth forget": 2} {
+		cmd := exec.Command(svc, strings.Fields(args)...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://postgres@127.0.0.1:1/x")
+		out, _ := cmd.CombinedOutput()
+		if got := cmd.ProcessState.ExitCode(); got != want || !strings.Contains(string(out), "Usage: connector-svc") {
+			t.Errorf("connector-svc %s exited %d, printed:\n%s\nwant exit %d and the usage", args, got, out, want)
+		}
+	}
+}
+
+// TestPostgresHintOnlyWhenRefused: the hint to start Postgres comes with
+// a refused connection only, not with a malformed URL or a role the
+// server does not know.
+func TestPostgresHintOnlyWhenRefused(t *testing.T) {
+	const hint = "pg_ctlcluster"
+	u, err := neturl.Parse(storetest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User("no_such_role_" + strconv.Itoa(os.Getpid()))
+	for name, tt := range map[string]struct {
+		url, want string
+		hint      bool
+	}{
+		"refused":            {"postgres://postgres@127.0.0.1:1/x?sslmode=disable", "connection refused", true},
+		"refused, localhost": {"postgres://postgres@localhost:1/x?sslmode=disable", "connection refused", true},
+		"malformed":          {"postgres://%zz", "not a valid postgres:// URL", false},
+		"unknown role":       {u.String(), "28000", false},
+	} {
+		err := run(testCtx(t), []string{"-database-url", tt.url, "migrate"}, getenv(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: run = %v; want an error saying %q", name, err, tt.want)
+			continue
+		}
+		if got := strings.Contains(err.Error(), hint); got != tt.hint {
+			t.Errorf("%s: the error has the Postgres hint: %v, want %v:\n%v", name, got, tt.hint, err)
 		}
 	}
 }

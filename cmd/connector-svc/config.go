@@ -152,12 +152,30 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	conn.register(fs)
 	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
 	rest, err := parseArgs(fs, args)
+	command := "serve"
+	if len(rest) > 0 {
+		command = rest[0]
+	}
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fs, stdout)
+		fmt.Fprint(stdout, commandUsage(fs, command))
 		return config{}, nil, err
 	}
 	if err != nil {
-		return config{}, nil, &usageError{err: err, usage: usageText(fs)}
+		return config{}, nil, &usageError{err: err, usage: commandUsage(fs, command)}
+	}
+	// The commands with arguments of their own: a bad one, or -h, before
+	// anything is read from the environment.
+	switch command {
+	case "keys":
+		if _, err := parseKeys(rest[1:], stdout); err != nil {
+			return config{}, nil, err
+		}
+	case "oauth":
+		issuer, err := parseOAuth(rest[1:], commandUsage(fs, "oauth"), stdout)
+		if err != nil {
+			return config{}, nil, err
+		}
+		rest = []string{"oauth", issuer}
 	}
 	if cfg.Version || rest[0] == "version" {
 		return config{Version: true}, rest, nil // whatever the environment holds
@@ -248,8 +266,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 }
 
 // parseArgs parses the flags, the command ("serve" if none) and the flags
-// after a command that takes them, and returns the command and, for keys,
-// its arguments.
+// after a command that takes them, and returns the command and, for keys
+// and oauth, its arguments. An error after the command (-h included)
+// comes with the command.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -264,10 +283,10 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		return nil, fmt.Errorf("unknown command %q: want %s, keys or oauth", rest[0], strings.Join(commands, ", "))
 	}
 	if err := fs.Parse(rest[1:]); err != nil {
-		return nil, fmt.Errorf("%s: %w", rest[0], err)
+		return rest[:1], fmt.Errorf("%s: %w", rest[0], err)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%s takes flags only, not %q", rest[0], fs.Args())
+		return rest[:1], fmt.Errorf("%s takes flags only, not %q", rest[0], fs.Args())
 	}
 	return rest[:1], nil
 }
@@ -279,8 +298,9 @@ func usageText(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-// printUsage is the -h text: the commands, the flags with their built-in
-// defaults, and the settings that are environment only. The values a
+// printUsage is the -h text, and serve's: the commands, the flags with
+// their built-in defaults, and the settings that are environment only
+// (each other command's -h is commandUsage's). The values a
 // setting takes come from the code that reads it.
 func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "Usage: connector-svc [flags] [serve|migrate|reseal|healthcheck|version] [flags]\n"+
@@ -288,12 +308,15 @@ func printUsage(fs *flag.FlagSet, w io.Writer) {
 		"       connector-svc [flags] oauth forget-registration <issuer>\n\n"+
 		"  serve        apply migrations, then serve gRPC (default)\n"+
 		"  migrate      apply migrations and exit\n"+
-		"  keys         create, list or revoke API keys (connector-svc keys -h)\n"+
+		"  keys         create, list or revoke API keys\n"+
 		"  oauth        forget-registration <issuer>: drop the service's stored client registration with an\n"+
 		"               authorization server that no longer knows it; the next authorization registers again\n"+
 		"  reseal       seal every stored secret again under the first SECRET_KEY, and exit\n"+
 		"  healthcheck  ask the service at GRPC_ADDR for its gRPC health; exit 0 if SERVING, else 1\n"+
-		"  version      print the version, VCS revision and Go version the binary was built from (also -version)\n\n"+
+		"  version      print the version, VCS revision and Go version the binary was built from (also -version)\n"+
+		"  dev-model    development only: serve a scripted stand-in for an OpenAI-compatible model\n"+
+		"  dev-certs    development only: make TLS certificates into .dev/tls\n\n"+
+		"connector-svc <command> -h shows a command's usage and the settings it reads.\n\n"+
 		"Flags, before or after the command (for keys, before it: keys has flags of its own). Each overrides\n"+
 		"the environment variable named; defaults are the built-in ones:\n")
 	fs.SetOutput(w)

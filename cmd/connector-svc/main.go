@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "reseal":
 		return reseal(ctx, db, box, logger)
 	case "oauth":
-		return runOAuth(ctx, cfg, db, box, rest[1:], stdout)
+		return runOAuth(ctx, cfg, db, box, rest[1], stdout)
 	}
 	if err := checkSecretKey(ctx, db, box); err != nil {
 		return fmt.Errorf("%w\n\n%s", err, devSecretsHint(cfg.DatabaseURL))
@@ -148,13 +148,18 @@ func logFirstKey(ctx context.Context, mode auth.Mode, logger *slog.Logger) {
 	}
 }
 
-// openDB connects, creating the database if needed, and migrates.
+// openDB connects, creating the database if needed, and migrates. A
+// refused connection says how to start Postgres; a malformed URL or a
+// refused login says only what went wrong.
 func openDB(ctx context.Context, url string, logger *slog.Logger) (*store.DB, error) {
 	db, err := store.Open(ctx, url, logger)
-	if err != nil {
+	if err != nil && errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, fmt.Errorf("%w\n\nIs Postgres running, and is DATABASE_URL right? On a Debian machine start it with\n"+
 			"  pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n"+
 			"or point DATABASE_URL (or -database-url) at your server", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := db.Migrate(ctx); err != nil {
 		db.Close()

@@ -403,26 +403,22 @@ func callbackAddr(lis net.Listener) string {
 	return lis.Addr().String()
 }
 
-// runOAuth is the oauth command: `oauth forget-registration <issuer>`
-// deletes the stored registrations of the service with that authorization
-// server (for every callback URL), for a server that forgot them (an
-// in-memory one that restarted): its consent page then answers
-// invalid_client, which the service never sees. The next authorization
-// registers again.
-func runOAuth(ctx context.Context, cfg config, db *store.DB, box *secret.Box, args []string, stdout io.Writer) error {
-	if len(args) != 2 || args[0] != "forget-registration" {
-		return &usageError{err: fmt.Errorf("oauth %q: want oauth forget-registration <issuer>, the issuer as "+
-			"ListAuthorizations shows it", args), usage: "Usage: connector-svc [flags] oauth forget-registration <issuer>\n"}
-	}
+// runOAuth is the oauth command, `oauth forget-registration <issuer>`
+// (parseOAuth): it deletes the stored registrations of the service with
+// that authorization server (for every callback URL), for a server that
+// forgot them (an in-memory one that restarted): its consent page then
+// answers invalid_client, which the service never sees. The next
+// authorization registers again.
+func runOAuth(ctx context.Context, cfg config, db *store.DB, box *secret.Box, issuer string, stdout io.Writer) error {
 	m, err := newOAuth(cfg.OAuth, db, box, egress.New(egress.Config{Allow: cfg.EgressAllow, Deny: cfg.EgressDeny}),
 		slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
-	n, err := m.ForgetRegistration(ctx, args[1])
+	n, err := m.ForgetRegistration(ctx, issuer)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "forgot %d registration(s) with %s\n", n, args[1])
+	_, err = fmt.Fprintf(stdout, "forgot %d registration(s) with %s\n", n, issuer)
 	return err
 }
