@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/telemetry"
@@ -62,48 +61,42 @@ func (cfg *config) readAdmin(getenv func(string) string) error {
 // observability is what serve reports to: the meter provider its parts
 // record on, and whether it is ready.
 type observability struct {
-	meters metric.MeterProvider
-	ready  *telemetry.Readiness
-	build  build // what the binary was built from: in the start-up line and a metric
+	meters  metric.MeterProvider
+	ready   *telemetry.Readiness
+	build   build // what the binary was built from: in the start-up line and a metric
+	metrics *telemetry.Metrics
 }
 
-// withAdmin builds the metrics exporters and the admin listener, runs
-// serve beside the listener until serve returns, then stops the listener
-// and pushes the metrics not exported yet.
-func withAdmin(ctx context.Context, cfg config, db *store.DB, logger *slog.Logger,
-	serve func(context.Context, observability) error) error {
+// newObservability builds the metrics exporters and binds the admin
+// listener, whose job (nil without ADMIN_ADDR) serve runs last.
+func newObservability(ctx context.Context, cfg config, db *store.DB, logger *slog.Logger) (observability, *adminJob, error) {
 	b := readBuild()
 	metrics, err := telemetry.NewMetrics(ctx, telemetry.MetricsConfig{Exporters: cfg.MetricsExporters, OTLPProtocol: cfg.OTLPProtocol,
 		Build: b.attrs()})
 	if err != nil {
-		return err
+		return observability{}, nil, err
 	}
-	defer func() {
-		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := metrics.Shutdown(flush); err != nil {
-			logger.Warn("metrics not flushed", slog.String("error", err.Error()))
-		}
-	}()
-	obs := observability{meters: metrics.MeterProvider(), ready: telemetry.NewReadiness(db, telemetry.ReadinessConfig{}, logger), build: b}
+	obs := observability{meters: metrics.MeterProvider(), ready: telemetry.NewReadiness(db, telemetry.ReadinessConfig{}, logger),
+		build: b, metrics: metrics}
 	if cfg.AdminAddr == "" {
-		return serve(ctx, obs)
+		return obs, nil, nil
 	}
 	admin, err := telemetry.ListenAdmin(telemetry.AdminConfig{Addr: cfg.AdminAddr, Metrics: metrics.Handler(),
 		Ready: obs.ready, Pprof: cfg.AdminPprof}, logger)
 	if err != nil {
-		return inUse(err, "ADMIN_ADDR (-admin-addr, or off)")
+		obs.flush(ctx, logger)
+		return observability{}, nil, inUse(err, "ADMIN_ADDR (-admin-addr, or off)")
 	}
 	logger.InfoContext(ctx, "admin serving", slog.String("addr", admin.Addr()), slog.Bool("metrics", metrics.Handler() != nil),
 		slog.Bool("pprof", cfg.AdminPprof), slog.Any("metrics_exporters", cfg.MetricsExporters))
-	// The listener outlives ctx: while gRPC drains, /readyz says 503 and
-	// /metrics still answers. It stops when serve returns, or fails alone.
-	eg, ctx := errgroup.WithContext(ctx)
-	stopAdmin, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	eg.Go(func() error { return admin.Run(stopAdmin) })
-	eg.Go(func() error {
-		defer cancel()
-		return serve(ctx, obs)
-	})
-	return eg.Wait()
+	return obs, &adminJob{admin: admin}, nil
+}
+
+// flush pushes the metrics not exported yet.
+func (o observability) flush(ctx context.Context, logger *slog.Logger) {
+	flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := o.metrics.Shutdown(flush); err != nil {
+		logger.Warn("metrics not flushed", slog.String("error", err.Error()))
+	}
 }

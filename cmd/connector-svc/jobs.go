@@ -5,9 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"time"
 
-	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/connector-svc/connector-svc/internal/forward"
+	"github.com/connector-svc/connector-svc/internal/server"
+	"github.com/connector-svc/connector-svc/internal/telemetry"
 )
 
 // job is one background part of the service: it runs until its context
@@ -17,43 +24,158 @@ type job struct {
 	run  func(ctx context.Context) error
 }
 
-// runJobs is where the service's background work starts and stops. The
-// serving jobs (the gRPC server, the listener, the reconcile loop, the
-// cluster's membership, ...) run until ctx is done or one of them fails;
-// then they all stop, the gRPC server draining its calls. The drained jobs
-// run meanwhile on a context of their own and stop only after that: what
-// the last calls still use (the MCP connections) and what must be written
-// after them (counters, run records).
-func runJobs(ctx context.Context, serving, drained []job, logger *slog.Logger) error {
-	after, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, len(drained))
-	for i, j := range drained {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := j.run(after); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", j.name, err)
-			}
-		}()
+// runJobs is where the service's background work starts and stops. Every
+// job of every stage starts at once. The first stage runs until ctx is done
+// or any job of any stage fails; each later stage runs on a context of its
+// own, ended only once every job of the stage before it has returned: that
+// is the stop order. A job's error is logged as it stops the service and
+// returned, with the others, joined; none is dropped.
+func runJobs(ctx context.Context, stages [][]job, logger *slog.Logger) error {
+	first, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	ctxs := make([]context.Context, len(stages))
+	cancels := make([]context.CancelFunc, len(stages))
+	ctxs[0], cancels[0] = first, stopAll
+	for i := 1; i < len(stages); i++ {
+		ctxs[i], cancels[i] = context.WithCancel(context.WithoutCancel(ctx))
+		defer cancels[i]()
 	}
-	eg, ctx := errgroup.WithContext(ctx)
-	for _, j := range serving {
-		eg.Go(func() error {
-			if err := j.run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
-				return fmt.Errorf("%s: %w", j.name, err)
-			}
-			return nil
-		})
-	}
-	err := eg.Wait()
-	stop()
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			logger.Error("stopping", slog.String("error", e.Error()))
+	var mu sync.Mutex
+	var errs []error
+	wgs := make([]sync.WaitGroup, len(stages))
+	for i, stage := range stages {
+		for _, j := range stage {
+			wgs[i].Add(1)
+			go func() {
+				defer wgs[i].Done()
+				err := j.run(ctxs[i])
+				if err == nil || ctxs[i].Err() != nil && errors.Is(err, context.Canceled) {
+					return
+				}
+				err = fmt.Errorf("%s: %w", j.name, err)
+				logger.Error("stopping", slog.String("error", err.Error()))
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				stopAll()
+			}()
 		}
 	}
-	return errors.Join(append([]error{err}, errs...)...)
+	for i := range stages {
+		wgs[i].Wait()
+		if i+1 < len(stages) {
+			cancels[i+1]()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stages are serve's jobs in their stop order: first what serves (gRPC
+// draining its calls, the listeners, the cluster's parts); then what the
+// last calls still used (the MCP connections) and what must be written
+// after them (counters, run records); last the admin listener, so that
+// /readyz says 503 and /metrics answers while gRPC drains.
+func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]job {
+	cfg := s.cfg
+	serving := []job{
+		{"grpc", s.grpcJob(g, hs)},
+		{"readiness", func(ctx context.Context) error {
+			return s.obs.ready.Watch(ctx, func(up bool) { server.SetServing(hs, up) })
+		}},
+		{"listener", s.listener.Run},
+		{"reconcile", s.lv.Run},
+		{"membership", s.rep.members.Run},
+		{"ownership", s.rep.owners.Run},
+		{"leader election", s.rep.elector.Run},
+	}
+	if s.callbackLis != nil {
+		cb := newCallbackServer(cfg.OAuth, s.oauth, s.logger)
+		serving = append(serving, job{"oauth callback", func(ctx context.Context) error {
+			return serveCallback(ctx, cfg.OAuth, s.callbackLis, cb, s.logger)
+		}})
+	}
+	if s.rep.internal != nil {
+		internal := server.NewInternalGRPCServer(s.srv, append(connOptions(cfg.Conn, false),
+			forward.ServerOptions(s.rep.key, forward.DefaultSkew, s.rep.older...)...)...)
+		serving = append(serving, job{"internal listener", func(ctx context.Context) error {
+			return serveGRPC(ctx, internal, s.rep.internal, func() { stopGracefully(internal, cfg.ShutdownGrace) })
+		}})
+	}
+	drained := []job{
+		// The registry stops once the runs still going on here without
+		// their callers have failed: their tool calls' connections close
+		// with it.
+		{"registry", func(ctx context.Context) error {
+			regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
+			defer stopRegistry()
+			go func() {
+				<-ctx.Done()
+				s.srv.StopLiveRuns(cfg.ShutdownGrace)
+				stopRegistry()
+			}()
+			return s.reg.Run(regCtx)
+		}},
+		{"counters and run records", func(ctx context.Context) error { return s.srv.Run(ctx, cfg.ShutdownGrace) }},
+	}
+	var last []job
+	if admin != nil {
+		last = append(last, job{"admin listener", admin.run})
+	}
+	return [][]job{serving, drained, last}
+}
+
+// grpcJob serves the public gRPC server until ctx is done, then reports
+// NOT_SERVING, waits SHUTDOWN_DELAY (balancers that read health or /readyz
+// stop sending calls meanwhile; those still sent are served) and drains.
+func (s *parts) grpcJob(g *grpc.Server, hs *health.Server) func(context.Context) error {
+	cfg := s.cfg
+	return func(ctx context.Context) error {
+		return serveGRPC(ctx, g, s.lis, func() {
+			s.obs.ready.SetStarted(false)
+			hs.Shutdown() // NOT_SERVING from now on, whatever the watcher says
+			s.logger.Info("shutting down", slog.String("delay", cfg.Conn.ShutdownDelay.String()),
+				slog.String("grace", cfg.ShutdownGrace.String()))
+			time.Sleep(cfg.Conn.ShutdownDelay)
+			stopGracefully(g, cfg.ShutdownGrace)
+		})
+	}
+}
+
+// serveGRPC serves g on lis until ctx is done, then runs drain (which
+// stops g) and returns once it has.
+func serveGRPC(ctx context.Context, g *grpc.Server, lis net.Listener, drain func()) error {
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		<-ctx.Done()
+		drain()
+	}()
+	if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	<-drained // Serve returns when the drain starts
+	return nil
+}
+
+// adminJob is the admin listener's job; closeUnlessRun closes its
+// listener when serve fails before runJobs.
+type adminJob struct {
+	admin *telemetry.Admin
+	ran   bool
+}
+
+func (a *adminJob) run(ctx context.Context) error {
+	a.ran = true
+	return a.admin.Run(ctx)
+}
+
+// closeUnlessRun frees the admin address when the job never ran: Run on
+// a done context shuts the server down, closing its listener.
+func (a *adminJob) closeUnlessRun() {
+	if a == nil || a.ran {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = a.admin.Run(ctx)
 }
