@@ -100,12 +100,16 @@ fuzz:
 ## fails, never skips, if helm is missing.
 CHART = deploy/helm/connector-svc
 CHART_ALL_ON = deploy/helm/ci/all-on-values.yaml
+# image.repository, which has no default; and a Kubernetes version, since a
+# helm built with go install (no release ldflags) assumes 1.20 for template
+# and lint, below the chart's kubeVersion.
+CHART_ARGS = -f deploy/helm/ci/required-values.yaml --kube-version 1.33.0
 chart:
 	@scripts/tools.sh helm
-	.tools/bin/helm lint --strict $(CHART)
-	.tools/bin/helm lint --strict $(CHART) -f $(CHART_ALL_ON)
-	.tools/bin/helm template connector-svc $(CHART) >/dev/null
-	.tools/bin/helm template connector-svc $(CHART) -f $(CHART_ALL_ON) >/dev/null
+	.tools/bin/helm lint --strict $(CHART) $(CHART_ARGS)
+	.tools/bin/helm lint --strict $(CHART) $(CHART_ARGS) -f $(CHART_ALL_ON)
+	.tools/bin/helm template connector-svc $(CHART) $(CHART_ARGS) >/dev/null
+	.tools/bin/helm template connector-svc $(CHART) $(CHART_ARGS) -f $(CHART_ALL_ON) >/dev/null
 	CI=true $(GO) test -race -count=1 ./deploy/helm/
 
 ## lint: gofmt, go vet and buf lint.

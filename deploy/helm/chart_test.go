@@ -41,8 +41,12 @@ import (
 )
 
 const (
-	chartDir      = "connector-svc"
-	allOnValues   = "ci/all-on-values.yaml"
+	chartDir       = "connector-svc"
+	allOnValues    = "ci/all-on-values.yaml"
+	requiredValues = "ci/required-values.yaml" // image.repository, which has no default
+	// kubeVersion is the cluster version every rendering assumes unless it
+	// names one: the pinned helm, built with go install, would assume 1.20.
+	kubeVersion   = "1.33.0"
 	release       = "demo"
 	namespace     = "apps"
 	stdioKillWait = 2 * time.Second // internal/registry CloseGrace: after SHUTDOWN_GRACE, before a stdio server is killed
@@ -89,8 +93,18 @@ func helmBin(t *testing.T) string {
 }
 
 // helm runs the pinned helm in this directory and returns its stdout, its
-// stderr and its error.
+// stderr and its error. helm template and helm lint get the required values
+// (ci/required-values.yaml) and --kube-version first, so that the arguments
+// after them win; helmBare adds nothing.
 func helm(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	if len(args) > 0 && (args[0] == "template" || args[0] == "lint") {
+		args = append([]string{args[0], "-f", requiredValues, "--kube-version", kubeVersion}, args[1:]...)
+	}
+	return helmBare(t, args...)
+}
+
+func helmBare(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	cmd := exec.Command(helmBin(t), args...)
 	var stdout, stderr bytes.Buffer
@@ -224,12 +238,24 @@ var renderings = []struct {
 	serviceMonitors int
 	dashboards      int
 	oauth           oauthWant
+	preStopExec     bool                             // the preStop hook runs `sleep` in the container, not the native sleep action
+	adminFrom       []networkingv1.NetworkPolicyPeer // who may reach the admin port; nil: the default, the release's namespace
+	image           string                           // the container's image; "": ci/required-values.yaml's at the appVersion
 }{
 	{name: "defaults", replicas: 3},
 	{name: "all-on", args: []string{"-f", allOnValues}, replicas: 4, serviceMonitors: 1, dashboards: 1, oauth: oauthWant{
 		redirectURL: "https://connectors.example.com/oauth/callback", metadataURL: "https://connectors.example.com/oauth/client.json",
-		port: 8081, tlsSecret: "connector-oauth-tls", ingress: true, from: 1}},
-	{name: "preStop-exec", args: []string{"--set", "preStop.exec=true"}, replicas: 3},
+		port: 8081, tlsSecret: "connector-oauth-tls", ingress: true, from: 1},
+		image: "registry.example.com/team/connector-svc@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		adminFrom: []networkingv1.NetworkPolicyPeer{
+			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}}},
+			{PodSelector: &metav1.LabelSelector{}}}},
+	{name: "preStop-exec", args: []string{"--set", "preStop.exec=true"}, replicas: 3, preStopExec: true},
+	{name: "kubernetes-1.29", args: []string{"--kube-version", "1.29.4"}, replicas: 3, preStopExec: true},
+	{name: "kubernetes-1.30", args: []string{"--kube-version", "1.30.0"}, replicas: 3},
+	{name: "admin-from-monitoring", args: []string{"--set-json", `networkPolicy.adminFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`},
+		replicas: 3, adminFrom: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}}},
 	{name: "oauth-behind-ingress", args: []string{"--set", "oauth.redirectURL=https://connectors.example.com/oauth/callback",
 		"--set", "oauth.trustedProxies={10.244.0.0/16}", "--set", "oauth.ingress.enabled=true", "--set", "ports.oauth=8443"},
 		replicas: 3, oauth: oauthWant{redirectURL: "https://connectors.example.com/oauth/callback", port: 8443, ingress: true}},
@@ -259,7 +285,14 @@ func TestChartRendersValidObjects(t *testing.T) {
 			checkSettingsKnown(t, known, c, objs.configMaps)
 			checkServices(t, d, objs.services)
 			checkPDB(t, d, objs.pdbs)
-			checkNetworkPolicy(t, d, objs.netpols)
+			checkNetworkPolicy(t, d, objs.netpols, r.adminFrom)
+			checkPreStop(t, c, r.preStopExec)
+			wantImage := r.image
+			if wantImage == "" {
+				wantImage = "registry.example.com/connector-svc:" + appVersion(t)
+			}
+			checkImage(t, c, wantImage)
+			checkResources(t, c)
 			checkOAuth(t, r.oauth, d, objs)
 			if len(objs.serviceMonitors) != r.serviceMonitors {
 				t.Errorf("%d ServiceMonitors, want %d", len(objs.serviceMonitors), r.serviceMonitors)
@@ -609,8 +642,10 @@ func checkPDB(t *testing.T, d appsv1.Deployment, pdbs []policyv1.PodDisruptionBu
 }
 
 // checkNetworkPolicy: the internal port only from the release's pods, the
-// admin port from any namespace, and nothing else but gRPC.
-func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.NetworkPolicy) {
+// admin port only from networkPolicy.adminFrom (nil: the default, every pod
+// of the release's namespace and no other namespace), and nothing else but
+// gRPC.
+func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.NetworkPolicy, adminFrom []networkingv1.NetworkPolicyPeer) {
 	t.Helper()
 	if len(nps) != 1 {
 		t.Fatalf("%d NetworkPolicies, want 1", len(nps))
@@ -635,8 +670,19 @@ func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.Ne
 				t.Errorf("internal port reachable from %+v, want only the release's pods", rule.From)
 			}
 		case "admin":
-			if len(rule.From) != 1 || rule.From[0].NamespaceSelector == nil || len(rule.From[0].NamespaceSelector.MatchLabels) != 0 {
-				t.Errorf("admin port reachable from %+v, want every namespace", rule.From)
+			want := adminFrom
+			if want == nil {
+				want = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+			}
+			if len(rule.From) == 0 {
+				t.Error("admin port reachable from anywhere: a rule without from admits every source")
+			} else if diff := cmp.Diff(want, rule.From); diff != "" {
+				t.Errorf("admin port reachable from (-want +got):\n%s", diff)
+			}
+			for _, peer := range rule.From {
+				if peer.NamespaceSelector != nil && len(peer.NamespaceSelector.MatchLabels) == 0 && len(peer.NamespaceSelector.MatchExpressions) == 0 && adminFrom == nil {
+					t.Errorf("admin port reachable from every namespace by default: %+v", peer)
+				}
 			}
 		default:
 			t.Errorf("ingress to port %s", port)
@@ -645,6 +691,61 @@ func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.Ne
 	if !seen["grpc"] || !seen["internal"] || !seen["admin"] {
 		t.Errorf("ingress rules for ports %v, want grpc, internal and admin", seen)
 	}
+}
+
+// checkPreStop: the hook runs `sleep N` in the container when wantExec (preStop.exec, or a cluster before 1.30,
+// where the native sleep action is off), and is the native sleep action otherwise.
+func checkPreStop(t *testing.T, c corev1.Container, wantExec bool) {
+	t.Helper()
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
+		t.Fatal("no preStop hook")
+	}
+	h := c.Lifecycle.PreStop
+	switch {
+	case wantExec && (h.Exec == nil || h.Sleep != nil):
+		t.Errorf("preStop %+v, want `sleep` run in the container (exec)", h)
+	case !wantExec && (h.Sleep == nil || h.Exec != nil):
+		t.Errorf("preStop %+v, want the native sleep action", h)
+	}
+}
+
+// checkImage: the container runs the image named by the values.
+func checkImage(t *testing.T, c corev1.Container, want string) {
+	t.Helper()
+	if c.Image != want {
+		t.Errorf("image %q, want %q", c.Image, want)
+	}
+}
+
+// checkResources: CPU and memory requests are set, so the scheduler counts
+// the pods; no CPU limit (it would throttle the latency-bound gRPC path).
+func checkResources(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := c.Resources.Requests[name]; !ok || q.Sign() <= 0 {
+			t.Errorf("no %s request: %v", name, c.Resources.Requests)
+		}
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		t.Errorf("a CPU limit: %v", c.Resources.Limits)
+	}
+}
+
+// appVersion is Chart.yaml's appVersion, the image tag when image.tag is empty.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	var chart struct {
+		AppVersion  string `json:"appVersion"`
+		KubeVersion string `json:"kubeVersion"`
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil || chart.AppVersion == "" {
+		t.Fatalf("Chart.yaml: appVersion %q: %v", chart.AppVersion, err)
+	}
+	return chart.AppVersion
 }
 
 // checkServiceMonitor: it scrapes /metrics on the metrics Service's port.
@@ -723,6 +824,69 @@ func TestChartDashboardIsTheRepositorysDashboard(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatal("deploy/helm/connector-svc/dashboards/connector-svc.json differs from deploy/grafana/connector-svc.json: cp deploy/grafana/connector-svc.json deploy/helm/connector-svc/dashboards/")
+	}
+}
+
+// TestChartRequiresImageRepository: no image is published, so without
+// image.repository helm template and helm install fail, saying which value to
+// set and how to build and push the image. (helm lint passes: in lint mode
+// `required` lets an empty value through.)
+func TestChartRequiresImageRepository(t *testing.T) {
+	for _, args := range [][]string{
+		{"template", release, chartDir, "--kube-version", kubeVersion},
+		{"template", release, chartDir, "--kube-version", kubeVersion, "--set", "image.repository="},
+		{"template", release, chartDir, "--kube-version", kubeVersion, "--set", "image.tag=v1", "--set", "image.digest=sha256:" + strings.Repeat("ab", 32)},
+	} {
+		out, stderr, err := helmBare(t, args...)
+		if err == nil {
+			t.Errorf("helm %v passed without image.repository:\n%s", args, out)
+			continue
+		}
+		for _, want := range []string{"image.repository is required", "make image-push KO_DOCKER_REPO=", "set image.repository="} {
+			if !strings.Contains(out+stderr, want) {
+				t.Errorf("helm %v failed without %q:\n%s%s", args, want, out, stderr)
+			}
+		}
+	}
+	// A repository with its tag in it, or a space, is refused by the schema.
+	for _, repo := range []string{"registry.example.com/connector-svc:v1", "registry.example.com/connector svc"} {
+		if _, stderr, err := helm(t, "template", release, chartDir, "--set", "image.repository="+repo); err == nil || !strings.Contains(stderr, "/image/repository") {
+			t.Errorf("image.repository=%q: %v\n%s; want it refused by the schema", repo, err, stderr)
+		}
+	}
+	for _, repo := range []string{"connector-svc", "registry.example.com:5000/team/connector-svc", "ko.local/connector-svc"} {
+		out := render(t, "--set", "image.repository="+repo)
+		if got := theContainer(t, decode(t, out).deployments[0]).Image; got != repo+":"+appVersion(t) {
+			t.Errorf("image.repository=%s: image %q", repo, got)
+		}
+	}
+}
+
+// TestChartKubeVersion: Chart.yaml's kubeVersion refuses clusters the chart's
+// objects do not fit; the preStop hook follows the cluster's version
+// (TestChartRendersValidObjects: kubernetes-1.29 and kubernetes-1.30).
+func TestChartKubeVersion(t *testing.T) {
+	_, stderr, err := helm(t, "template", release, chartDir, "--kube-version", "1.24.9")
+	if err == nil || !strings.Contains(stderr, "chart requires kubeVersion: >=1.25.0-0") {
+		t.Errorf("Kubernetes 1.24: %v\n%s; want helm to refuse it by the chart's kubeVersion", err, stderr)
+	}
+	// A provider's pre-release or build suffix still counts as its version.
+	for version, exec := range map[string]bool{"1.25.0": true, "1.29.15-gke.1234": true, "1.30.0-eks-1.30": false, "1.34.1": false} {
+		c := theContainer(t, decode(t, render(t, "--kube-version", version)).deployments[0])
+		checkPreStop(t, c, exec)
+	}
+}
+
+// TestChartAdminFromIsNeverEmpty: an empty networkPolicy.adminFrom would be a
+// rule without peers, which admits every source; it is refused.
+func TestChartAdminFromIsNeverEmpty(t *testing.T) {
+	_, stderr, err := helm(t, "template", release, chartDir, "--set-json", "networkPolicy.adminFrom=[]")
+	if err == nil || !strings.Contains(stderr, "adminFrom") {
+		t.Errorf("networkPolicy.adminFrom=[]: %v\n%s; want it refused, named", err, stderr)
+	}
+	// With the NetworkPolicy off there is no rule, and nothing to refuse.
+	if _, stderr, err := helm(t, "template", release, chartDir, "--set", "networkPolicy.enabled=false"); err != nil {
+		t.Errorf("networkPolicy.enabled=false: %v\n%s", err, stderr)
 	}
 }
 

@@ -50,13 +50,21 @@ app.kubernetes.io/component: server
 {{- default .Chart.AppVersion .Values.image.tag -}}
 {{- end -}}
 
-{{/* repository:tag, or repository@digest when a digest is set. */}}
+{{/* repository:tag, or repository@digest when a digest is set. The repository is required: no image is
+published yet. */}}
 {{- define "connector-svc.image" -}}
+{{- $repo := required "image.repository is required: no connector-svc image is published yet. Build the image and push it to your registry (make image-push KO_DOCKER_REPO=registry.example.com/connector-svc, see the README's \"Run it in Docker\"), then set image.repository=registry.example.com/connector-svc and image.tag or image.digest to what you pushed" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (include "connector-svc.imageTag" .) -}}
+{{- printf "%s:%s" $repo (include "connector-svc.imageTag" .) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when the preStop hook runs `sleep` in the container: preStop.exec, or a cluster before Kubernetes
+1.30, where the native sleep action is off (alpha behind a feature gate in 1.29, on by default from 1.30). */}}
+{{- define "connector-svc.preStopExec" -}}
+{{- if or .Values.preStop.exec (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The Secret a secret setting comes from: its existingSecret, or the release's Secret. */}}
