@@ -1,7 +1,7 @@
 # Developer entry points; the README names `make run` and `make test`.
 GO ?= go
 
-.PHONY: run tools test bench lint gen fuzz chart dev-model dev-certs
+.PHONY: run tools test bench lint gen fuzz chart image image-push dev-model dev-certs
 
 ## run: start Postgres if needed, then the service on 127.0.0.1:50051.
 ## A development SECRET_KEY is generated once into .dev/secret_key.
@@ -111,6 +111,17 @@ chart:
 	.tools/bin/helm template connector-svc $(CHART) $(CHART_ARGS) >/dev/null
 	.tools/bin/helm template connector-svc $(CHART) $(CHART_ARGS) -f $(CHART_ALL_ON) >/dev/null
 	CI=true $(GO) test -race -count=1 ./deploy/helm/
+
+## image: the service's container image, built with the pinned ko (no
+## Docker engine) into .dev/image/connector-svc.tar (docker load / podman
+## load take it) on a base scripts/image.sh makes (no registry with base
+## images is needed; IMAGE_BASE=<reference> names one), then checked offline
+## by deploy/image: OCI labels, a non-root user, the entrypoint and its
+## version. image-push: the same image pushed to KO_DOCKER_REPO.
+image:
+	scripts/image.sh
+image-push:
+	scripts/image.sh --push
 
 ## lint: gofmt, go vet and buf lint.
 lint:
