@@ -13,11 +13,9 @@ package registry
 // list.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -25,7 +23,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/connector-svc/connector-svc/internal/telemetry"
+	"github.com/connector-svc/connector-svc/internal/registry/oauthtransport"
 )
 
 // Auth modes a Spec may name.
@@ -64,75 +62,22 @@ var ErrUserRequired = errors.New("the connector is oauth_user: a user_id is requ
 var ErrNoUserConnection = errors.New("the connector is oauth_user and no user's connection is open to list its tools " +
 	"over; its catalog is refreshed when a user's connection opens (a call or query with a user_id)")
 
-// errAuthNotConfigured is what an OAuth connector's requests fail with
-// when the registry has no Config.Authorize.
-var errAuthNotConfigured = errors.New("OAuth is not configured on this service: the connector's requests cannot be authorized")
-
 // AuthError is an error of the authorizing transport itself (no token
 // for the user, a refresh refused, the authorization server down), not of
-// the connection under it: the connection is fine, and no reconnect
-// mends it. It wraps what the transport returned (errors.As finds an
-// *oauth.RequiredError through it).
-type AuthError struct{ Err error }
-
-func (e *AuthError) Error() string { return e.Err.Error() }
-func (e *AuthError) Unwrap() error { return e.Err }
+// the connection under it (see oauthtransport.AuthError).
+type AuthError = oauthtransport.AuthError
 
 // IsAuthError reports whether err is, or wraps, an AuthError.
-func IsAuthError(err error) bool {
-	var ae *AuthError
-	return errors.As(err, &ae)
-}
-
-// baseError marks an error of the transport under the authorizing one:
-// the network's, which a reconnect may mend.
-type baseError struct{ err error }
-
-func (e *baseError) Error() string { return e.err.Error() }
-func (e *baseError) Unwrap() error { return e.err }
-
-// baseTripper marks its errors as baseErrors.
-type baseTripper struct{ next http.RoundTripper }
-
-func (t baseTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		return resp, &baseError{err}
-	}
-	return resp, nil
-}
-
-// authTripper turns the errors of an authorizing transport that did not
-// come from the network under it into AuthErrors.
-type authTripper struct{ next http.RoundTripper }
-
-func (t authTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	var be *baseError
-	if err != nil && !errors.As(err, &be) {
-		return resp, &AuthError{Err: err}
-	}
-	return resp, err
-}
-
-// refuseTripper fails every request: OAuth is not configured.
-type refuseTripper struct{}
-
-func (refuseTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
-		_ = req.Body.Close()
-	}
-	return nil, errAuthNotConfigured
-}
+func IsAuthError(err error) bool { return oauthtransport.IsAuthError(err) }
 
 // authorizedClient is an HTTP client over c's pool whose requests go
 // through Config.Authorize as user ("" for the connector's own identity).
 func (c *conn) authorizedClient(user string) *http.Client {
-	var rt http.RoundTripper = refuseTripper{}
+	var authorize func(http.RoundTripper) http.RoundTripper
 	if fn := c.reg.cfg.Authorize; fn != nil {
-		rt = fn(baseTripper{c.pool}, c.spec, user)
+		authorize = func(base http.RoundTripper) http.RoundTripper { return fn(base, c.spec, user) }
 	}
-	return &http.Client{Transport: telemetry.Traceparent(authTripper{rt})}
+	return oauthtransport.Client(c.pool, authorize)
 }
 
 // perUser reports whether the connector runs each end user's calls on
@@ -167,54 +112,16 @@ func (sc *sessConn) client() *http.Client {
 }
 
 // probe asks an oauth_user connector's server, without a token, whether
-// it is there: an MCP server that wants OAuth answers 401 with a Bearer
-// challenge, and one that does not answers. Anything else says what is
-// wrong.
+// it is there (see oauthtransport.Probe), and ends the MCP session a
+// server that wants no token opened for it.
 func (c *conn) probe(ctx context.Context) error {
-	var req *http.Request
-	var err error
-	if c.spec.Transport == TransportSSE {
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, c.spec.URL, nil)
-		if err == nil {
-			req.Header.Set("Accept", "text/event-stream")
-		}
-	} else {
-		init := initializeRequest()
-		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"probe","method":"initialize","params":{"protocolVersion":%q,`+
-			`"capabilities":{},"clientInfo":{"name":%q,"version":%q}}}`, mcp.LATEST_LEGACY_PROTOCOL_VERSION,
-			init.Params.ClientInfo.Name, init.Params.ClientInfo.Version)
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.spec.URL, strings.NewReader(body))
-		if err == nil {
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-		}
+	init := initializeRequest()
+	id, err := oauthtransport.Probe(ctx, c.hc, oauthtransport.Target{URL: c.spec.URL, Headers: c.spec.Headers,
+		SSE: c.spec.Transport == TransportSSE, Client: init.Params.ClientInfo})
+	if id != "" {
+		c.endProbeSession(id)
 	}
-	if err != nil {
-		return fmt.Errorf("unauthenticated probe: %w", err)
-	}
-	for k, v := range c.spec.Headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("unauthenticated probe: %w", err)
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized && bearerChallenge(resp.Header.Values("WWW-Authenticate")):
-		return nil
-	case resp.StatusCode == http.StatusUnauthorized:
-		return errors.New("unauthenticated probe: the server answered 401 without a Bearer challenge " +
-			"(WWW-Authenticate): it does not ask for OAuth as the MCP specification says")
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
-			c.endProbeSession(id)
-		}
-		return nil
-	}
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-	return fmt.Errorf("unauthenticated probe: the server answered HTTP %d: %s", resp.StatusCode,
-		strings.TrimSpace(string(bytes.ToValidUTF8(snippet, nil))))
+	return err
 }
 
 // endProbeSession ends the MCP session a server that wants no token
@@ -236,19 +143,6 @@ func (c *conn) endProbeSession(id string) {
 			_ = resp.Body.Close()
 		}
 	}()
-}
-
-// bearerChallenge reports whether a WWW-Authenticate header names the
-// Bearer scheme.
-func bearerChallenge(values []string) bool {
-	for _, v := range values {
-		for _, part := range strings.Split(v, ",") {
-			if f := strings.Fields(part); len(f) > 0 && strings.EqualFold(f[0], "Bearer") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // connectProbe is connect for an oauth_user connector: it probes the
