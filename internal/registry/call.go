@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
+	"github.com/connector-svc/connector-svc/internal/registry/progress"
+	"github.com/connector-svc/connector-svc/internal/registry/tasks"
 )
 
 // suspect checks, in the background and at most once a second, whether s
@@ -139,7 +141,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		return nil, err
 	}
 	defer s.release()
-	opts.asTask = runsAsTask(tool)
+	opts.asTask = tasks.Required(tool)
 	epoch := c.epoch.Load()
 	res, err = callTool(ctx, s, name, args, opts)
 	switch why := c.closedCause(); {
@@ -156,7 +158,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 			c.suspect(s, gen)
 		}
 		return nil, err
-	case isSessionLost(err) && !ranAsTask(err):
+	case isSessionLost(err) && !tasks.Ran(err):
 		// The request was refused for its session and never ran: mend the
 		// session and run it again, whatever the tool.
 		if s, err = c.renewSession(ctx, s, gen, epoch); err != nil {
@@ -246,7 +248,7 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 }
 
 // callTool sends one tools/call over s, as a task if opts say so (see
-// callTask). With opts.Progress, the request gets a progress token of its
+// package tasks). With opts.Progress, the request gets a progress token of its
 // own, routed to it while it runs (see CallOptions.Progress). An answer
 // over the size limit is ErrResultTooLarge; a classic server's -32042 an
 // *ask.URLRequiredError. While it runs, the call is one of s's calls in
@@ -254,7 +256,7 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 func callTool(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	defer s.asks.track(ctx)()
 	if opts.asTask {
-		res, err := callTask(ctx, s, name, args, opts)
+		res, err := tasks.Call(ctx, s.taskSession(), name, args, tasks.Options{Progress: opts.Progress, TaskID: opts.TaskID})
 		return res, urlRequired(msglimit.AsTooLarge(err))
 	}
 	res, err := sendCall(ctx, s, name, args, opts)
@@ -274,8 +276,8 @@ func sendCall(ctx context.Context, s *session, name string, args map[string]any,
 	if opts.Progress == nil {
 		return send()
 	}
-	token, q := s.progress.add()
-	defer s.progress.remove(token)
+	token, q := s.progress.Add()
+	defer s.progress.Remove(token)
 	req.Params.Meta = &mcp.Meta{ProgressToken: token}
-	return callWithProgress(q, opts.Progress, send)
+	return progress.Call(q, opts.Progress, send)
 }

@@ -10,12 +10,17 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
+	"github.com/connector-svc/connector-svc/internal/registry/tasks"
 )
 
 var (
 	// ErrResultTooLarge means the server's answer was over the registry's
 	// limit (see Config.MaxResultBytes) and was refused unread.
 	ErrResultTooLarge = msglimit.ErrTooLarge
+	// ErrTaskUnsupported is the error of a call of a tool that must run
+	// as a task, on a connection that cannot run it so (see
+	// tasks.ErrUnsupported).
+	ErrTaskUnsupported = tasks.ErrUnsupported
 	// ErrNotLoaded means the registry holds no connection for the connector:
 	// it is inactive, deleted, or was never added.
 	ErrNotLoaded = errors.New("connector is not active in the registry")

@@ -19,7 +19,7 @@ type CallOptions struct {
 	// the goroutine that called CallTool, before CallTool returns and
 	// never after. A slow Progress never holds up the connection, which
 	// other calls share: updates wait in a queue meanwhile, and when more
-	// than maxQueuedProgress wait, the newest replaces the last queued
+	// than its queue holds (256, see package progress) wait, the newest replaces the last queued
 	// one. Servers may send no progress at all. A call of a task tool (see
 	// TaskID) also reports each new status of its task here, after the
 	// server's progress received before it: Message says the status and

@@ -17,6 +17,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/registry/httppool"
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
+	"github.com/connector-svc/connector-svc/internal/registry/tasks"
 )
 
 // Session modes a Spec may name.
@@ -141,7 +142,7 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 	if err != nil {
 		return nil, err
 	}
-	opts.asTask = runsAsTask(tool)
+	opts.asTask = tasks.Required(tool)
 	sc, err := c.sessionFor(opts.Session)
 	if err != nil {
 		return nil, err
@@ -195,7 +196,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 			// An authorization refused is the user's to mend, not the
 			// connection's.
 			return nil, err
-		case isSessionLost(err) && attempt == 0 && !ranAsTask(err):
+		case isSessionLost(err) && attempt == 0 && !tasks.Ran(err):
 			sc.dropConn(s, err)
 			sc.parent.reg.logger.Debug("retrying call on a new session connection", append(sc.parent.logAttrs(),
 				slog.String("session_id", sc.id), slog.String("tool", name))...)

@@ -13,7 +13,9 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 
 	"github.com/connector-svc/connector-svc/internal/registry/httppool"
+	"github.com/connector-svc/connector-svc/internal/registry/progress"
 	"github.com/connector-svc/connector-svc/internal/registry/stdio"
+	"github.com/connector-svc/connector-svc/internal/registry/tasks"
 )
 
 // Transports a Spec may name.
@@ -39,7 +41,7 @@ type session struct {
 	// had (see CallOptions.Restarted); the first call on it clears it.
 	restart atomic.Bool
 	// progress routes notifications/progress to the calls that asked.
-	progress progressRoutes
+	progress progress.Routes
 	// asks serves the server's requests (elicitation, sampling); nil when
 	// the session declares neither.
 	asks *asks
@@ -109,7 +111,7 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 		return nil, fmt.Errorf("unknown transport %q", spec.Transport)
 	}
 	s.client = client.NewClient(tr, opts...)
-	s.client.OnNotification(s.progress.route)
+	s.client.OnNotification(s.progress.Route)
 	// Start binds background streams to its context, so it gets the
 	// session's lifetime and is bounded by a timer instead.
 	started := make(chan error, 1)
@@ -126,6 +128,12 @@ func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.
 		return nil, fmt.Errorf("start: no answer within %s", startTimeout)
 	}
 	return s, nil
+}
+
+// taskSession is s as a task call runs on it (see package tasks).
+func (s *session) taskSession() tasks.Session {
+	return tasks.Session{Client: s.client, Version: s.version, Progress: &s.progress, Relate: s.relateTask,
+		Broken: isConnectionBroken}
 }
 
 // markDead records that s is known dead: closing it sends the server

@@ -1,13 +1,14 @@
-package registry
-
-// Task tools: a tool whose execution.taskSupport is "required" runs as a
-// task (MCP 2025-11-25, experimental tasks). The call asks for a task,
+// Package tasks runs task tools: a tool whose execution.taskSupport is
+// "required" runs as a task (MCP 2025-11-25, experimental tasks). The call asks for a task,
 // polls its status at the server's interval, reports each new status as
 // progress and fetches the result once the task ends; a caller that gives
 // up cancels the task. mcp-go's client has the task requests (tasks/get,
 // tasks/result, tasks/cancel) but its CallTool cannot read the answer of a
 // task-augmented tools/call (a CreateTaskResult has no content), so that
-// one request goes out raw, over the session's transport.
+// one request goes out raw, over the session's transport. It is given the
+// session's client, protocol version, progress routes and two hooks (see
+// Session), and asks nothing else of the registry.
+package tasks
 
 import (
 	"context"
@@ -18,12 +19,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
+	"github.com/connector-svc/connector-svc/internal/registry/progress"
 )
 
 // Polling a task: at the interval the server asks for, kept within
@@ -38,19 +41,19 @@ const (
 	taskCancelTimeout = 2 * time.Second
 )
 
-// runsAsTask reports whether a call of t runs as a task: only a tool that
+// Required reports whether a call of t runs as a task: only a tool that
 // requires it. One that allows it ("optional") runs as a plain call, which
 // answers at once and costs no polling.
-func runsAsTask(t mcp.Tool) bool {
+func Required(t mcp.Tool) bool {
 	return t.Execution != nil && t.Execution.TaskSupport == mcp.TaskSupportRequired
 }
 
-// ErrTaskUnsupported is the error of a call of a tool that must run as a
+// ErrUnsupported is the error of a call of a tool that must run as a
 // task, on a connection that cannot run it so: tasks are run on the
 // classic protocol (2025-11-25); on the sessionless one (2026-07-28) they
 // are an extension of another shape (resultType "task", tasks/update), which
 // neither mcp-go nor the service speak yet.
-var ErrTaskUnsupported = errors.New("the tool must run as a task, which the service supports on the classic MCP protocol (2025-11-25) only")
+var ErrUnsupported = errors.New("the tool must run as a task, which the service supports on the classic MCP protocol (2025-11-25) only")
 
 // taskRequests numbers the raw task-augmented tools/call requests. mcp-go
 // numbers its own requests with integers; these ids are strings, so the
@@ -60,7 +63,7 @@ var taskRequests atomic.Uint64
 // taskRanError is an error of a call after the server accepted its task:
 // the tool runs, or ran, so a session lost meanwhile is no sign that it
 // never did, and the call is not sent again as if it had not (see
-// ranAsTask).
+// Ran).
 type taskRanError struct {
 	id  string
 	err error
@@ -69,29 +72,53 @@ type taskRanError struct {
 func (e *taskRanError) Error() string { return "task " + e.id + ": " + e.err.Error() }
 func (e *taskRanError) Unwrap() error { return e.err }
 
-// ranAsTask reports whether err ended a call whose task the server had
+// Ran reports whether err ended a call whose task the server had
 // accepted.
-func ranAsTask(err error) bool {
+func Ran(err error) bool {
 	var e *taskRanError
 	return errors.As(err, &e)
 }
 
-// callTask runs a tool as a task on s. A caller that asked for progress
+// Session is the session a task runs on.
+type Session struct {
+	Client  *client.Client
+	Version string // the protocol version negotiated
+	// Progress routes the session's progress notifications.
+	Progress *progress.Routes
+	// Relate records that the call made under ctx runs as task id: the
+	// server's requests that name the task go to that call.
+	Relate func(ctx context.Context, id string)
+	// Broken reports whether an error came from the connection rather
+	// than from the server's answer.
+	Broken func(error) bool
+}
+
+// Options are what the caller asks of one task call.
+type Options struct {
+	// Progress, if set, gets the server's progress and each new status
+	// of the task (see registry.CallOptions.Progress).
+	Progress func(progress.Progress)
+	// TaskID, if set, learns the task's id as soon as the server gives
+	// one (see registry.CallOptions.TaskID).
+	TaskID *string
+}
+
+// Call runs a tool as a task on s. A caller that asked for progress
 // gets the server's progress notifications (the request's progress token
 // lasts as long as the task) and, between them, each new status of the
 // task, with the last progress the server reported; opts.TaskID learns the
 // task's id as soon as the server accepts it. A task that fails, or that
 // the server cancels, is a tool error result. When ctx ends first, the
 // task is cancelled on the server.
-func callTask(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
-	if mcp.IsModernProtocol(s.version) {
-		return nil, fmt.Errorf("%w; this connection speaks %s", ErrTaskUnsupported, s.version)
+func Call(ctx context.Context, s Session, name string, args map[string]any, opts Options) (*mcp.CallToolResult, error) {
+	if mcp.IsModernProtocol(s.Version) {
+		return nil, fmt.Errorf("%w; this connection speaks %s", ErrUnsupported, s.Version)
 	}
 	t := &taskRun{s: s, progress: opts.Progress}
 	if opts.Progress != nil {
 		var token string
-		token, t.queue = s.progress.add()
-		defer s.progress.remove(token)
+		token, t.queue = s.Progress.Add()
+		defer s.Progress.Remove(token)
 		t.token = token
 	}
 	task, res, err := t.create(ctx, name, args)
@@ -100,7 +127,7 @@ func callTask(ctx context.Context, s *session, name string, args map[string]any,
 		return res, err // refused, or the server ran it plain
 	}
 	t.id = task.TaskId
-	s.relateTask(ctx, t.id) // on stdio, the server's requests for the task come to this call
+	s.Relate(ctx, t.id) // on stdio, the server's requests for the task come to this call
 	if opts.TaskID != nil {
 		*opts.TaskID = t.id
 	}
@@ -119,12 +146,12 @@ func callTask(ctx context.Context, s *session, name string, args map[string]any,
 // taskRun is one task-augmented call under way. All but the tasks/result
 // fetch run on the caller's goroutine, which alone calls progress.
 type taskRun struct {
-	s        *session
+	s        Session
 	id       string
-	progress func(Progress)
+	progress func(progress.Progress)
 	token    string
-	queue    *progressQueue // the server's progress notifications, if asked for
-	last     Progress       // the last update reported
+	queue    *progress.Queue   // the server's progress notifications, if asked for
+	last     progress.Progress // the last update reported
 	status   mcp.TaskStatus
 	message  string
 
@@ -151,7 +178,7 @@ func (t *taskRun) create(ctx context.Context, name string, args map[string]any) 
 	if t.token != "" {
 		params["_meta"] = map[string]any{"progressToken": t.token}
 	}
-	resp, err := t.s.client.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+	resp, err := t.s.Client.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
 		JSONRPC: mcp.JSONRPC_VERSION,
 		ID:      mcp.NewRequestId("connector-svc-task-" + strconv.FormatUint(taskRequests.Add(1), 10)),
 		Method:  string(mcp.MethodToolsCall),
@@ -205,7 +232,7 @@ func (t *taskRun) follow(ctx context.Context, task mcp.Task) (*mcp.CallToolResul
 		if err := t.wait(ctx, wait); err != nil {
 			return nil, err
 		}
-		got, err := t.s.client.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: t.id}})
+		got, err := t.s.Client.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: t.id}})
 		if err != nil {
 			if ctx.Err() != nil {
 				t.cancel(ctx)
@@ -257,7 +284,7 @@ func (t *taskRun) finish(ctx context.Context, task mcp.Task) (*mcp.CallToolResul
 		case o.res != nil:
 			o.res.IsError = true
 			return o.res, nil
-		case o.err != nil && !isConnectionBroken(o.err):
+		case o.err != nil && !t.s.Broken(o.err):
 			// The server answers tasks/result of a failed task with the
 			// error the request failed with.
 			msg := task.StatusMessage
@@ -287,7 +314,7 @@ func (t *taskRun) fetch() {
 	ch := make(chan taskOutcome, 1)
 	t.result = ch
 	go func() {
-		r, err := t.s.client.TaskResult(t.fetchCtx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: t.id}})
+		r, err := t.s.Client.TaskResult(t.fetchCtx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: t.id}})
 		if err != nil {
 			ch <- taskOutcome{err: err}
 			return
@@ -329,7 +356,7 @@ func (t *taskRun) outcome(ctx context.Context) (taskOutcome, error) {
 func (t *taskRun) cancel(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), taskCancelTimeout)
 	defer cancel()
-	_, err := t.s.client.CancelTask(ctx, mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: t.id}})
+	_, err := t.s.Client.CancelTask(ctx, mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: t.id}})
 	// A task that ended meanwhile cannot be cancelled, and nothing is lost:
 	// the span says whether the server took the cancel, not why not.
 	trace.SpanFromContext(ctx).AddEvent("mcp.task.cancel", trace.WithAttributes(attribute.Bool("mcp.task.cancelled", err == nil)))
@@ -351,17 +378,17 @@ func (t *taskRun) report(ctx context.Context, task mcp.Task) {
 		return
 	}
 	t.deliver()
-	t.emit(Progress{Progress: t.last.Progress, Total: t.last.Total, Message: msg})
+	t.emit(progress.Progress{Progress: t.last.Progress, Total: t.last.Total, Message: msg})
 }
 
 // deliver hands the server's queued progress notifications to the caller.
 func (t *taskRun) deliver() {
 	if t.queue != nil {
-		t.queue.deliver(t.emit)
+		t.queue.Deliver(t.emit)
 	}
 }
 
-func (t *taskRun) emit(p Progress) {
+func (t *taskRun) emit(p progress.Progress) {
 	t.last = p
 	t.progress(p)
 }
@@ -372,7 +399,7 @@ func (t *taskRun) wake() <-chan struct{} {
 	if t.queue == nil {
 		return nil
 	}
-	return t.queue.wake
+	return t.queue.Wake()
 }
 
 // pollInterval is how long to wait before the next tasks/get: what the
