@@ -6,10 +6,7 @@ package registry
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -19,6 +16,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/ask"
+	"github.com/connector-svc/connector-svc/internal/registry/elicit"
+	"github.com/connector-svc/connector-svc/internal/registry/sessionless"
 )
 
 // answerMargin is how long before the end of the time a server request
@@ -196,7 +195,7 @@ type elicitHandler struct{ a *asks }
 
 func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
 	a := h.a
-	in, err := inputOf(req.Params)
+	in, err := elicit.InputOf(req.Params)
 	if err != nil {
 		return nil, err
 	}
@@ -204,12 +203,12 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if asker == nil {
 		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
 			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
-		return elicitResult(ask.Answer{Action: ask.Cancel}), nil
+		return elicit.Result(ask.Answer{Action: ask.Cancel}), nil
 	}
 	resume, callerDeadline := pauseCall(callCtx)
 	defer resume()
 	deadline := a.answerDeadline(callerDeadline)
-	in.ID, in.Deadline = newInputID(), deadline
+	in.ID, in.Deadline = elicit.NewInputID(), deadline
 	ectx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if callCtx != ctx {
@@ -221,7 +220,7 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return elicitResult(ans), nil
+	return elicit.Result(ans), nil
 }
 
 // answerDeadline is when a server's request on an open call must be
@@ -245,56 +244,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// inputOf is an elicitation request as the user is asked it. Only the
-// modes declared (form and URL) are taken.
-func inputOf(p mcp.ElicitationParams) (ask.Input, error) {
-	in := ask.Input{Mode: p.Mode, Message: p.Message}
-	switch p.Mode {
-	case "", mcp.ElicitationModeForm:
-		in.Mode = ask.ModeForm
-		schema, ok := p.RequestedSchema.(map[string]any)
-		if p.RequestedSchema != nil && !ok {
-			return ask.Input{}, errors.New("invalid elicitation params: requestedSchema is not an object")
-		}
-		in.Schema = schema
-	case mcp.ElicitationModeURL:
-		in.Mode = ask.ModeURL
-		in.URL, in.ElicitationID = p.URL, p.ElicitationID
-		if in.URL == "" {
-			return ask.Input{}, errors.New("invalid elicitation params: url is required in url mode")
-		}
-	default:
-		return ask.Input{}, fmt.Errorf("invalid elicitation params: mode %q is not supported (form and url are)", p.Mode)
-	}
-	return in, nil
-}
-
-// elicitResult is the elicitation result that says ans. A URL-mode
-// accept carries no content.
-func elicitResult(ans ask.Answer) *mcp.ElicitationResult {
-	var r mcp.ElicitationResult
-	switch ans.Action {
-	case ask.Accept:
-		r.Action = mcp.ElicitationResponseActionAccept
-		if ans.Content != nil {
-			r.Content = ans.Content
-		}
-	case ask.Decline:
-		r.Action = mcp.ElicitationResponseActionDecline
-	default:
-		r.Action = mcp.ElicitationResponseActionCancel
-	}
-	return &r
-}
-
-// newInputID names an input put to a user: unique within its call's run,
-// and across replicas.
-func newInputID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return "in_" + hex.EncodeToString(b)
 }
 
 // samplingHandler answers sampling/createMessage on the classic protocol
@@ -321,7 +270,7 @@ func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessag
 
 // errNoSampling is what a sampling request gets when the service has no
 // way to serve it.
-var errNoSampling = errors.New("sampling is not configured on this service")
+var errNoSampling = sessionless.ErrNoSampling
 
 // sample serves one sampling request of c's server through Config.Sample.
 func (c *conn) sample(ctx context.Context, asker ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
@@ -330,25 +279,6 @@ func (c *conn) sample(ctx context.Context, asker ask.Asker, call ask.Call, req m
 		return nil, errNoSampling
 	}
 	return fn(ctx, c.spec.ID, asker, call, req)
-}
-
-// urlRequired turns a classic server's -32042 into the *ask.URLRequiredError
-// callers pause on; other errors are returned as they are.
-func urlRequired(err error) error {
-	var e mcp.URLElicitationRequiredError
-	if err == nil || !errors.As(err, &e) {
-		return err
-	}
-	out := &ask.URLRequiredError{}
-	for _, p := range e.Elicitations {
-		id := p.ElicitationID
-		if id == "" {
-			id = newInputID()
-		}
-		out.Inputs = append(out.Inputs, ask.Input{ID: id, Mode: ask.ModeURL, Message: p.Message, URL: p.URL,
-			ElicitationID: p.ElicitationID})
-	}
-	return out
 }
 
 // awaitsInput reports whether a call ended for want of the user's input

@@ -16,8 +16,11 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/connector-svc/connector-svc/internal/ask"
+	"github.com/connector-svc/connector-svc/internal/registry/elicit"
 	"github.com/connector-svc/connector-svc/internal/registry/msglimit"
 	"github.com/connector-svc/connector-svc/internal/registry/progress"
+	"github.com/connector-svc/connector-svc/internal/registry/sessionless"
 	"github.com/connector-svc/connector-svc/internal/registry/tasks"
 )
 
@@ -257,10 +260,10 @@ func callTool(ctx context.Context, s *session, name string, args map[string]any,
 	defer s.asks.track(ctx)()
 	if opts.asTask {
 		res, err := tasks.Call(ctx, s.taskSession(), name, args, tasks.Options{Progress: opts.Progress, TaskID: opts.TaskID})
-		return res, urlRequired(msglimit.AsTooLarge(err))
+		return res, elicit.URLRequired(msglimit.AsTooLarge(err))
 	}
 	res, err := sendCall(ctx, s, name, args, opts)
-	return res, urlRequired(msglimit.AsTooLarge(err))
+	return res, elicit.URLRequired(msglimit.AsTooLarge(err))
 }
 
 func sendCall(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
@@ -269,7 +272,7 @@ func sendCall(ctx context.Context, s *session, name string, args map[string]any,
 	req.Params.Arguments = args
 	send := func() (*mcp.CallToolResult, error) {
 		if s.sessionless(opts.Retry) {
-			return callSessionless(ctx, s, name, args, req.Params.Meta, opts.Retry)
+			return sessionless.Call(ctx, s.sessionlessSession(), name, args, req.Params.Meta, opts.Retry)
 		}
 		return s.client.CallTool(ctx, req)
 	}
@@ -280,4 +283,28 @@ func sendCall(ctx context.Context, s *session, name string, args map[string]any,
 	defer s.progress.Remove(token)
 	req.Params.Meta = &mcp.Meta{ProgressToken: token}
 	return progress.Call(q, opts.Progress, send)
+}
+
+// sessionless reports whether calls on s take the raw path: a session of
+// the sessionless protocol that declares something a server may ask for,
+// or a call that carries answers.
+func (s *session) sessionless(retry *ask.Retry) bool {
+	return mcp.IsModernProtocol(s.version) && (s.asks != nil || retry != nil)
+}
+
+// sessionlessSession is s as package sessionless runs a call on it: its
+// sampling requests are served through Config.Sample, the call's clock
+// stopped meanwhile.
+func (s *session) sessionlessSession() sessionless.Session {
+	ss := sessionless.Session{Transport: s.client.GetTransport(), Version: s.version, Capabilities: s.asks.capabilities(),
+		ClientInfo: initializeRequest().Params.ClientInfo}
+	if a := s.asks; a != nil {
+		ss.Elicit = a.elicit
+		ss.Sample = func(ctx context.Context, asker ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			resume, _ := pauseCall(ctx)
+			defer resume()
+			return a.c.sample(ctx, asker, call, req)
+		}
+	}
+	return ss
 }

@@ -1,6 +1,5 @@
-package registry
-
-// Input rounds of the sessionless protocol (2026-07-28): a server that
+// Package sessionless runs tool calls on the sessionless protocol
+// (2026-07-28) and their input rounds: a server that
 // needs something in the middle of a call answers it with "input_required",
 // the requests it needs answered and an opaque request state, and the call
 // is sent again with the answers. mcp-go's CallTool runs that loop itself,
@@ -9,7 +8,10 @@ package registry
 // the call is held open. Here the call is sent as a raw tools/call
 // instead: sampling is served at once, and a request for the user ends the
 // call with an *ask.InputRequiredError that the caller keeps, as long as
-// it likes, and answers with CallOptions.Retry.
+// it likes, and answers with an *ask.Retry. It is given the session's
+// transport, version, declared capabilities and a sampling hook (see
+// Session).
+package sessionless
 
 import (
 	"context"
@@ -26,6 +28,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/ask"
+	"github.com/connector-svc/connector-svc/internal/registry/elicit"
 )
 
 // maxInputRounds bounds the rounds of one call that the service answers by
@@ -43,31 +46,43 @@ const (
 // mcp-go's numeric ones on the same connection.
 var rawIDs atomic.Uint64
 
-// sessionless reports whether calls on s take the raw path: a session of
-// the sessionless protocol that declares something a server may ask for,
-// or a call that carries answers.
-func (s *session) sessionless(retry *ask.Retry) bool {
-	return mcp.IsModernProtocol(s.version) && (s.asks != nil || retry != nil)
+// ErrNoSampling is what a sampling request gets when the service has no
+// way to serve it.
+var ErrNoSampling = errors.New("sampling is not configured on this service")
+
+// Session is the sessionless session a call runs on.
+type Session struct {
+	Transport transport.Interface
+	Version   string // the protocol version agreed
+	// Capabilities and ClientInfo go in every request's _meta.
+	Capabilities mcp.ClientCapabilities
+	ClientInfo   mcp.Implementation
+	// Elicit says the session declares elicitation.
+	Elicit bool
+	// Sample serves a sampling request of the server for the call's
+	// asker and call (nil when the call has none); nil fails it with
+	// ErrNoSampling.
+	Sample func(ctx context.Context, asker ask.Asker, call ask.Call, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
 }
 
-// callSessionless runs name on the sessionless session s. Sampling
-// requests are served at once through Config.Sample, and the call sent
+// Call runs name on the sessionless session s. Sampling
+// requests are served at once through s.Sample, and the call sent
 // again with the results, up to maxInputRounds. Requests for the user end
 // the call with an *ask.InputRequiredError (durable inputs, each named by
 // the server's key) when the call's context carries an Asker and the
 // session declares elicitation; otherwise they are answered "cancel", as
 // on the classic protocol. retry, if set, is the first round's answers.
-func callSessionless(ctx context.Context, s *session, name string, args map[string]any, meta *mcp.Meta, retry *ask.Retry) (*mcp.CallToolResult, error) {
+func Call(ctx context.Context, s Session, name string, args map[string]any, meta *mcp.Meta, retry *ask.Retry) (*mcp.CallToolResult, error) {
 	var responses map[string]json.RawMessage
 	var state string
 	if retry != nil {
 		responses, state = retryResponses(retry), retry.RequestState
 	}
 	asker, call, hasAsker := ask.From(ctx)
-	canAsk := hasAsker && s.asks != nil && s.asks.elicit
+	canAsk := hasAsker && s.Elicit
 	busy := 0
 	for round := 1; ; round++ {
-		res, err := s.rawCall(ctx, name, args, meta, responses, state)
+		res, err := rawCall(ctx, s, name, args, meta, responses, state)
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
@@ -99,15 +114,15 @@ func callSessionless(ctx context.Context, s *session, name string, args map[stri
 			r := res.InputRequests[id]
 			switch {
 			case r.Method == mcp.MethodSamplingCreateMessage && r.Sampling != nil:
-				out, err := s.serveSampling(ctx, asker, call, *r.Sampling)
+				out, err := serveSampling(ctx, s, asker, call, *r.Sampling)
 				if err != nil {
 					return nil, fmt.Errorf("sampling request %q of the server: %w", id, err)
 				}
 				served[id] = out
 			case r.Method == mcp.MethodElicitationCreate && r.Elicitation != nil:
-				in, err := inputOf(*r.Elicitation)
+				in, err := elicit.InputOf(*r.Elicitation)
 				if err != nil || !canAsk {
-					served[id] = mustJSON(elicitResult(ask.Answer{Action: ask.Cancel}))
+					served[id] = mustJSON(elicit.Result(ask.Answer{Action: ask.Cancel}))
 					continue
 				}
 				in.ID, in.Durable = id, true
@@ -131,9 +146,9 @@ func callSessionless(ctx context.Context, s *session, name string, args map[stri
 // serveSampling answers one sampling request of a sessionless round, as
 // the JSON of its result. An error that names the end of a context the
 // call still has is reported as text only: it is not the connection's.
-func (s *session) serveSampling(ctx context.Context, asker ask.Asker, call ask.Call, p mcp.CreateMessageParams) (json.RawMessage, error) {
-	if s.asks == nil {
-		return nil, errNoSampling
+func serveSampling(ctx context.Context, s Session, asker ask.Asker, call ask.Call, p mcp.CreateMessageParams) (json.RawMessage, error) {
+	if s.Sample == nil {
+		return nil, ErrNoSampling
 	}
 	for i := range p.Messages {
 		content, err := mcp.ParseSamplingContent(p.Messages[i].Content)
@@ -143,9 +158,7 @@ func (s *session) serveSampling(ctx context.Context, asker ask.Asker, call ask.C
 		p.Messages[i].Content = content
 	}
 	req := mcp.CreateMessageRequest{Request: mcp.Request{Method: string(mcp.MethodSamplingCreateMessage)}, CreateMessageParams: p}
-	resume, _ := pauseCall(ctx)
-	res, err := s.asks.c.sample(ctx, asker, call, req)
-	resume()
+	res, err := s.Sample(ctx, asker, call, req)
 	switch {
 	case err != nil && ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return nil, errors.New(err.Error())
@@ -165,7 +178,7 @@ func retryResponses(r *ask.Retry) map[string]json.RawMessage {
 		out[id] = raw
 	}
 	for id, ans := range r.Answers {
-		out[id] = mustJSON(elicitResult(ans))
+		out[id] = mustJSON(elicit.Result(ans))
 	}
 	return out
 }
@@ -182,7 +195,7 @@ func mustJSON(v any) json.RawMessage {
 // sessionless protocol: the protocol version, client info and
 // capabilities in _meta, the standard headers, and a cancellation notice
 // on stdio when ctx ends first.
-func (s *session) rawCall(ctx context.Context, name string, args map[string]any, meta *mcp.Meta, responses map[string]json.RawMessage, state string) (*mcp.CallToolResult, error) {
+func rawCall(ctx context.Context, s Session, name string, args map[string]any, meta *mcp.Meta, responses map[string]json.RawMessage, state string) (*mcp.CallToolResult, error) {
 	params := map[string]any{"name": name}
 	if args != nil {
 		params["arguments"] = args
@@ -203,25 +216,25 @@ func (s *session) rawCall(ctx context.Context, name string, args map[string]any,
 			return nil, fmt.Errorf("encode _meta: %w", err)
 		}
 	}
-	m[mcp.MetaKeyProtocolVersion] = s.version
-	m[mcp.MetaKeyClientCapabilities] = s.asks.capabilities()
-	m[mcp.MetaKeyClientInfo] = initializeRequest().Params.ClientInfo
+	m[mcp.MetaKeyProtocolVersion] = s.Version
+	m[mcp.MetaKeyClientCapabilities] = s.Capabilities
+	m[mcp.MetaKeyClientInfo] = s.ClientInfo
 	params["_meta"] = m
 	encoded, err := json.Marshal(params)
 	if err != nil {
 		return nil, fmt.Errorf("encode tools/call: %w", err)
 	}
 	header := http.Header{}
-	for k, v := range mcp.StandardHeaders(s.version, mcp.MethodToolsCall, encoded) {
+	for k, v := range mcp.StandardHeaders(s.Version, mcp.MethodToolsCall, encoded) {
 		header.Set(k, v)
 	}
 	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("call-" + strconv.FormatUint(rawIDs.Add(1), 10)),
 		Method: string(mcp.MethodToolsCall), Params: json.RawMessage(encoded), Header: header}
-	tr := s.client.GetTransport()
+	tr := s.Transport
 	resp, err := tr.SendRequest(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
-			s.cancelled(ctx, tr, req)
+			cancelled(ctx, tr, req)
 		}
 		return nil, transport.NewError(err)
 	}
@@ -233,7 +246,7 @@ func (s *session) rawCall(ctx context.Context, name string, args map[string]any,
 
 // cancelled tells a stdio server that req's caller is gone, as mcp-go
 // does for its own requests; over HTTP the ended request says it.
-func (s *session) cancelled(ctx context.Context, tr transport.Interface, req transport.JSONRPCRequest) {
+func cancelled(ctx context.Context, tr transport.Interface, req transport.JSONRPCRequest) {
 	if _, ok := tr.(transport.HTTPConnection); ok {
 		return
 	}
