@@ -110,47 +110,7 @@ func (e *usageError) Unwrap() error { return e.err }
 // shows the built-in defaults, never the environment's values: those may
 // hold secrets (a DATABASE_URL password).
 func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, []string, error) {
-	fs := flag.NewFlagSet("connector-svc", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // the errors are returned; the usage printed by the caller's choice
-	fs.Usage = func() {}
-	var cfg config
-	var allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
-	var approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo, oauthProxies string
-	var conn connFlags
-	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
-	fs.StringVar(&allowed, "stdio-allowed-commands", "", "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
-	fs.StringVar(&rpcTimeout, "rpc-timeout", "30s", "deadline of an RPC whose caller sets none (RPC_TIMEOUT)")
-	fs.StringVar(&grace, "shutdown-grace", "10s", "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
-	fs.StringVar(&health, "health-interval", "30s", "between tools/list health checks of each connector (HEALTH_INTERVAL)")
-	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", 16, "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
-	fs.IntVar(&cfg.MaxIdleConns, "mcp-http-max-idle-conns-per-connector", 128,
-		"idle HTTP connections kept for reuse per host by each of the 4 transports the SSE and streamable-HTTP connectors of one origin share; calls beyond it at once open new ones: keep it above the calls an origin runs at once, twice is ample (MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR)")
-	fs.StringVar(&idleTTL, "session-idle-ttl", "15m", "a per-session connection unused this long closes (SESSION_IDLE_TTL)")
-	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
-	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
-	fs.StringVar(&cfg.LLMModel, "llm-model", "", "default model of the connector agents (LLM_MODEL)")
-	fs.StringVar(&cfg.EmbeddingsModel, "embeddings-model", "",
-		"embeddings model on the LLM endpoint, for ranking the tools of large catalogs by meaning too; empty ranks by words (EMBEDDINGS_MODEL)")
-	fs.StringVar(&queryTimeout, "query-timeout", "2m", "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
-	fs.StringVar(&approvalTimeout, "approval-timeout", "24h", "a query run paused for approval expires when nobody decides for this long (APPROVAL_TIMEOUT)")
-	fs.StringVar(&runRetention, "run-retention", "720h", "a finished query run's record is kept this long (RUN_RETENTION)")
-	fs.IntVar(&cfg.NarrowToolsAbove, "narrow-tools-above", orchestrator.DefaultNarrowAbove,
-		"a query of a connector with more enabled tools than this is offered only the best-fitting ones, and search_tools (NARROW_TOOLS_ABOVE)")
-	fs.IntVar(&cfg.NarrowToolsTo, "narrow-tools-to", orchestrator.DefaultNarrowTo, "how many tools a narrowed query is offered (NARROW_TOOLS_TO)")
-	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error (LOG_LEVEL)")
-	fs.StringVar(&egressAllow, "egress-allow-cidrs", "", "comma-separated CIDRs HTTP connectors may reach though refused by default (EGRESS_ALLOW_CIDRS)")
-	fs.StringVar(&egressDeny, "egress-deny-cidrs", "", "comma-separated CIDRs HTTP connectors may never reach; wins over the allow list (EGRESS_DENY_CIDRS)")
-	fs.StringVar(&authMode, "auth", string(auth.ModeAuto),
-		"when callers need API keys: auto (once a key exists), keys, none (loopback only) or none-any-address (AUTH)")
-	sizeFlags(fs, &cfg)
-	tlsFlags(fs, &cfg)
-	adminFlags(fs, &cfg)
-	clusterFlags(fs, &cfg.Cluster, &replicaTTL, &reconcile)
-	oauthFlags(fs, &cfg.OAuth, &oauthStateTTL, &oauthReturnTo, &oauthProxies)
-	askBackFlags(fs, &cfg.AskBack)
-	conn.register(fs)
-	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
+	fs, cfg, v := newFlagSet()
 	rest, err := parseArgs(fs, args)
 	command := "serve"
 	if len(rest) > 0 {
@@ -183,86 +143,153 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if err := setFromEnv(fs, getenv); err != nil {
 		return config{}, nil, err
 	}
+	if err := cfg.read(v, getenv); err != nil {
+		return config{}, nil, err
+	}
+	return *cfg, rest, nil
+}
+
+// flagValues are the settings read as text, parsed by config.read.
+type flagValues struct {
+	allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
+	approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo, oauthProxies    string
+	conn                                                                                                connFlags
+}
+
+// newFlagSet registers every setting's flag: its name, built-in default
+// and usage.
+func newFlagSet() (*flag.FlagSet, *config, *flagValues) {
+	cfg, v := &config{}, &flagValues{}
+	fs := flag.NewFlagSet("connector-svc", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the errors are returned; the usage printed by the caller's choice
+	fs.Usage = func() {}
+	fs.StringVar(&cfg.DatabaseURL, "database-url", defaultDatabaseURL, "Postgres URL; the database is created if missing (DATABASE_URL)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:50051", "address to serve gRPC on (GRPC_ADDR)")
+	fs.StringVar(&v.allowed, "stdio-allowed-commands", "", "comma-separated commands stdio connectors may run (STDIO_ALLOWED_COMMANDS)")
+	fs.StringVar(&v.rpcTimeout, "rpc-timeout", "30s", "deadline of an RPC whose caller sets none (RPC_TIMEOUT)")
+	fs.StringVar(&v.grace, "shutdown-grace", "10s", "how long SIGTERM waits for in-flight RPCs (SHUTDOWN_GRACE)")
+	fs.StringVar(&v.health, "health-interval", "30s", "between tools/list health checks of each connector (HEALTH_INTERVAL)")
+	fs.IntVar(&cfg.HealthConcurrency, "health-concurrency", 16, "MCP connects and health checks running at once (HEALTH_CONCURRENCY)")
+	fs.IntVar(&cfg.MaxIdleConns, "mcp-http-max-idle-conns-per-connector", 128,
+		"idle HTTP connections kept for reuse per host by each of the 4 transports the SSE and streamable-HTTP connectors of one origin share; calls beyond it at once open new ones: keep it above the calls an origin runs at once, twice is ample (MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR)")
+	fs.StringVar(&v.idleTTL, "session-idle-ttl", "15m", "a per-session connection unused this long closes (SESSION_IDLE_TTL)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions-per-connector", 64, "open sessions a per_session connector may have (MAX_SESSIONS_PER_CONNECTOR)")
+	fs.StringVar(&cfg.LLMBaseURL, "llm-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1; empty disables queries (LLM_BASE_URL)")
+	fs.StringVar(&cfg.LLMModel, "llm-model", "", "default model of the connector agents (LLM_MODEL)")
+	fs.StringVar(&cfg.EmbeddingsModel, "embeddings-model", "",
+		"embeddings model on the LLM endpoint, for ranking the tools of large catalogs by meaning too; empty ranks by words (EMBEDDINGS_MODEL)")
+	fs.StringVar(&v.queryTimeout, "query-timeout", "2m", "deadline of a query whose caller sets none (QUERY_TIMEOUT)")
+	fs.StringVar(&v.approvalTimeout, "approval-timeout", "24h", "a query run paused for approval expires when nobody decides for this long (APPROVAL_TIMEOUT)")
+	fs.StringVar(&v.runRetention, "run-retention", "720h", "a finished query run's record is kept this long (RUN_RETENTION)")
+	fs.IntVar(&cfg.NarrowToolsAbove, "narrow-tools-above", orchestrator.DefaultNarrowAbove,
+		"a query of a connector with more enabled tools than this is offered only the best-fitting ones, and search_tools (NARROW_TOOLS_ABOVE)")
+	fs.IntVar(&cfg.NarrowToolsTo, "narrow-tools-to", orchestrator.DefaultNarrowTo, "how many tools a narrowed query is offered (NARROW_TOOLS_TO)")
+	fs.StringVar(&v.level, "log-level", "info", "debug, info, warn or error (LOG_LEVEL)")
+	fs.StringVar(&v.egressAllow, "egress-allow-cidrs", "", "comma-separated CIDRs HTTP connectors may reach though refused by default (EGRESS_ALLOW_CIDRS)")
+	fs.StringVar(&v.egressDeny, "egress-deny-cidrs", "", "comma-separated CIDRs HTTP connectors may never reach; wins over the allow list (EGRESS_DENY_CIDRS)")
+	fs.StringVar(&v.authMode, "auth", string(auth.ModeAuto),
+		"when callers need API keys: auto (once a key exists), keys, none (loopback only) or none-any-address (AUTH)")
+	sizeFlags(fs, cfg)
+	tlsFlags(fs, cfg)
+	adminFlags(fs, cfg)
+	clusterFlags(fs, &cfg.Cluster, &v.replicaTTL, &v.reconcile)
+	oauthFlags(fs, &cfg.OAuth, &v.oauthStateTTL, &v.oauthReturnTo, &v.oauthProxies)
+	askBackFlags(fs, &cfg.AskBack)
+	v.conn.register(fs)
+	fs.BoolVar(&cfg.Version, "version", false, "print the version and exit, as the version command does")
+	return fs, cfg, v
+}
+
+// read parses and checks the settings given as text, those read from the
+// environment only, and the sub-configurations.
+func (cfg *config) read(v *flagValues, getenv func(string) string) error {
+	var err error
 	cfg.SecretKey = getenv("SECRET_KEY")
 	cfg.LLMAPIKey = getenv("LLM_API_KEY")
-	cfg.StdioAllowedCommands = splitList(allowed)
+	cfg.StdioAllowedCommands = splitList(v.allowed)
 
-	if cfg.RPCTimeout, err = positiveDuration("RPC_TIMEOUT", rpcTimeout); err != nil {
-		return config{}, nil, err
+	if cfg.RPCTimeout, err = positiveDuration("RPC_TIMEOUT", v.rpcTimeout); err != nil {
+		return err
 	}
-	if cfg.ShutdownGrace, err = positiveDuration("SHUTDOWN_GRACE", grace); err != nil {
-		return config{}, nil, err
+	if cfg.ShutdownGrace, err = positiveDuration("SHUTDOWN_GRACE", v.grace); err != nil {
+		return err
 	}
-	if cfg.ApprovalTimeout, err = positiveDuration("APPROVAL_TIMEOUT", approvalTimeout); err != nil {
-		return config{}, nil, err
+	if cfg.ApprovalTimeout, err = positiveDuration("APPROVAL_TIMEOUT", v.approvalTimeout); err != nil {
+		return err
 	}
-	if cfg.RunRetention, err = positiveDuration("RUN_RETENTION", runRetention); err != nil {
-		return config{}, nil, err
+	if cfg.RunRetention, err = positiveDuration("RUN_RETENTION", v.runRetention); err != nil {
+		return err
 	}
-	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", queryTimeout); err != nil {
-		return config{}, nil, err
+	if cfg.QueryTimeout, err = positiveDuration("QUERY_TIMEOUT", v.queryTimeout); err != nil {
+		return err
 	}
 	if cfg.ElicitationTimeout, err = positiveDuration("ELICITATION_TIMEOUT", cfg.AskBack.ElicitationTimeout); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if err := cfg.AskBack.Sampling.check(); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if cfg.EmbeddingsModel != "" && cfg.LLMBaseURL == "" {
-		return config{}, nil, fmt.Errorf("EMBEDDINGS_MODEL needs LLM_BASE_URL: the embeddings come from the same endpoint")
+		return fmt.Errorf("EMBEDDINGS_MODEL needs LLM_BASE_URL: the embeddings come from the same endpoint")
 	}
 	if (cfg.LLMBaseURL == "") != (cfg.LLMModel == "") {
-		return config{}, nil, fmt.Errorf("set both LLM_BASE_URL and LLM_MODEL, or neither (queries are then disabled)")
+		return fmt.Errorf("set both LLM_BASE_URL and LLM_MODEL, or neither (queries are then disabled)")
 	}
-	if cfg.HealthInterval, err = positiveDuration("HEALTH_INTERVAL", health); err != nil {
-		return config{}, nil, err
+	if cfg.HealthInterval, err = positiveDuration("HEALTH_INTERVAL", v.health); err != nil {
+		return err
 	}
+	return cfg.readLimits(v, getenv)
+}
+
+// readLimits reads the limits, the modes and the sub-configurations.
+func (cfg *config) readLimits(v *flagValues, getenv func(string) string) error {
+	var err error
 	if cfg.HealthConcurrency <= 0 {
-		return config{}, nil, fmt.Errorf("HEALTH_CONCURRENCY %d: want a positive number", cfg.HealthConcurrency)
+		return fmt.Errorf("HEALTH_CONCURRENCY %d: want a positive number", cfg.HealthConcurrency)
 	}
 	if cfg.MaxIdleConns <= 0 {
-		return config{}, nil, fmt.Errorf("MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR %d: want a positive number", cfg.MaxIdleConns)
+		return fmt.Errorf("MCP_HTTP_MAX_IDLE_CONNS_PER_CONNECTOR %d: want a positive number", cfg.MaxIdleConns)
 	}
-	if cfg.SessionIdleTTL, err = positiveDuration("SESSION_IDLE_TTL", idleTTL); err != nil {
-		return config{}, nil, err
+	if cfg.SessionIdleTTL, err = positiveDuration("SESSION_IDLE_TTL", v.idleTTL); err != nil {
+		return err
 	}
 	if cfg.MaxSessions <= 0 {
-		return config{}, nil, fmt.Errorf("MAX_SESSIONS_PER_CONNECTOR %d: want a positive number", cfg.MaxSessions)
+		return fmt.Errorf("MAX_SESSIONS_PER_CONNECTOR %d: want a positive number", cfg.MaxSessions)
 	}
 	if cfg.NarrowToolsAbove <= 0 || cfg.NarrowToolsTo <= 0 {
-		return config{}, nil, fmt.Errorf("NARROW_TOOLS_ABOVE %d, NARROW_TOOLS_TO %d: want positive numbers", cfg.NarrowToolsAbove, cfg.NarrowToolsTo)
+		return fmt.Errorf("NARROW_TOOLS_ABOVE %d, NARROW_TOOLS_TO %d: want positive numbers", cfg.NarrowToolsAbove, cfg.NarrowToolsTo)
 	}
-	if cfg.Auth, err = auth.ParseMode(authMode); err != nil {
-		return config{}, nil, err
+	if cfg.Auth, err = auth.ParseMode(v.authMode); err != nil {
+		return err
 	}
-	if err := cfg.LogLevel.UnmarshalText([]byte(level)); err != nil {
-		return config{}, nil, fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", level)
+	if err := cfg.LogLevel.UnmarshalText([]byte(v.level)); err != nil {
+		return fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", v.level)
 	}
 	if err := cfg.checkSizes(); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if err := cfg.checkTLS(); err != nil {
-		return config{}, nil, err
+		return err
 	}
 	if err := cfg.readAdmin(getenv); err != nil {
-		return config{}, nil, err
+		return err
 	}
-	if err := cfg.Cluster.read(replicaTTL, reconcile); err != nil {
-		return config{}, nil, err
+	if err := cfg.Cluster.read(v.replicaTTL, v.reconcile); err != nil {
+		return err
 	}
-	if err := cfg.OAuth.read(oauthStateTTL, oauthReturnTo, oauthProxies); err != nil {
-		return config{}, nil, err
+	if err := cfg.OAuth.read(v.oauthStateTTL, v.oauthReturnTo, v.oauthProxies); err != nil {
+		return err
 	}
-	if cfg.Conn, err = conn.read(max(cfg.QueryTimeout, cfg.RPCTimeout)); err != nil {
-		return config{}, nil, err
+	if cfg.Conn, err = v.conn.read(max(cfg.QueryTimeout, cfg.RPCTimeout)); err != nil {
+		return err
 	}
-	if cfg.EgressAllow, err = egress.ParsePrefixes(egressAllow); err != nil {
-		return config{}, nil, fmt.Errorf("EGRESS_ALLOW_CIDRS: %w", err)
+	if cfg.EgressAllow, err = egress.ParsePrefixes(v.egressAllow); err != nil {
+		return fmt.Errorf("EGRESS_ALLOW_CIDRS: %w", err)
 	}
-	if cfg.EgressDeny, err = egress.ParsePrefixes(egressDeny); err != nil {
-		return config{}, nil, fmt.Errorf("EGRESS_DENY_CIDRS: %w", err)
+	if cfg.EgressDeny, err = egress.ParsePrefixes(v.egressDeny); err != nil {
+		return fmt.Errorf("EGRESS_DENY_CIDRS: %w", err)
 	}
-	return cfg, rest, nil
+	return nil
 }
 
 // parseArgs parses the flags, the command ("serve" if none) and the flags
