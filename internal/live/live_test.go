@@ -177,10 +177,19 @@ func TestChangesWhileNotListeningAreCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(context.Background(),
-		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND datname = current_database()`,
-		store.ListenerApplicationName); err != nil {
+	// With a timeout pg_terminate_backend waits until the listener's
+	// backend has exited (without one it only signals it, and a backend
+	// not yet scheduled on a busy machine still delivers the change below
+	// on the old connection).
+	var killed int
+	var exited bool
+	if err := admin.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(bool_and(pg_terminate_backend(pid, 20000)), false) FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND datname = current_database()`,
+		store.ListenerApplicationName).Scan(&killed, &exited); err != nil {
 		t.Fatal(err)
+	}
+	if killed == 0 || !exited {
+		t.Fatalf("terminated %d listening backends (all exited within 20 s: %v); want B's", killed, exited)
 	}
 	if _, err := db.SetConnectorActive(context.Background(), "ws", "c", false); err != nil {
 		t.Fatal(err)
