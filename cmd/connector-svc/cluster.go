@@ -157,7 +157,8 @@ func joinCluster(cfg config, db *store.DB, logger *slog.Logger) (*replica, error
 			return nil, err
 		}
 	}
-	ccfg := cluster.Config{ID: cfg.Cluster.ReplicaID, Addr: advertise, TTL: cfg.Cluster.ReplicaTTL, Logger: logger}
+	ccfg := cluster.Config{ID: cfg.Cluster.ReplicaID, Addr: advertise, TTL: cfg.Cluster.ReplicaTTL, Logger: logger,
+		Settings: settingsFingerprint(cfg, keys), SettingsKey: settingsKey}
 	r.members = cluster.New(db, ccfg)
 	r.members.OnChange(func(live []cluster.Member) { r.live.Store(int64(max(len(live), 1))) })
 	r.owners = cluster.NewOwners(db, r.members, db.ActiveConnectorIDs)

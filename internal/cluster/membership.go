@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,15 @@ type Config struct {
 	// Logger receives failed rounds and changes of the live set; nil
 	// discards.
 	Logger *slog.Logger
+	// Settings is this replica's fingerprint of the settings that must
+	// match across replicas: setting name to a keyed hash of the value,
+	// never the value. It is published in the replica's row; a live
+	// replica whose fingerprint differs is warned of once per change,
+	// naming the settings. Nil publishes none and compares nothing.
+	Settings map[string]string
+	// SettingsKey names the setting whose value keys the others' hashes:
+	// when it differs, the others cannot be compared, and only it is named.
+	SettingsKey string
 }
 
 func (c Config) withDefaults() Config {
@@ -79,6 +89,10 @@ type Membership struct {
 	// crash, set by tests, makes Run end like a killed process: without
 	// leaving.
 	crash bool
+
+	// warned is, by replica id, the settings last warned of as differing.
+	warnedMu sync.Mutex
+	warned   map[string]string
 }
 
 // New returns the membership of the replica cfg names; Run registers it.
@@ -158,6 +172,11 @@ func (m *Membership) register(ctx context.Context) error {
 	if err := m.db.RegisterReplica(ctx, m.cfg.ID, m.cfg.Addr, m.cfg.TTL); err != nil {
 		return err
 	}
+	if m.cfg.Settings != nil {
+		if err := m.db.SetReplicaSettings(ctx, m.cfg.ID, m.cfg.Settings); err != nil {
+			return err
+		}
+	}
 	m.mu.Lock()
 	m.registered, m.trustedUntil = true, start.Add(m.cfg.TTL)
 	m.mu.Unlock()
@@ -231,6 +250,7 @@ func (m *Membership) reread(ctx context.Context) {
 }
 
 func (m *Membership) setLive(ctx context.Context, rows []store.Replica) {
+	m.compareSettings(ctx, rows)
 	live := make([]Member, 0, len(rows))
 	for _, r := range rows {
 		live = append(live, Member{ID: r.ID, Addr: r.InternalAddr})
@@ -247,6 +267,67 @@ func (m *Membership) setLive(ctx context.Context, rows []store.Replica) {
 		}
 		m.cfg.Logger.InfoContext(ctx, "cluster: live replicas changed", slog.Int("count", len(live)), slog.Any("replicas", ids))
 	}
+}
+
+// compareSettings warns of each other live replica whose settings
+// fingerprint differs from this one's, once per change of the settings
+// that differ. Replicas that published none (an older version) are not
+// compared.
+func (m *Membership) compareSettings(ctx context.Context, rows []store.Replica) {
+	if m.cfg.Settings == nil {
+		return
+	}
+	m.warnedMu.Lock()
+	defer m.warnedMu.Unlock()
+	if m.warned == nil {
+		m.warned = map[string]string{}
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if r.ID == m.cfg.ID || len(r.Settings) == 0 {
+			continue
+		}
+		seen[r.ID] = true
+		names := DifferingSettings(m.cfg.Settings, r.Settings, m.cfg.SettingsKey)
+		key := strings.Join(names, ",")
+		if m.warned[r.ID] == key {
+			continue
+		}
+		m.warned[r.ID] = key
+		if len(names) > 0 {
+			m.cfg.Logger.WarnContext(ctx, "cluster: another live replica has different settings; set them the same on every replica "+
+				"(README, Several replicas)", slog.String("replica", m.cfg.ID), slog.String("other_replica", r.ID),
+				slog.Any("settings", names))
+		}
+	}
+	for id := range m.warned {
+		if !seen[id] {
+			delete(m.warned, id)
+		}
+	}
+}
+
+// DifferingSettings returns the names of the settings whose fingerprints
+// differ between mine and theirs, sorted; a setting only one of them has
+// differs. When key (the setting whose value keys the others' hashes)
+// differs, it alone is returned: the others cannot be compared.
+func DifferingSettings(mine, theirs map[string]string, key string) []string {
+	if key != "" && mine[key] != theirs[key] {
+		return []string{key}
+	}
+	var names []string
+	for name, v := range mine {
+		if w, ok := theirs[name]; !ok || w != v {
+			names = append(names, name)
+		}
+	}
+	for name := range theirs {
+		if _, ok := mine[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // publish stores live and calls the hooks if it differs from what was

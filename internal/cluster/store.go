@@ -14,6 +14,7 @@ type Store interface {
 	RegisterReplica(ctx context.Context, id, internalAddr string, ttl time.Duration) error
 	HeartbeatReplica(ctx context.Context, id string, ttl time.Duration) (alive bool, live []store.Replica, err error)
 	LiveReplicas(ctx context.Context) ([]store.Replica, error)
+	SetReplicaSettings(ctx context.Context, id string, settings map[string]string) error
 	LeaveReplica(ctx context.Context, id string) error
 	ExpireDeadReplicas(ctx context.Context, grace time.Duration) (int64, error)
 

@@ -47,6 +47,10 @@ type Replica struct {
 	StartedAt    time.Time
 	HeartbeatAt  time.Time
 	ExpiresAt    time.Time
+	// Settings is the replica's fingerprint of the settings that must
+	// match across replicas: setting name to a keyed hash of its value
+	// (SetReplicaSettings); empty for a replica that published none.
+	Settings map[string]string
 }
 
 // Fence is an owner's claim on a connector: the replica and the epoch its
@@ -93,11 +97,11 @@ func (db *DB) HeartbeatReplica(ctx context.Context, id string, ttl time.Duration
 		WITH beat AS (
 			UPDATE replicas SET heartbeat_at = now(), expires_at = now() + $2::interval
 			WHERE id = $1 AND expires_at > now()
-			RETURNING id, internal_addr, started_at, heartbeat_at, expires_at
+			RETURNING id, internal_addr, started_at, heartbeat_at, expires_at, settings
 		)
-		SELECT id, internal_addr, started_at, heartbeat_at, expires_at, true FROM beat
+		SELECT id, internal_addr, started_at, heartbeat_at, expires_at, settings, true FROM beat
 		UNION ALL
-		SELECT id, internal_addr, started_at, heartbeat_at, expires_at, false FROM replicas
+		SELECT id, internal_addr, started_at, heartbeat_at, expires_at, settings, false FROM replicas
 		WHERE expires_at > now() AND id <> $1
 		ORDER BY id`,
 		id, ttl)
@@ -107,7 +111,7 @@ func (db *DB) HeartbeatReplica(ctx context.Context, id string, ttl time.Duration
 	for rows.Next() {
 		var r Replica
 		var self bool
-		if err := rows.Scan(&r.ID, &r.InternalAddr, &r.StartedAt, &r.HeartbeatAt, &r.ExpiresAt, &self); err != nil {
+		if err := rows.Scan(&r.ID, &r.InternalAddr, &r.StartedAt, &r.HeartbeatAt, &r.ExpiresAt, &r.Settings, &self); err != nil {
 			rows.Close()
 			return false, nil, fmt.Errorf("heartbeat of replica %q: %w", id, err)
 		}
@@ -124,20 +128,32 @@ func (db *DB) HeartbeatReplica(ctx context.Context, id string, ttl time.Duration
 // order.
 func (db *DB) LiveReplicas(ctx context.Context) ([]Replica, error) {
 	rows, err := db.pool.Query(ctx, `
-		SELECT id, internal_addr, started_at, heartbeat_at, expires_at FROM replicas
+		SELECT id, internal_addr, started_at, heartbeat_at, expires_at, settings FROM replicas
 		WHERE expires_at > now() ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("live replicas: %w", err)
 	}
 	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replica, error) {
 		var r Replica
-		err := row.Scan(&r.ID, &r.InternalAddr, &r.StartedAt, &r.HeartbeatAt, &r.ExpiresAt)
+		err := row.Scan(&r.ID, &r.InternalAddr, &r.StartedAt, &r.HeartbeatAt, &r.ExpiresAt, &r.Settings)
 		return r, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("live replicas: %w", err)
 	}
 	return rs, nil
+}
+
+// SetReplicaSettings stores replica id's settings fingerprint (setting
+// name to a keyed hash; never a value). A replica gone is not an error.
+func (db *DB) SetReplicaSettings(ctx context.Context, id string, settings map[string]string) error {
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	if _, err := db.pool.Exec(ctx, `UPDATE replicas SET settings = $2 WHERE id = $1`, id, settings); err != nil {
+		return fmt.Errorf("settings of replica %q: %w", id, err)
+	}
+	return nil
 }
 
 // LeaveReplica deletes replica id (its connector ownership goes with it) and
