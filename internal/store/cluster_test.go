@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -114,6 +115,44 @@ func replicaIDs(rs []store.Replica) []string {
 		ids[i] = r.ID
 	}
 	return ids
+}
+
+// TestReplicaSettings: the settings fingerprint a replica stores comes
+// back from heartbeats and LiveReplicas; a replica that stored none (an
+// earlier build) has none, {} in its row; storing for a replica gone is no
+// error.
+func TestReplicaSettings(t *testing.T) {
+	ctx := context.Background()
+	s := newClusterSetup(t)
+	for _, id := range []string{"a", "b"} {
+		if err := s.db.RegisterReplica(ctx, id, id+":7000", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fp := map[string]string{"LLM_MODEL": "836ab8ff29d3", "LLM_API_KEY": "set"}
+	if err := s.db.SetReplicaSettings(ctx, "a", fp); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.SetReplicaSettings(ctx, "gone", fp); err != nil {
+		t.Errorf("SetReplicaSettings of a replica gone: %v", err)
+	}
+	_, beat, err := s.db.HeartbeatReplica(ctx, "b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.db.LiveReplicas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rows := range map[string][]store.Replica{"heartbeat": beat, "LiveReplicas": live} {
+		if len(rows) != 2 || !maps.Equal(rows[0].Settings, fp) || len(rows[1].Settings) != 0 {
+			t.Errorf("%s: %+v; want a's fingerprint and none for b", name, rows)
+		}
+	}
+	var empty string
+	if err := s.sql.QueryRow(ctx, `SELECT settings::text FROM replicas WHERE id = 'b'`).Scan(&empty); err != nil || empty != "{}" {
+		t.Errorf("b's row's settings = %q, %v; want {}", empty, err)
+	}
 }
 
 func TestReplicaMembership(t *testing.T) {
