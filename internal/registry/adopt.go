@@ -79,7 +79,7 @@ func (r *Registry) SessionHandle(id int64, sessionID string) (SessionHandle, boo
 // session counts towards MaxSessions: false at the cap.
 func (r *Registry) Adopt(id int64, sessionID string, h SessionHandle) bool {
 	c, err := r.get(id)
-	if err != nil || !c.ownConnections() || c.spec.Transport != TransportStreamableHTTP || !h.adoptable() || sessionID == "" {
+	if err != nil || !c.spec.ownConnections() || c.spec.Transport != TransportStreamableHTTP || !h.adoptable() || sessionID == "" {
 		return false
 	}
 	c.mu.Lock()
@@ -148,7 +148,7 @@ func (r *Registry) HasSession(id int64, sessionID string) bool {
 // the connector or the session is live here already.
 func (r *Registry) Restarted(id int64, sessionID string) bool {
 	c, err := r.get(id)
-	if err != nil || !c.ownConnections() || sessionID == "" {
+	if err != nil || !c.spec.ownConnections() || sessionID == "" {
 		return false
 	}
 	sc, err := c.sessionFor(sessionID)

@@ -68,7 +68,7 @@ func (c *conn) newAsks(spec Spec) *asks {
 	if spec.Transport == TransportSSE {
 		return nil
 	}
-	a := &asks{c: c, elicit: spec.Elicitation && c.ownConnections(), sample: spec.Sampling,
+	a := &asks{c: c, elicit: spec.Elicitation && c.spec.ownConnections(), sample: spec.Sampling,
 		byContext: spec.Transport == TransportStreamableHTTP}
 	if !a.elicit && !a.sample {
 		return nil

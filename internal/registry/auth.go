@@ -82,12 +82,12 @@ func (c *conn) authorizedClient(user string) *http.Client {
 
 // perUser reports whether the connector runs each end user's calls on
 // that user's own connection (AuthUser).
-func (c *conn) perUser() bool { return c.spec.Auth == AuthUser }
+func (s Spec) perUser() bool { return s.Auth == AuthUser }
 
 // ownConnections reports whether the connector's calls run on
 // connections of their own (per caller session or per user), its own
 // connection only listing tools or probing.
-func (c *conn) ownConnections() bool { return c.perSession() || c.perUser() }
+func (s Spec) ownConnections() bool { return s.perSession() || s.perUser() }
 
 // user is the end user a session connection of an oauth_user connector
 // serves.
@@ -100,7 +100,7 @@ func (sc *sessConn) user() string {
 // or for an oauth_user connector one of the user's own, made once.
 func (sc *sessConn) client() *http.Client {
 	c := sc.parent
-	if !c.perUser() {
+	if !c.spec.perUser() {
 		return c.hc
 	}
 	sc.mu.Lock()
@@ -296,7 +296,7 @@ func (r *Registry) CatalogFor(ctx context.Context, id int64, user string) (Catal
 	if err != nil {
 		return Catalog{}, err
 	}
-	if !c.perUser() {
+	if !c.spec.perUser() {
 		return r.Catalog(ctx, id)
 	}
 	if user == "" {

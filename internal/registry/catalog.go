@@ -147,7 +147,7 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 	}
 	seq := c.syncSeq.Add(1)
 	switch {
-	case c.perUser():
+	case c.spec.perUser():
 		// Its own connection has no user: list over a user's.
 		if s = c.anyUserSession(); s == nil {
 			return ToolChanges{}, ErrNoUserConnection
@@ -287,7 +287,7 @@ func (c *conn) resync(ctx context.Context) error {
 	}
 	seq := c.syncSeq.Add(1)
 	switch {
-	case c.perUser():
+	case c.spec.perUser():
 		// Nothing to list over but a user's connection; with none open,
 		// the next one to open lists.
 		if s = c.anyUserSession(); s == nil {

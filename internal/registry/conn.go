@@ -277,7 +277,7 @@ func (c *conn) connect(link trace.Link, replacing *session) (err error) {
 	defer func() { endSpan(span, err) }()
 	ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
 	defer cancel()
-	if c.perUser() {
+	if c.spec.perUser() {
 		return c.connectProbe(ctx, replacing)
 	}
 	start := time.Now()
@@ -298,7 +298,17 @@ func (c *conn) connect(link trace.Link, replacing *session) (err error) {
 		c.fail(err, replacing)
 		return err
 	}
-	perSession := c.perSession()
+	return c.publishSession(s, version, len(tools), cat, seq, start, replacing)
+}
+
+// publishSession makes s, just opened with version and listed (tools
+// tools, their catalog cat, synced as seq), the live session and cat the
+// catalog, as READY, unless c was closed or another connect came first;
+// then it closes the previous session. A per_session connector keeps
+// none: s only listed the tools. start is when the connect began.
+func (c *conn) publishSession(s *session, version string, tools int, cat *catalog, seq uint64, start time.Time,
+	replacing *session) error {
+	perSession := c.spec.perSession()
 	if perSession {
 		// Its sessions open connections of their own; this one only
 		// listed the tools, and must not hold what they need (a lock on a
@@ -335,7 +345,7 @@ func (c *conn) connect(link trace.Link, replacing *session) (err error) {
 		c.reg.metrics.count(c.reg.metrics.reconnects, c)
 	}
 	c.reg.logger.Info("connector connected", append(c.logAttrs(), slog.String("protocol_version", version),
-		slog.Int("tools", len(tools)), slog.String("latency", h.Latency.String()))...)
+		slog.Int("tools", tools), slog.String("latency", h.Latency.String()))...)
 	c.saveHealth(h)
 	return nil
 }
@@ -349,7 +359,7 @@ func (c *conn) open(ctx context.Context) (*session, string, []mcp.Tool, error) {
 	list, err := s.client.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
 		s.close(c.reg.cfg.CloseGrace)
-		return nil, "", nil, c.withStderr(s, fmt.Errorf("tools/list: %w", err))
+		return nil, "", nil, s.withStderr(fmt.Errorf("tools/list: %w", err))
 	}
 	s.client.OnNotification(func(n mcp.JSONRPCNotification) {
 		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
@@ -366,7 +376,7 @@ func initializeRequest() mcp.InitializeRequest {
 }
 
 // withStderr adds the tail of a closed stdio server's stderr to err.
-func (c *conn) withStderr(s *session, err error) error {
+func (s *session) withStderr(err error) error {
 	if tail := s.stderrText(); tail != "" {
 		return fmt.Errorf("%w (stderr: %s)", err, stdio.LastLines(tail, 5))
 	}
@@ -437,122 +447,13 @@ func (c *conn) drop(s *session, cause error) {
 	c.saveHealth(h)
 }
 
-// setDown records the connector as down with cause. c.mu must be held.
-func (c *conn) setDown(cause error) {
-	c.silent = errors.Is(cause, errNoAnswer)
-	c.health.State = StateDegraded
-	if c.failures >= c.reg.cfg.ErrorAfter {
-		c.health.State = StateError
-	}
-	c.health.LastError = cause.Error()
-	c.health.CheckedAt = time.Now()
-}
-
-// check probes the connection with tools/list, reconnecting a connector
-// that is down, and re-syncs the catalog if the tool list changed.
-func (c *conn) check() Health {
-	if c.perUser() {
-		return c.checkProbe()
-	}
-	c.mu.Lock()
-	s, gen := c.sess, c.gen
-	c.mu.Unlock()
-	if s == nil {
-		_ = c.connectShared(c.reg.life)
-		return c.snapshot()
-	}
-	ctx, cancel := context.WithTimeout(c.reg.life, c.reg.cfg.HealthTimeout)
-	defer cancel()
-	start := time.Now()
-	seq := c.syncSeq.Add(1)
-	list, err := c.listTools(ctx, s, gen)
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("%w within %s: %w", errNoAnswer, c.reg.cfg.HealthTimeout, err)
-		}
-		c.drop(s, fmt.Errorf("health check: %w", err))
-		return c.snapshot()
-	}
-	cat, _, err := c.syncCatalog(ctx, list.Tools, false)
-	if err != nil {
-		c.reg.logger.Error("sync tools", append(c.logAttrs(), slog.String("error", err.Error()))...)
-	}
-	c.mu.Lock()
-	c.publishCatalog(cat, seq)
-	if c.gen == gen {
-		c.failures = 0
-		c.health = Health{State: StateReady, Latency: time.Since(start), CheckedAt: time.Now(), ProtocolVersion: c.health.ProtocolVersion}
-		c.scheduleCheck()
-	}
-	h := c.health
-	c.mu.Unlock()
-	c.saveHealth(h)
-	return h
-}
-
 // perSession reports whether the connector opens a connection per caller
 // session; its own connection then only lists the tools.
-func (c *conn) perSession() bool { return c.spec.SessionMode == SessionPerSession }
+func (s Spec) perSession() bool { return s.SessionMode == SessionPerSession }
 
 // down reports whether the connector needs a connect. c.mu must be held.
 func (c *conn) down() bool {
-	return c.sess == nil && !(c.ownConnections() && c.health.State == StateReady)
-}
-
-// saveHealth writes h to the source when it says something new: a state,
-// error or protocol version other than the last written, or a check time
-// more than HealthSaveInterval past the last written one. Latency and check
-// time alone are not news: they change on every check, and the registry
-// serves them from memory (see Registry.Health). A failed write is tried
-// again with the next health.
-func (c *conn) saveHealth(h Health) {
-	c.mu.Lock()
-	if !c.owner {
-		c.mu.Unlock()
-		return // the owner writes it
-	}
-	last := c.saved
-	news := h.State != last.State || h.LastError != last.LastError || h.ProtocolVersion != last.ProtocolVersion ||
-		h.CheckedAt.Sub(last.CheckedAt) >= c.reg.cfg.HealthSaveInterval
-	if news {
-		c.saved = h
-	}
-	c.mu.Unlock()
-	if !news {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.reg.source.SaveHealth(ctx, c.spec.ID, h); err != nil {
-		c.reg.logger.Error("save health", append(c.logAttrs(), slog.String("error", err.Error()))...)
-		c.mu.Lock()
-		if c.saved == h {
-			c.saved = Health{}
-		}
-		c.mu.Unlock()
-	}
-}
-
-// setOwner gives c its role (see Registry.SetOwner). A new owner's check
-// is due at once, and syncs the catalog and writes health whatever
-// changed: a follower wrote neither. A new follower's checks stop.
-func (c *conn) setOwner(owner bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.owner == owner {
-		return
-	}
-	c.owner = owner
-	if owner {
-		c.synced, c.saved, c.nextCheck = false, Health{}, time.Now()
-	}
-	c.arm()
-}
-
-func (c *conn) snapshot() Health {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.health
+	return c.sess == nil && !(c.spec.ownConnections() && c.health.State == StateReady)
 }
 
 // retire marks the conn closed and hands back its session, if any. why

@@ -193,7 +193,7 @@ func (c *conn) dueAt() (time.Time, bool) {
 		return time.Time{}, false
 	case c.down():
 		return c.nextTry, true
-	case c.sess != nil && c.owner, c.perUser() && c.owner:
+	case c.sess != nil && c.owner, c.spec.perUser() && c.owner:
 		return c.nextCheck, true // the probe of an oauth_user connector
 	}
 	// A follower (see SetOwner), or a per_session connector: nothing of

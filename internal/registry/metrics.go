@@ -84,7 +84,7 @@ func newMetrics(mp metric.MeterProvider, r *Registry) *metrics {
 			state, sessions := c.health.State, len(c.sessions)
 			c.mu.Unlock()
 			o.ObserveInt64(x.state, 1, metric.WithAttributeSet(labels(c.spec, attribute.String("state", string(state)))))
-			if c.ownConnections() {
+			if c.spec.ownConnections() {
 				o.ObserveInt64(x.sessions, int64(sessions), metric.WithAttributeSet(labels(c.spec)))
 			}
 		}

@@ -131,7 +131,7 @@ func (c *conn) callSession(ctx context.Context, name string, args map[string]any
 	if err != nil {
 		return nil, err
 	}
-	if cat == nil && c.perUser() {
+	if cat == nil && c.spec.perUser() {
 		// No user's connection has listed the tools yet: this user's,
 		// opened first, lists them.
 		if cat, err = c.openUserFirst(ctx, opts.Session); err != nil {
@@ -273,7 +273,7 @@ func (sc *sessConn) connect() error {
 	} else {
 		s, _, err = c.openBare(ctx, sc.spec(), hc)
 	}
-	if err == nil && c.perUser() {
+	if err == nil && c.spec.perUser() {
 		// A user's connection lists the tools: the connector's catalog
 		// is what its users' connections list.
 		if err = c.listForCatalog(ctx, s); err != nil {
@@ -423,7 +423,7 @@ func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic b
 	res, err := s.client.Initialize(ctx, initializeRequest())
 	if err != nil {
 		s.close(c.reg.cfg.CloseGrace)
-		return nil, "", c.withStderr(s, transportHint(spec.Transport, fmt.Errorf("initialize: %w", err), false))
+		return nil, "", s.withStderr(transportHint(spec.Transport, fmt.Errorf("initialize: %w", err), false))
 	}
 	s.version = res.ProtocolVersion
 	return s, res.ProtocolVersion, nil
