@@ -6,6 +6,17 @@
 // streamable HTTP can be handed to another replica (Adopt). It knows
 // nothing of gRPC or SQL: it reads connectors from and reports what it
 // learns to a ConnectorSource.
+//
+// What needs no connection's state lives in subpackages, each given what
+// it needs explicitly: httppool (the HTTP transports shared by origin,
+// each connector's pool, each session's ending client), stdio (a stdio
+// server's process group), msglimit (the size limit on a server's
+// messages), oauthtransport (the client that puts users' tokens on
+// requests, and the unauthenticated probe), ssereq (server requests on a
+// legacy SSE stream), progress (progress notifications routed to their
+// calls), tasks (task tools), sessionless (calls of the 2026-07-28
+// protocol and their input rounds) and elicit (elicitation to and from
+// internal/ask).
 package registry
 
 import (
