@@ -80,14 +80,6 @@ func (c *conn) authorizedClient(user string) *http.Client {
 	return oauthtransport.Client(c.pool, authorize)
 }
 
-// perUser reports whether the connector runs each end user's calls on
-// that user's own connection (AuthUser).
-func (s Spec) perUser() bool { return s.Auth == AuthUser }
-
-// ownConnections reports whether the connector's calls run on
-// connections of their own (per caller session or per user), its own
-// connection only listing tools or probing.
-func (s Spec) ownConnections() bool { return s.perSession() || s.perUser() }
 
 // user is the end user a session connection of an oauth_user connector
 // serves.

@@ -447,9 +447,6 @@ func (c *conn) drop(s *session, cause error) {
 	c.saveHealth(h)
 }
 
-// perSession reports whether the connector opens a connection per caller
-// session; its own connection then only lists the tools.
-func (s Spec) perSession() bool { return s.SessionMode == SessionPerSession }
 
 // down reports whether the connector needs a connect. c.mu must be held.
 func (c *conn) down() bool {
