@@ -80,7 +80,6 @@ func (c *conn) authorizedClient(user string) *http.Client {
 	return oauthtransport.Client(c.pool, authorize)
 }
 
-
 // user is the end user a session connection of an oauth_user connector
 // serves.
 func (sc *sessConn) user() string {

@@ -447,7 +447,6 @@ func (c *conn) drop(s *session, cause error) {
 	c.saveHealth(h)
 }
 
-
 // down reports whether the connector needs a connect. c.mu must be held.
 func (c *conn) down() bool {
 	return c.sess == nil && !(c.spec.ownConnections() && c.health.State == StateReady)
