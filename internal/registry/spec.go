@@ -115,13 +115,13 @@ type ConnectorSource interface {
 
 // perSession reports whether the connector opens a connection per caller
 // session; its own connection then only lists the tools.
-func (s Spec) perSession() bool { return s.SessionMode == SessionPerSession }
+func (s *Spec) perSession() bool { return s.SessionMode == SessionPerSession }
 
 // perUser reports whether the connector runs each end user's calls on
 // that user's own connection (AuthUser).
-func (s Spec) perUser() bool { return s.Auth == AuthUser }
+func (s *Spec) perUser() bool { return s.Auth == AuthUser }
 
 // ownConnections reports whether the connector's calls run on
 // connections of their own (per caller session or per user), its own
 // connection only listing tools or probing.
-func (s Spec) ownConnections() bool { return s.perSession() || s.perUser() }
+func (s *Spec) ownConnections() bool { return s.perSession() || s.perUser() }
