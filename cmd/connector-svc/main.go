@@ -46,6 +46,9 @@ func main() {
 // run is the whole program: main and the end-to-end tests call it. It
 // returns when ctx is done (after a graceful stop) or on a start-up error.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "sleep" { // the chart's preStop hook (sleep.go): no settings, no database
+		return runSleep(ctx, args[1:], stdout)
+	}
 	if dev := devCommand(args); dev != nil { // dev-model, dev-certs (devmodel.go): no service settings
 		return dev(ctx, getenv, stdout)
 	}

@@ -401,14 +401,14 @@ func checkTerminationGrace(t *testing.T, d appsv1.Deployment, c corev1.Container
 		switch {
 		case h.Sleep != nil:
 			preStop = time.Duration(h.Sleep.Seconds) * time.Second
-		case h.Exec != nil && len(h.Exec.Command) == 2 && h.Exec.Command[0] == "sleep":
-			n, err := strconv.Atoi(h.Exec.Command[1])
+		case h.Exec != nil && len(h.Exec.Command) == 3 && h.Exec.Command[0] == "connector-svc" && h.Exec.Command[1] == "sleep":
+			n, err := strconv.Atoi(h.Exec.Command[2])
 			if err != nil {
 				t.Fatalf("preStop exec %v", h.Exec.Command)
 			}
 			preStop = time.Duration(n) * time.Second
 		default:
-			t.Fatalf("preStop is neither a sleep action nor `sleep N`: %+v", h)
+			t.Fatalf("preStop is neither a sleep action nor `connector-svc sleep N`: %+v", h)
 		}
 	}
 	if preStop < 5*time.Second {

@@ -61,7 +61,7 @@ published yet. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* "true" when the preStop hook runs `sleep` in the container: preStop.exec, or a cluster before Kubernetes
+{{/* "true" when the preStop hook runs `connector-svc sleep N` in the container: preStop.exec, or a cluster before Kubernetes
 1.30, where the native sleep action is off (alpha behind a feature gate in 1.29, on by default from 1.30). */}}
 {{- define "connector-svc.preStopExec" -}}
 {{- if or .Values.preStop.exec (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) -}}true{{- end -}}
