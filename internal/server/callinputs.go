@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/queries"
 )
 
 // AnswerInput implements connector.v1.ConnectorService: the answer to an
@@ -33,9 +34,9 @@ func (s *Server) AnswerInput(ctx context.Context, req *connectorv1.AnswerInputRe
 		return nil, s.toStatus(ctx, newStatus(codes.NotFound, ReasonInputNotFound, fmt.Sprintf(
 			"no input request %q waits for an answer on this connector, session and user: it was answered, its deadline passed, or its call ended", id)))
 	}
-	ans, _ := answerFromProto(&ch, "answer", in, req.GetAnswer())
-	if err := ch.err(); err != nil {
-		return nil, s.toStatus(ctx, err)
+	ans, bad := queries.CheckAnswer("answer", in, answerFromProto(req.GetAnswer()))
+	if len(bad) > 0 {
+		return nil, s.toStatus(ctx, &queries.InvalidError{Violations: bad})
 	}
 	ans.At = time.Now()
 	if err := s.calls.Answer(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId(), id, ans); err != nil {

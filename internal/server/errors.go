@@ -17,6 +17,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -103,6 +104,10 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var invalid *invalidError
 	if errors.As(err, &invalid) {
 		return invalidStatus(invalid)
+	}
+	var invalidQuery *queries.InvalidError
+	if errors.As(err, &invalidQuery) {
+		return invalidStatus(invalidOf(invalidQuery))
 	}
 	for _, row := range errorTable {
 		if row.contextChecks {
@@ -195,6 +200,13 @@ var errorTable = []errorRow{
 	{match: as[*calls.ApprovalRequiredError](), code: codes.FailedPrecondition, reason: ReasonApprovalRequired},
 	{match: as[*calls.RateLimitedError](), code: codes.ResourceExhausted, reason: ReasonRateLimited},
 	{match: as[*calls.InputRequiredError](), code: codes.FailedPrecondition, reason: ReasonInputRequired},
+	{match: as[*queries.RunNotAwaitingError](), code: codes.FailedPrecondition, reason: ReasonRunNotAwaiting},
+	{match: as[*queries.RunNotAwaitingInputError](), code: codes.FailedPrecondition, reason: ReasonRunNotAwaitingInput},
+	{match: as[*queries.RunExpiredError](), code: codes.FailedPrecondition, reason: ReasonRunExpired},
+	{match: is(queries.ErrRunTaken), code: codes.Aborted, reason: ReasonRunTaken},
+	// Resumes go where the run's tool call is open: that moved, or is
+	// moving.
+	{match: as[*queries.RunElsewhereError](), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
 	// Which URLs were tried and what each answered: no secret.
 	{match: as[*oauth.DiscoveryError](), code: codes.FailedPrecondition, reason: ReasonOAuthDiscovery,
 		message: prefixed("the connector's server cannot be authorized as the MCP specification asks: ")},
@@ -234,7 +246,7 @@ var errorTable = []errorRow{
 	{match: is(registry.ErrToolNotFound), code: codes.NotFound, reason: ReasonToolNotFound},
 	{match: is(registry.ErrToolDisabled), code: codes.FailedPrecondition, reason: ReasonToolDisabled,
 		message: text("tool is disabled; enable it with UpdateTool")},
-	{match: is(errReplicaStopping), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(queries.ErrReplicaStopping), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
 	{match: is(registry.ErrTaskUnsupported), code: codes.FailedPrecondition, reason: ReasonTaskUnsupported,
 		message: func(err error) string {
 			return err.Error() + ": set the connector's protocol_preference to PROTOCOL_PREFERENCE_CLASSIC"
@@ -287,6 +299,15 @@ func isJSONRPCError(err error) bool {
 		}
 	}
 	return false
+}
+
+// invalidOf is a use case's invalid request as the adapter's.
+func invalidOf(e *queries.InvalidError) *invalidError {
+	out := &invalidError{}
+	for _, v := range e.Violations {
+		out.violations = append(out.violations, violation{field: v.Field, problem: v.Problem})
+	}
+	return out
 }
 
 func invalidStatus(e *invalidError) error {

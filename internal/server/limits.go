@@ -169,20 +169,17 @@ func limitOf(cfg *store.RateLimit) ratelimit.Limit {
 	return ratelimit.Limit{PerSecond: cfg.RequestsPerSecond, Burst: cfg.Burst}
 }
 
-// allow takes a token from connector id's bucket now; no limit always
-// allows.
-func (l rateLimits) allow(ctx context.Context, id int64, cfg *store.RateLimit) bool {
-	return l.Allow(ctx, id, limitOf(cfg))
+// Admit implements queries.Limits: a query or a resume takes a token
+// from the connector's bucket to start; no limit always admits.
+func (l rateLimits) Admit(ctx context.Context, row *store.Connector) error {
+	if cfg := row.Config.RateLimit; !l.Allow(ctx, row.ID, limitOf(cfg)) {
+		return &calls.RateLimitedError{Limit: *cfg}
+	}
+	return nil
 }
 
-// throttle returns the gate of a query's tool calls on connector id, nil
+// Throttle implements queries.Limits: the gate of a run's tool calls, nil
 // without a limit.
-func (l rateLimits) throttle(id int64, cfg *store.RateLimit) func(context.Context) error {
-	return l.Throttle(id, limitOf(cfg))
-}
-
-// rateLimited is the refusal of a call or query over the connector's
-// rate limit.
-func rateLimited(cfg *store.RateLimit) error {
-	return &calls.RateLimitedError{Limit: *cfg}
+func (l rateLimits) Throttle(row *store.Connector) func(context.Context) error {
+	return l.Limiter.Throttle(row.ID, limitOf(row.Config.RateLimit))
 }

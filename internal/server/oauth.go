@@ -13,16 +13,14 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/oauth"
-	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
-	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -99,18 +97,6 @@ func errOAuthNotConfigured() error {
 		"OAuth is not configured on this service: the operator must set OAUTH_REDIRECT_URL")
 }
 
-// userFor checks the user_id of a call or query of connector row: required
-// (1-256 characters) by an oauth_user connector, which it returns; ignored
-// by the others, for which it returns "".
-func userFor(row *store.Connector, userID string) (string, error) {
-	if row == nil || row.Config.AuthMode() != store.AuthUser {
-		return "", nil
-	}
-	var c checker
-	c.userID(row.ExternalID, userID)
-	return userID, c.err()
-}
-
 // oauthConnector is what the oauth package needs of row's connector, its
 // client secret opened.
 func (s *Server) oauthConnector(row *store.Connector) (oauth.Connector, error) {
@@ -173,18 +159,18 @@ func (s *Server) authorizationNeeded(ctx context.Context, row *store.Connector, 
 		return newStatus(codes.FailedPrecondition, ReasonAuthorizationFailed,
 			"the connector's own authorization failed ("+required.Error()+"): check its auth.client_id and auth.client_secret")
 	}
-	ar, err := s.startFor(ctx, row, userID, required.Reason, required.Scopes)
+	a, err := s.startFor(ctx, row, userID, required.Reason, required.Scopes)
 	if err != nil {
 		return err
 	}
-	ar.RunId = runID
-	return authorizationStatus(ar)
+	a.RunID = runID
+	return authorizationStatus(authorizationToProto(a))
 }
 
 // startFor starts an authorization of row's connector for userID and
 // describes it. A step-up (reason INSUFFICIENT_SCOPE) asks for scopes on
 // top of those held.
-func (s *Server) startFor(ctx context.Context, row *store.Connector, userID, reason string, scopes []string) (*connectorv1.AuthorizationRequired, error) {
+func (s *Server) startFor(ctx context.Context, row *store.Connector, userID, reason string, scopes []string) (*queries.Authorization, error) {
 	if s.oauth == nil {
 		return nil, errOAuthNotConfigured()
 	}
@@ -208,8 +194,28 @@ func (s *Server) startFor(ctx context.Context, row *store.Connector, userID, rea
 	if reason == "" {
 		reason = oauth.ReasonNoToken
 	}
-	return &connectorv1.AuthorizationRequired{ConnectorId: row.ExternalID, UserId: userID, AuthorizationUrl: st.URL,
-		Scopes: st.Scopes, Reason: reason, ExpireTime: timestamppb.New(st.ExpiresAt)}, nil
+	return &queries.Authorization{ConnectorID: row.ExternalID, UserID: userID, URL: st.URL, Scopes: st.Scopes, Reason: reason,
+		ExpiresAt: st.ExpiresAt}, nil
+}
+
+func authorizationToProto(a *queries.Authorization) *connectorv1.AuthorizationRequired {
+	return &connectorv1.AuthorizationRequired{RunId: a.RunID, ConnectorId: a.ConnectorID, UserId: a.UserID,
+		AuthorizationUrl: a.URL, Scopes: a.Scopes, Reason: a.Reason, ExpireTime: timestamppb.New(a.ExpiresAt)}
+}
+
+// runAuthorizations are the server's authorizations as query runs use
+// them (queries.Authorizations): its OAuth client and its step-up limits,
+// shared with direct calls.
+type runAuthorizations struct{ s *Server }
+
+// Required implements queries.Authorizations.
+func (a runAuthorizations) Required(ctx context.Context, row *store.Connector, userID string) (*oauth.RequiredError, error) {
+	return a.s.usable(ctx, row, userID)
+}
+
+// Start implements queries.Authorizations.
+func (a runAuthorizations) Start(ctx context.Context, row *store.Connector, userID, reason string, scopes []string) (*queries.Authorization, error) {
+	return a.s.startFor(ctx, row, userID, reason, scopes)
 }
 
 // authorizationStatus is the FAILED_PRECONDITION a call gets while its
@@ -474,104 +480,4 @@ func (s *Server) usable(ctx context.Context, row *store.Connector, user string) 
 		return nil, nil
 	}
 	return &oauth.RequiredError{ConnectorID: row.ID, UserID: user, Reason: oauth.ReasonNoToken}, nil
-}
-
-// pauseForAuthorization records run, which has not started, as awaiting
-// its user's authorization of row's connector (required says why), and
-// renders it: QueryResult.authorization has the URL to send the user to
-// until its expire_time (OAUTH_STATE_TTL) and, like a run awaiting
-// approval, the run expires after APPROVAL_TIMEOUT. ResumeQuery runs it
-// from the start once authorized.
-func (s *Server) pauseForAuthorization(ctx context.Context, run *store.Run, row *store.Connector, required *oauth.RequiredError) (*connectorv1.QueryResult, error) {
-	ar, err := s.startFor(ctx, row, run.UserID, required.Reason, required.Scopes)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := runs.Record(run, row.Name, &orchestrator.Result{}, nil, "", s.cfg.ApprovalTimeout)
-	if err != nil {
-		return nil, err
-	}
-	exp := time.Now().Add(s.cfg.ApprovalTimeout)
-	rec.Status, rec.ExpiresAt, rec.FinishedAt, rec.State = store.RunAwaitingAuthorization, &exp, nil, nil
-	if err := s.runs.Keep(ctx, rec, false); err != nil {
-		return nil, err // without its record the run could never be resumed
-	}
-	// The run waits until exp; the URL (ar.ExpireTime) works for less
-	// long, and a resume after it answers a new one.
-	ar.RunId = run.ID
-	return &connectorv1.QueryResult{Status: connectorv1.QueryStatus_QUERY_STATUS_AWAITING_AUTHORIZATION, RunId: run.ID,
-		ConnectorId: row.ExternalID, ConnectorName: row.Name, ExpireTime: timestamppb.New(exp), Authorization: ar,
-		Usage: &connectorv1.TokenUsage{}, Duration: durationpb.New(0)}, nil
-}
-
-// resumeAuthorized goes on with run, which paused before it started
-// because its user had not authorized the connector: once they have, it
-// claims the run (one resume wins) and runs the query from the start,
-// under the same run id, as that user. Until then it answers
-// FAILED_PRECONDITION AUTHORIZATION_REQUIRED with a fresh URL. It takes
-// no decisions.
-func (s *Server) resumeAuthorized(ctx context.Context, req resumeRequest, run *store.Run, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
-	if len(req.GetDecisions()) > 0 {
-		var ch checker
-		ch.add("decisions", "run %s awaits its user's authorization, not decisions: resume it without decisions once "+
-			"user %q has authorized the connector", run.ID, run.UserID)
-		return nil, ch.err()
-	}
-	if err := resumable(run); err != nil {
-		return nil, err
-	}
-	la, err := s.pausedRunAgent(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	row := la.Row
-	required, err := s.usable(ctx, row, run.UserID)
-	if err != nil {
-		return nil, err
-	}
-	if required != nil {
-		return nil, s.authorizationNeeded(ctx, row, run.UserID, required, run.ID)
-	}
-	if !s.limits.allow(ctx, row.ID, row.Config.RateLimit) {
-		return nil, rateLimited(row.Config.RateLimit)
-	}
-	cat, err := s.reg.CatalogFor(ctx, run.ConnectorID, run.UserID)
-	if required, ok := asRequired(err); ok {
-		return nil, s.authorizationNeeded(ctx, row, run.UserID, required, run.ID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// A run that paused before it started runs from the start; one that
-	// paused at a call runs that call again and goes on.
-	var st *orchestrator.State
-	traced := &orchestrator.Result{}
-	if len(run.State) > 0 {
-		if st, err = orchestrator.DecodeState(run.State); err != nil {
-			return nil, err
-		}
-		st.Authorized()
-		traced = &st.Result
-	}
-	trace, err := runs.TraceJSON(row.Name, traced)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.claim(ctx, run, trace); err != nil {
-		return nil, err
-	}
-	// Claimed, the run goes on to its end, as a resumed approval does.
-	req2 := orchestrator.Request{
-		Connector: la.Connector(cat), Query: run.Query, Context: run.Context, MaxTools: run.MaxTools,
-		Session: run.SessionID, UserID: run.UserID, Throttle: s.limits.throttle(row.ID, row.Config.RateLimit),
-		SamplingBudget: s.samplingBudget(row),
-	}
-	return s.runLive(ctx, run, row, emit, false, traced.Usage,
-		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
-			req2.Inputs = inputs
-			if st != nil {
-				return s.agent.Resume(ctx, req2, st, emit)
-			}
-			return s.agent.Run(ctx, req2, emit)
-		})
 }

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -12,17 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
-	"github.com/connector-svc/connector-svc/internal/ask"
-	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
-	"github.com/connector-svc/connector-svc/internal/runs"
-	"github.com/connector-svc/connector-svc/internal/store"
-)
-
-const (
-	maxQueryLen   = 32 << 10
-	maxContextLen = 64 << 10
 )
 
 // queryRequest is what QueryConnector and StreamQueryConnector requests
@@ -66,14 +56,11 @@ func (s *Server) StreamQueryConnector(req *connectorv1.StreamQueryConnectorReque
 }
 
 // streamEvents sends a run's events as a stream's messages. A pause is
-// sent by lastEvents instead: after the run's record is written, so a
-// caller who resumes at once finds it.
+// not one of them (the queries use case says it in the outcome): it is
+// sent by lastEvents, after the run's record is written, so a caller who
+// resumes at once finds it.
 func streamEvents(send func(*connectorv1.StreamQueryConnectorResponse)) func(orchestrator.Event) {
-	return func(e orchestrator.Event) {
-		if e.Kind != orchestrator.EventApprovalRequired && e.Kind != orchestrator.EventInputRequired {
-			send(eventToProto(e))
-		}
-	}
+	return func(e orchestrator.Event) { send(eventToProto(e)) }
 }
 
 // lastEvents ends a query stream: approval_required or
@@ -97,177 +84,53 @@ func lastEvents(res *connectorv1.QueryResult, err error, send func(*connectorv1.
 	return &connectorv1.StreamQueryConnectorResponse{Event: &connectorv1.StreamQueryConnectorResponse_Result{Result: res}}, nil
 }
 
-// query validates, checks the connector can be used now, runs its live
-// agent and counts the run. Nothing is read from the store on the way,
-// once the connector's settings are known (agents).
+// query validates and runs a query, and converts its outcome.
 func (s *Server) query(ctx context.Context, req queryRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
-	defer s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
-	maxTools, err := validateQuery(req)
+	start, err := validateQuery(req)
+	if err != nil {
+		s.settleSession(req.GetWorkspaceId(), req.GetConnectorId(), req.GetSessionId(), req.GetUserId())
+		return nil, err
+	}
+	out, err := s.queries.Start(ctx, start, emit)
 	if err != nil {
 		return nil, err
 	}
-	if s.agent == nil {
-		return nil, llm.ErrNotConfigured
-	}
-	id, err := s.calls.Callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-	if err != nil {
-		return nil, err
-	}
-	la, err := s.live.Settings(id, func() (*store.Connector, error) {
-		return s.calls.ActiveConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
-	})
-	if err != nil {
-		return nil, err
-	}
-	c := la.Row
-	// Checked before the model runs: its tool calls would each fail. A
-	// plan runs no tool, so it needs no session.
-	if c.Config.SessionMode == registry.SessionPerSession && req.GetSessionId() == "" && !req.GetPlanOnly() {
-		return nil, sessionRequired()
-	}
-	user, err := userFor(c, req.GetUserId())
-	if err != nil {
-		return nil, err
-	}
-	if !s.limits.allow(ctx, c.ID, c.Config.RateLimit) {
-		return nil, rateLimited(c.Config.RateLimit)
-	}
-	run := &store.Run{ID: runs.NewID(), WorkspaceID: c.WorkspaceID, ConnectorID: c.ID, ConnectorExternalID: c.ExternalID,
-		SessionID: req.GetSessionId(), UserID: user, Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools,
-		CreatedAt: time.Now()}
-	// A plan runs no tool, so it needs no token; a run does: without one
-	// it waits for the user to authorize.
-	if user != "" && !req.GetPlanOnly() {
-		if required, err := s.usable(ctx, c, user); err != nil || required != nil {
-			if err != nil {
-				return nil, err
-			}
-			s.countQuery(c, nil, nil, true, orchestrator.Usage{})
-			return s.pauseForAuthorization(ctx, run, c, required)
-		}
-	}
-	var cat registry.Catalog
-	if req.GetPlanOnly() {
-		cat, err = s.reg.Catalog(ctx, id)
-	} else {
-		cat, err = s.reg.CatalogFor(ctx, id, user)
-	}
-	if required, ok := asRequired(err); ok && user != "" {
-		s.countQuery(c, nil, nil, true, orchestrator.Usage{})
-		return s.pauseForAuthorization(ctx, run, c, required)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// The agent's tool calls run on the session's connection, for a
-	// per_session connector, on the user's for an oauth_user one. The run
-	// goes on detached from the caller, who waits for its end or its
-	// first live pause for input.
-	areq := orchestrator.Request{
-		Connector: la.Connector(cat), Query: req.GetQuery(), Context: req.GetContext(), MaxTools: maxTools, PlanOnly: req.GetPlanOnly(),
-		Session: req.GetSessionId(), UserID: user,
-		Throttle:       s.limits.throttle(c.ID, c.Config.RateLimit),
-		SamplingBudget: s.samplingBudget(c),
-	}
-	return s.runLive(ctx, run, c, emit, true, orchestrator.Usage{},
-		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
-			areq.Inputs = inputs
-			return s.agent.Run(ctx, areq, emit)
-		})
+	return s.outcomeToProto(out), nil
 }
 
-// samplingBudget is a new sampling budget of connector c's, for one run
-// or one direct call; nil for none.
-func (s *Server) samplingBudget(c *store.Connector) *ask.Budget {
-	if s.cfg.SamplingBudget == nil {
-		return nil
+// outcomeToProto renders a run's outcome for its caller.
+func (s *Server) outcomeToProto(o *queries.Outcome) *connectorv1.QueryResult {
+	p := s.resultToProto(o.Connector.ExternalID, o.Connector.Name, o.Result)
+	p.RunId = o.RunID
+	if o.ExpiresAt != nil {
+		p.ExpireTime = timestamppb.New(*o.ExpiresAt)
 	}
-	return s.cfg.SamplingBudget(c)
+	if o.Authorization != nil {
+		p.Authorization = authorizationToProto(o.Authorization)
+	}
+	return p
 }
 
-// endRun records a run that ended with res and err, and renders its
-// result for the caller.
-func (s *Server) endRun(ctx context.Context, run *store.Run, c *store.Connector, res *orchestrator.Result, runErr error, resumed bool) (*connectorv1.QueryResult, error) {
-	rec, err := runs.Record(run, c.Name, res, runErr, s.runErrorMessage(ctx, runErr), s.cfg.ApprovalTimeout)
-	if err == nil {
-		err = s.runs.Keep(ctx, rec, resumed)
-	}
-	if err != nil && rec != nil && (rec.Status == store.RunAwaitingApproval || rec.Status == store.RunAwaitingAuthorization ||
-		rec.Status == store.RunAwaitingInput) {
-		// Without its record the run could never be resumed.
-		return nil, err
-	}
-	if err != nil {
-		s.logger.ErrorContext(ctx, "record query run", slog.String("run_id", run.ID), slog.String("error", err.Error()))
-	}
-	if runErr != nil {
-		return nil, runErr
-	}
-	p := s.resultToProto(c.ExternalID, c.Name, res)
-	p.RunId = run.ID
-	if rec != nil && rec.ExpiresAt != nil {
-		p.ExpireTime = timestamppb.New(*rec.ExpiresAt)
-	}
-	if res.Status == orchestrator.StatusAwaitingInput {
-		for _, in := range res.Inputs {
-			s.counts.CountInput(c, in.Mode, "asked")
-		}
-	}
-	if res.Status == orchestrator.StatusAwaitingAuthorization && res.Authorization != nil {
-		// A call met the user's missing (or too narrow) authorization:
-		// where to send them.
-		ar, err := s.startFor(ctx, c, run.UserID, res.Authorization.Reason, res.Authorization.Scopes)
-		if err != nil {
-			return nil, err
-		}
-		// Its expire_time is the URL's; the run's (p.ExpireTime) is later.
-		ar.RunId = run.ID
-		p.Authorization = ar
-	}
-	return p, nil
-}
-
-func validateQuery(req queryRequest) (int, error) {
+// validateQuery checks a query's request and converts it.
+func validateQuery(req queryRequest) (queries.Start, error) {
 	var c checker
 	c.ref(req.GetWorkspaceId(), req.GetConnectorId())
 	switch q := req.GetQuery(); {
 	case q == "":
 		c.add("query", "required")
-	case len(q) > maxQueryLen:
-		c.add("query", "longer than %d bytes", maxQueryLen)
+	case len(q) > queries.MaxQueryBytes:
+		c.add("query", "longer than %d bytes", queries.MaxQueryBytes)
 	}
-	if len(req.GetContext()) > maxContextLen {
-		c.add("context", "longer than %d bytes", maxContextLen)
+	if len(req.GetContext()) > queries.MaxContextBytes {
+		c.add("context", "longer than %d bytes", queries.MaxContextBytes)
 	}
 	c.sessionID(req.GetSessionId())
-	n := int(req.GetMaxTools())
-	switch {
-	case n == 0:
-		n = orchestrator.DefaultMaxTools
-	case n < 1 || n > orchestrator.MaxMaxTools:
+	if n := int(req.GetMaxTools()); n != 0 && (n < 1 || n > orchestrator.MaxMaxTools) {
 		c.add("max_tools", "must be between 1 and %d (0 means %d)", orchestrator.MaxMaxTools, orchestrator.DefaultMaxTools)
 	}
-	return n, c.err()
-}
-
-// countQuery counts a run in the connector's counters, the tokens of a
-// failed run included (those of the sampling requests it answered too);
-// they reach the store in the background. A resumed run (newQuery false)
-// adds the tokens it spent since before, not another query.
-func (s *Server) countQuery(c *store.Connector, res *orchestrator.Result, runErr error, newQuery bool, before orchestrator.Usage) {
-	now := time.Now()
-	d := store.Counters{LastUsedAt: &now}
-	if newQuery {
-		d.Queries = 1
-	}
-	if runErr != nil {
-		d.QueryErrors = 1
-	}
-	if res != nil {
-		d.PromptTokens, d.CompletionTokens = res.Usage.PromptTokens-before.PromptTokens, res.Usage.CompletionTokens-before.CompletionTokens
-		d.Samplings = res.Usage.SamplingRequests - before.SamplingRequests
-	}
-	s.counts.Add(c.ID, d)
+	return queries.Start{WorkspaceID: req.GetWorkspaceId(), ConnectorID: req.GetConnectorId(), Query: req.GetQuery(),
+		Context: req.GetContext(), MaxTools: int(req.GetMaxTools()), PlanOnly: req.GetPlanOnly(), SessionID: req.GetSessionId(),
+		UserID: req.GetUserId()}, c.err()
 }
 
 var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{

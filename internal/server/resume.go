@@ -6,24 +6,16 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
-	"github.com/connector-svc/connector-svc/internal/live"
-	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
-)
-
-// Bounds of a ResumeQuery request.
-const (
-	maxActorLen       = 200
-	maxDenyMessageLen = 2000
 )
 
 // resumeRequest is what ResumeQuery and StreamResumeQuery requests share.
@@ -69,279 +61,55 @@ func (s *Server) StreamResumeQuery(req *connectorv1.StreamResumeQueryRequest, st
 		})
 }
 
-// resume checks the decisions against the paused run, claims the run (one
-// resume wins) and goes on with it on the connector's live agent.
+// resume validates a resume's request, goes on with the run, and converts
+// its outcome.
 func (s *Server) resume(ctx context.Context, req resumeRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
 	var ch checker
 	ch.id("workspace_id", req.GetWorkspaceId())
 	if req.GetRunId() == "" {
 		ch.add("run_id", "required")
 	}
-	if len(req.GetActorId()) > maxActorLen {
-		ch.add("actor_id", "longer than %d characters", maxActorLen)
+	if len(req.GetActorId()) > queries.MaxActorLen {
+		ch.add("actor_id", "longer than %d characters", queries.MaxActorLen)
 	}
 	if err := ch.err(); err != nil {
 		return nil, err
 	}
-	if len(req.GetInputs()) > 0 {
-		if len(req.GetDecisions()) > 0 {
-			ch.add("decisions", "not with inputs: a run awaits either decisions or input")
-			return nil, ch.err()
-		}
-		return s.resumeInput(ctx, req, emit)
-	}
-	var run *store.Run
-	if len(req.GetDecisions()) == 0 {
-		// Only a run awaiting its user's authorization goes on without.
-		r, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
-		if err == nil && r.Status == store.RunAwaitingInput {
-			ch.add("inputs", "required: one answer per open input request of the run")
-			return nil, ch.err()
-		}
-		if err != nil || r.Status != store.RunAwaitingAuthorization {
-			ch.add("decisions", "required: one per pending call of the run")
-			return nil, ch.err()
-		}
-		run = r
-	}
-	if s.agent == nil {
-		return nil, llm.ErrNotConfigured
-	}
-	if run == nil {
-		r, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
-		if err != nil {
-			return nil, err
-		}
-		run = r
-	}
-	if run.Status == store.RunAwaitingAuthorization {
-		return s.resumeAuthorized(ctx, req, run, emit)
-	}
-	if err := resumable(run); err != nil {
-		return nil, err
-	}
-	st, err := orchestrator.DecodeState(run.State)
-	if err != nil {
-		return nil, err
-	}
-	la, conn, err := s.resumingAgent(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	decisions, err := decisionsFromProto(ctx, req, st, conn)
-	if err != nil {
-		return nil, err
-	}
-	// The decisions are in the record before anything runs.
-	st.Decide(decisions)
-	return s.claimAndResume(ctx, run, la.Row, conn, st, emit)
-}
-
-// resumingAgent is the live agent of a paused run's connector and its
-// tools, for a resume. A resume asks the model again: it takes a token of
-// the connector's rate limit to start, as a query does.
-func (s *Server) resumingAgent(ctx context.Context, run *store.Run) (*live.Agent, *orchestrator.Connector, error) {
-	la, err := s.pausedRunAgent(ctx, run)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !s.limits.allow(ctx, la.Row.ID, la.Row.Config.RateLimit) {
-		return nil, nil, rateLimited(la.Row.Config.RateLimit)
-	}
-	cat, err := s.reg.CatalogFor(ctx, run.ConnectorID, run.UserID)
-	if err != nil {
-		return nil, nil, err
-	}
-	return la, la.Connector(cat), nil
-}
-
-// claimAndResume claims a paused run whose state has its decisions or
-// answers (they go in its record) and goes on with it on conn, the
-// connector's live agent. Claimed, the run goes on to its end, within
-// QUERY_TIMEOUT, even if the caller goes away meanwhile: GetQueryRun shows
-// how it ended. Its heartbeat tells the leader this replica still runs it.
-func (s *Server) claimAndResume(ctx context.Context, run *store.Run, row *store.Connector, conn *orchestrator.Connector,
-	st *orchestrator.State, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
-	trace, err := runs.TraceJSON(row.Name, &st.Result)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.claim(ctx, run, trace); err != nil {
-		return nil, err
-	}
-	areq := orchestrator.Request{
-		Connector: conn, Query: run.Query, Context: run.Context, MaxTools: run.MaxTools, Session: run.SessionID,
-		UserID: run.UserID, Throttle: s.limits.throttle(row.ID, row.Config.RateLimit), SamplingBudget: s.samplingBudget(row),
-	}
-	return s.runLive(ctx, run, row, emit, false, st.Result.Usage,
-		func(ctx context.Context, emit func(orchestrator.Event), inputs orchestrator.InputBroker) (*orchestrator.Result, error) {
-			areq.Inputs = inputs
-			return s.agent.Resume(ctx, areq, st, emit)
-		})
-}
-
-// claim marks a paused run running here, with trace: one resume wins.
-func (s *Server) claim(ctx context.Context, run *store.Run, trace []byte) error {
-	if _, err := s.db.ClaimRun(ctx, run.WorkspaceID, run.ID, run.Version, trace, s.runs.Replica()); err != nil {
-		if errors.Is(err, store.ErrRunNotPending) {
-			return newStatus(codes.Aborted, ReasonRunTaken,
-				"the run was resumed by another request meanwhile, or expired; GetQueryRun shows where it is")
-		}
-		return err
-	}
-	return nil
-}
-
-// resumeInput answers a run's input requests. A run paused live is
-// going on here, its tool call open: the answers go to it, and the resume
-// waits for its next outcome. A durable one is claimed, and its calls
-// that waited run again with the answers, as approved calls do.
-func (s *Server) resumeInput(ctx context.Context, req resumeRequest, emit func(orchestrator.Event)) (*connectorv1.QueryResult, error) {
-	run, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
-	if err != nil {
-		return nil, err
-	}
-	if lr := s.liveRuns.get(run.ID); lr != nil {
-		answers, err := inputsFromProto(req, lr.reportedInputs())
-		if err != nil {
-			if len(lr.reportedInputs()) == 0 {
-				return nil, notAwaitingInput("the run waits for no input now: its requests were answered, or their deadline passed")
-			}
-			return nil, err
-		}
-		// Attached first: the events of the call that goes on are this
-		// caller's.
-		lr.attach(emit)
-		if err := lr.deliver(answers); err != nil {
-			lr.attach(nil)
-			return nil, err
-		}
-		lr.saveState(ctx)
-		return lr.next(ctx, false)
-	}
-	live := run.Status == store.RunAwaitingInput && run.HeldBy != ""
-	switch {
-	case live && run.HeldBy != s.runs.Replica() && run.ExpiresAt != nil && time.Now().Before(*run.ExpiresAt):
-		// Resumes go where the run's session (or user) is held, which is
-		// where its tool call is open: that moved, or is moving.
-		return nil, newStatus(codes.Unavailable, ReasonConnectorUnavailable,
-			"the run's tool call waits on another replica, which this request did not reach; retry. If that replica "+
-				"stopped, the run fails once its heartbeat is missed (GetQueryRun shows it), or expires at its input's deadline")
-	case live:
-		return nil, notAwaitingInput("the run's input requests are past their deadline, or the replica that held its tool call stopped")
-	case run.Status == store.RunAwaitingInput && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt), run.Status == store.RunExpired:
-		return nil, newStatus(codes.FailedPrecondition, ReasonRunExpired,
-			"the run waited for input longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
-	case run.Status != store.RunAwaitingInput:
-		return nil, notAwaitingInput(fmt.Sprintf("the run is %s, not awaiting input", run.Status))
-	}
-	if s.agent == nil {
-		return nil, llm.ErrNotConfigured
-	}
-	st, err := orchestrator.DecodeState(run.State)
-	if err != nil {
-		return nil, err
-	}
-	answers, err := inputsFromProto(req, st.Result.Inputs)
-	if err != nil {
-		return nil, err
-	}
-	la, conn, err := s.resumingAgent(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	for _, in := range st.Result.Inputs {
-		s.counts.CountInput(la.Row, in.Mode, answers[in.ID].Action)
-	}
-	// The answers are in the record before anything runs.
-	st.Answered(answers)
-	return s.claimAndResume(ctx, run, la.Row, conn, st, emit)
-}
-
-// resumable refuses a run that is not awaiting approval now.
-func resumable(run *store.Run) error {
-	switch {
-	case run.Status == store.RunAwaitingAuthorization && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt):
-		return newStatus(codes.FailedPrecondition, ReasonRunExpired,
-			"the run waited for its user's authorization longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
-	case run.Status == store.RunAwaitingApproval && run.ExpiresAt != nil && !time.Now().Before(*run.ExpiresAt),
-		run.Status == store.RunExpired:
-		return newStatus(codes.FailedPrecondition, ReasonRunExpired,
-			"the run waited for approval longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector")
-	case run.Status != store.RunAwaitingApproval && run.Status != store.RunAwaitingAuthorization:
-		return newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting, fmt.Sprintf(
-			"the run is %s, not awaiting approval: each pending call is decided once", run.Status))
-	}
-	return nil
-}
-
-// decisionsFromProto checks a request's decisions against the run's
-// pending calls: exactly one per pending call, by its id, and edited
-// arguments that the tool's schema accepts.
-func decisionsFromProto(ctx context.Context, req resumeRequest, st *orchestrator.State, conn *orchestrator.Connector) (map[string]orchestrator.Decision, error) {
-	pending := map[string]orchestrator.Call{}
-	for _, c := range st.Result.Steps[len(st.Result.Steps)-1].Calls {
-		if c.Pending {
-			pending[c.ID] = c
-		}
-	}
-	var ch checker
-	now := time.Now()
-	var keyID string
+	r := queries.Resume{WorkspaceID: req.GetWorkspaceId(), RunID: req.GetRunId(), ActorID: req.GetActorId()}
 	if k, ok := auth.KeyFrom(ctx); ok {
-		keyID = k.ID
+		r.KeyID = k.ID
 	}
-	out := make(map[string]orchestrator.Decision, len(pending))
-	for i, d := range req.GetDecisions() {
-		field := fmt.Sprintf("decisions[%d]", i)
-		call, ok := pending[d.GetCallId()]
-		switch {
-		case d.GetCallId() == "":
-			ch.add(field+".call_id", "required")
-			continue
-		case !ok:
-			ch.add(field+".call_id", "the run has no pending call %q", d.GetCallId())
-			continue
-		}
-		if _, dup := out[d.GetCallId()]; dup {
-			ch.add(field+".call_id", "call %q is decided twice", d.GetCallId())
-			continue
-		}
-		// A message is kept with any decision; a denial's also goes to
-		// the model.
-		dec := orchestrator.Decision{Actor: req.GetActorId(), KeyID: keyID, At: now, Message: d.GetMessage()}
-		switch d.GetKind() {
-		case connectorv1.DecisionKind_DECISION_KIND_APPROVE:
-			dec.Kind = orchestrator.Approve
-		case connectorv1.DecisionKind_DECISION_KIND_APPROVE_EDITED:
-			dec.Kind = orchestrator.ApproveEdited
-			if d.GetEditedArguments() == nil {
-				ch.add(field+".edited_arguments", "required with DECISION_KIND_APPROVE_EDITED")
-				break
-			}
-			dec.Arguments = d.GetEditedArguments().AsMap()
-			if err := conn.Validate(call.Tool, dec.Arguments); err != nil {
-				ch.add(field+".edited_arguments", "invalid for %q: %v", call.Tool, err)
-			}
-		case connectorv1.DecisionKind_DECISION_KIND_DENY:
-			dec.Kind = orchestrator.Deny
-		default:
-			ch.add(field+".kind", "use DECISION_KIND_APPROVE, DECISION_KIND_APPROVE_EDITED or DECISION_KIND_DENY")
-		}
-		if d.GetEditedArguments() != nil && dec.Kind != orchestrator.ApproveEdited {
-			ch.add(field+".edited_arguments", "only with DECISION_KIND_APPROVE_EDITED")
-		}
-		if len(d.GetMessage()) > maxDenyMessageLen {
-			ch.add(field+".message", "longer than %d characters", maxDenyMessageLen)
-		}
-		out[d.GetCallId()] = dec
+	for _, d := range req.GetDecisions() {
+		r.Decisions = append(r.Decisions, decisionFromProto(d))
 	}
-	for id := range pending {
-		if _, ok := out[id]; !ok {
-			ch.add("decisions", "no decision for pending call %q: decide every pending call", id)
-		}
+	for _, a := range req.GetInputs() {
+		r.Inputs = append(r.Inputs, answerFromProto(a))
 	}
-	return out, ch.err()
+	out, err := s.queries.Resume(ctx, r, emit)
+	var needed *queries.AuthorizationRequiredError
+	if errors.As(err, &needed) {
+		// The user must authorize first: say where.
+		return nil, s.authorizationNeeded(ctx, needed.Row, needed.UserID, needed.Required, needed.RunID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.outcomeToProto(out), nil
+}
+
+// decisionKindsFromProto are the API's decision kinds; any other is 0.
+var decisionKindsFromProto = map[connectorv1.DecisionKind]orchestrator.DecisionKind{
+	connectorv1.DecisionKind_DECISION_KIND_APPROVE:        orchestrator.Approve,
+	connectorv1.DecisionKind_DECISION_KIND_APPROVE_EDITED: orchestrator.ApproveEdited,
+	connectorv1.DecisionKind_DECISION_KIND_DENY:           orchestrator.Deny,
+}
+
+func decisionFromProto(d *connectorv1.Decision) queries.Decision {
+	out := queries.Decision{CallID: d.GetCallId(), Kind: decisionKindsFromProto[d.GetKind()], Message: d.GetMessage()}
+	if d.GetEditedArguments() != nil {
+		out.EditedArguments = d.GetEditedArguments().AsMap()
+	}
+	return out
 }
 
 // GetQueryRun implements connector.v1.ConnectorService.
@@ -501,20 +269,4 @@ func decisionToProto(d *orchestrator.Decision) *connectorv1.CallDecision {
 	}
 	return &connectorv1.CallDecision{Kind: decisionKinds[d.Kind], OriginalArguments: toStruct(d.OriginalArguments),
 		Message: d.Message, ActorId: d.Actor, ApiKeyId: d.KeyID, DecideTime: timestamppb.New(d.At)}
-}
-
-// pausedRunAgent is the live agent of a paused run's connector, which must
-// still be the one the run paused on and callable.
-func (s *Server) pausedRunAgent(ctx context.Context, run *store.Run) (*live.Agent, error) {
-	id, err := s.calls.Callable(ctx, run.WorkspaceID, run.ConnectorExternalID)
-	if err != nil {
-		return nil, err
-	}
-	if id != run.ConnectorID {
-		return nil, newStatus(codes.FailedPrecondition, ReasonRunNotAwaiting,
-			"the run's connector was deleted since it paused; the run cannot go on")
-	}
-	return s.live.Settings(id, func() (*store.Connector, error) {
-		return s.calls.ActiveConnector(ctx, run.WorkspaceID, run.ConnectorExternalID)
-	})
 }

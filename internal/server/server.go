@@ -36,6 +36,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/pending"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -121,8 +122,6 @@ type Server struct {
 	steps  stepUps
 	counts *runs.Counters // calls' and queries' counters on their way to the store
 	runs   *runs.Log      // query run records on their way to the store
-	// liveRuns are the query runs going on here.
-	liveRuns liveRuns
 	// asks are the servers' questions that wait here for an answer, of
 	// query runs and direct calls alike.
 	asks *pending.Table
@@ -130,6 +129,8 @@ type Server struct {
 	calls *calls.Service
 	// sessionsUC lists and closes callers' sessions on every replica.
 	sessionsUC *sessions.Service
+	// queries runs queries and resumes them.
+	queries *queries.Service
 	// connectors writes connectors and applies them.
 	connectors *connectors.Service
 	cfg        Config
@@ -223,8 +224,16 @@ func New(d Deps, cfg Config) *Server {
 		Peers: s.peers, Forget: forgetter(d.OAuth), Logger: d.Logger})
 	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits.Limiter, Counters: s.counts,
 		Asks: s.asks, Placer: s.place, CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget})
+	s.queries = queries.New(queries.Deps{Agent: d.Agent, Registry: d.Registry, Live: d.Live, Connectors: s.calls, Runs: d.DB,
+		Log: s.runs, Counters: s.counts, Limits: s.limits, Asks: s.asks, Placer: s.place, Authorizations: runAuthorizations{s},
+		CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget, ErrorMessage: s.runErrorMessage,
+		QueryTimeout: cfg.QueryTimeout, ApprovalTimeout: cfg.ApprovalTimeout, Logger: d.Logger})
 	return s
 }
+
+// StopLiveRuns fails the query runs still going on here once the gRPC
+// server has drained (queries.Service.StopLiveRuns), within grace.
+func (s *Server) StopLiveRuns(grace time.Duration) { s.queries.StopLiveRuns(grace) }
 
 // countsInterval is how often query counters are written to the store.
 const countsInterval = time.Second
