@@ -61,18 +61,9 @@ func checkAnswers(req Resume, open []orchestrator.Input) (map[string]ask.Answer,
 	out := make(map[string]ask.Answer, len(open))
 	answered := make(map[string]bool, len(open))
 	for i, a := range req.Inputs {
-		field := fmt.Sprintf("inputs[%d]", i)
-		in, ok := byID[a.InputID]
-		switch {
-		case a.InputID == "":
-			v.add(field+".input_id", "required")
-			continue
-		case !ok:
-			v.add(field+".input_id", "the run has no open input request %q", a.InputID)
-			continue
-		}
-		if _, dup := out[a.InputID]; dup {
-			v.add(field+".input_id", "input %q is answered twice", a.InputID)
+		field, in, ok := match(&v, "inputs", i, "input_id", a.InputID, byID, out,
+			"the run has no open input request %q", "input %q is answered twice")
+		if !ok {
 			continue
 		}
 		answered[a.InputID] = true

@@ -214,18 +214,9 @@ func checkDecisions(req Resume, st *orchestrator.State, conn *orchestrator.Conne
 	now := time.Now()
 	out := make(map[string]orchestrator.Decision, len(pending))
 	for i, d := range req.Decisions {
-		field := fmt.Sprintf("decisions[%d]", i)
-		call, ok := pending[d.CallID]
-		switch {
-		case d.CallID == "":
-			v.add(field+".call_id", "required")
-			continue
-		case !ok:
-			v.add(field+".call_id", "the run has no pending call %q", d.CallID)
-			continue
-		}
-		if _, dup := out[d.CallID]; dup {
-			v.add(field+".call_id", "call %q is decided twice", d.CallID)
+		field, call, ok := match(&v, "decisions", i, "call_id", d.CallID, pending, out,
+			"the run has no pending call %q", "call %q is decided twice")
+		if !ok {
 			continue
 		}
 		// A message is kept with any decision; a denial's also goes to
@@ -265,4 +256,26 @@ func checkDecision(v *violations, field string, d Decision, call orchestrator.Ca
 	if len(d.Message) > MaxMessageLen {
 		v.add(field+".message", "longer than %d characters", MaxMessageLen)
 	}
+}
+
+// match finds id, which the i-th item of list names (a pending call, an
+// open input request), among known; the item's field in the request is
+// the first result. An empty id, an unknown one (unknown, a format of the
+// id) or one already in given (twice) is a violation of its idField.
+func match[T, U any](v *violations, list string, i int, idField, id string, known map[string]T, given map[string]U,
+	unknown, twice string) (string, T, bool) {
+	field := fmt.Sprintf("%s[%d]", list, i)
+	t, ok := known[id]
+	_, dup := given[id]
+	switch {
+	case id == "":
+		v.add(field+"."+idField, "required")
+	case !ok:
+		v.add(field+"."+idField, unknown, id)
+	case dup:
+		v.add(field+"."+idField, twice, id)
+	default:
+		return field, t, true
+	}
+	return field, t, false
 }
