@@ -104,11 +104,10 @@ const (
 type Server struct {
 	connectorv1.UnimplementedConnectorServiceServer
 
-	db    *store.DB
-	box   *secret.Box
-	reg   *registry.Registry
-	agent *orchestrator.Agent
-	keys  *auth.Keys
+	db   *store.DB
+	box  *secret.Box
+	reg  *registry.Registry
+	keys *auth.Keys
 	// live keeps the connectors' connections, catalogs and agents in line
 	// with their rows: every handler that writes a row calls it after.
 	live *live.Connectors
@@ -213,7 +212,7 @@ func New(d Deps, cfg Config) *Server {
 		limits.Exact = d.DB
 	}
 	s := &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB),
-		sessions: d.Sessions, agent: d.Agent, keys: d.Keys, oauth: d.OAuth,
+		sessions: d.Sessions, keys: d.Keys, oauth: d.OAuth,
 		limits: rateLimits{ratelimit.New(limits)}, counts: runs.NewCounters(d.DB, countsInterval, d.MeterProvider, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		asks: &pending.Table{},
