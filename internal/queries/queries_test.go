@@ -19,6 +19,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
@@ -97,15 +98,8 @@ type fixture struct {
 func setup(t *testing.T, steps ...llmtest.Step) *fixture {
 	t.Helper()
 	f := &fixture{db: storetest.NewDB(t)}
-	src := live.NewSource(f.db, nil, nil)
-	reg := registry.New(src, registry.Config{}, nil)
-	lv := live.New(f.db, src, reg, nil, live.Config{})
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- reg.Run(runCtx) }()
-	go func() { done <- lv.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done; <-done })
-
+	reg, lv := livetest.Run(t, f.db)
+	runCtx := t.Context()
 	cfg := store.Config{URL: mcpURL(t, &f.wiped), CallTimeout: store.Duration(20 * time.Second), SessionMode: registry.SessionPerSession,
 		Elicitation: true, ApprovalPolicy: live.PolicyDestructive}
 	row, err := f.db.CreateConnector(runCtx, &store.Connector{WorkspaceID: "ws", ExternalID: "c", Name: "The C", Active: true,

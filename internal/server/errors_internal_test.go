@@ -15,6 +15,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -39,6 +40,15 @@ func TestErrorTable(t *testing.T) {
 		{wrap(&connectors.CommandNotAllowedError{Command: "bash"}), codes.FailedPrecondition, ReasonStdioCommandNotAllowed, ""},
 		{wrap(&orchestrator.NewerStateError{Version: 3}), codes.Unavailable, ReasonRunStateNewer, ""},
 		{wrap(&registry.SessionLimitError{Limit: 7}), codes.ResourceExhausted, ReasonSessionLimit, ""},
+		{&queries.RunNotAwaitingError{Msg: "the run is completed"}, codes.FailedPrecondition, ReasonRunNotAwaiting, "the run is completed"},
+		{&queries.RunNotAwaitingInputError{Msg: "not open"}, codes.FailedPrecondition, ReasonRunNotAwaitingInput, "not open"},
+		{&queries.RunExpiredError{Waited: "input"}, codes.FailedPrecondition, ReasonRunExpired,
+			"the run waited for input longer than APPROVAL_TIMEOUT allows and expired; ask again with QueryConnector"},
+		{queries.ErrRunTaken, codes.Aborted, ReasonRunTaken, queries.ErrRunTaken.Error()},
+		{&queries.RunElsewhereError{}, codes.Unavailable, ReasonConnectorUnavailable, ""},
+		{wrap(queries.ErrReplicaStopping), codes.Unavailable, ReasonConnectorUnavailable, ""},
+		{&queries.InvalidError{Violations: []queries.Violation{{Field: "decisions", Problem: "required"}}}, codes.InvalidArgument,
+			ReasonInvalidArgument, "invalid request: decisions: required"},
 		{wrap(registry.ErrToolDisabled), codes.FailedPrecondition, ReasonToolDisabled, "tool is disabled; enable it with UpdateTool"},
 		{wrap(context.Canceled), codes.Unavailable, ReasonConnectorUnavailable, ""},
 		{errors.New("something nobody mapped"), codes.Internal, ReasonInternal, "internal error"},
