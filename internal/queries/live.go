@@ -85,8 +85,8 @@ type liveRun struct {
 	wake     chan struct{}
 }
 
-// openInput is an input request that waits for its answer in the
-// server's table of pending requests (owned by the run).
+// openInput is an input request that waits for its answer in Deps.Asks,
+// owned by the run.
 type openInput struct {
 	in  orchestrator.Input
 	req *pending.Request
