@@ -124,16 +124,22 @@ func TestQueryContextsAreBounded(t *testing.T) {
 		llmtest.CallTools(big(6<<20), llmtest.Call{Tool: "weather", Args: `{}`}), llmtest.Answer("one"),
 		llmtest.CallTools(big(2<<20), big(2<<20)), llmtest.Answer("two"))
 
-	res, err := f.query(t, &connectorv1.QueryConnectorRequest{Query: "one"})
+	// A minute, not ctx's 20 s: 6 MiB of structured content decoded,
+	// recorded and converted under the race detector on a busy machine
+	// take most of 20 s.
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := f.client.QueryConnector(c, &connectorv1.QueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "one"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	res := resp.GetResult()
 	whole, cut := splitContexts(t, res)
 	if len(whole) != 1 || whole[0].GetStructuredContent().GetFields()["city"].GetStringValue() != "Oslo" || len(cut) != 1 {
 		t.Errorf("contexts: %d whole (%v), %d cut; want the weather whole and the big one cut", len(whole), whole, len(cut))
 	}
 
-	stream, err := f.client.StreamQueryConnector(ctx(t), &connectorv1.StreamQueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "two"})
+	stream, err := f.client.StreamQueryConnector(c, &connectorv1.StreamQueryConnectorRequest{WorkspaceId: "ws", ConnectorId: "m", Query: "two"})
 	if err != nil {
 		t.Fatal(err)
 	}
