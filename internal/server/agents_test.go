@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -39,8 +40,12 @@ func TestQueryUsesTheLiveAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A query reads the agent's settings, which Apply settles after it
+	// has published the row (and updated the connection): wait for those,
+	// not the row, or a busy machine runs the query in between.
+	notLoaded := func() (*store.Connector, error) { return nil, errors.New("not live") }
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if row, ok := f.live.Row(changed.ID); ok && row.Name == "behind-the-back" {
+		if la, err := f.live.Settings(changed.ID, notLoaded); err == nil && la.Row.Name == "behind-the-back" {
 			break
 		}
 		if time.Now().After(deadline) {
