@@ -160,7 +160,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		if EndedByDeadline(ctx) {
 			c.suspect(s, gen)
 		}
-		return nil, err
+		return nil, endedWith(ctx, err)
 	case isSessionLost(err) && !tasks.Ran(err):
 		// The request was refused for its session and never ran: mend the
 		// session and run it again, whatever the tool.

@@ -80,6 +80,19 @@ func EndedByDeadline(ctx context.Context) bool {
 	return false
 }
 
+// endedWith is err, from a request whose ctx has ended, made to say so:
+// mcp-go's streamable-HTTP transport may answer a request cancelled
+// mid-stream with "unexpected nil response" rather than the context's error
+// (its stream reader closes the response channel as the context ends, and
+// its select may take either), and a caller that checks for
+// context.Canceled must still find it.
+func endedWith(ctx context.Context, err error) error {
+	if cause := ctx.Err(); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
+}
+
 // unavailable wraps cause as ErrUnavailable.
 func unavailable(cause error) error {
 	if cause == nil {
