@@ -19,7 +19,7 @@ import (
 // batches), stores those, and hands the agent all of them. Until then, and
 // if it fails, the agent ranks by words alone.
 type embeddings struct {
-	db     *store.DB
+	db     EmbeddingStore
 	embed  orchestrator.Embedder
 	model  string
 	logger *slog.Logger
@@ -33,7 +33,7 @@ type embeddings struct {
 // embedBatch is how many texts one embeddings request carries.
 const embedBatch = 64
 
-func newEmbeddings(db *store.DB, embed orchestrator.Embedder, model string, logger *slog.Logger) *embeddings {
+func newEmbeddings(db EmbeddingStore, embed orchestrator.Embedder, model string, logger *slog.Logger) *embeddings {
 	if embed == nil || model == "" {
 		return nil
 	}

@@ -56,7 +56,7 @@ type Config struct {
 // Connectors is this replica's live copy of every connector. Safe for
 // concurrent use.
 type Connectors struct {
-	db        *store.DB
+	db        Store
 	reg       *registry.Registry
 	source    *Source
 	placement Placement
@@ -87,7 +87,7 @@ type applyLock struct {
 
 // New returns the live copies of db's connectors, kept in reg, with the
 // secrets opened by source. Call Load before serving and Run after.
-func New(db *store.DB, source *Source, reg *registry.Registry, placement Placement, cfg Config) *Connectors {
+func New(db Store, source *Source, reg *registry.Registry, placement Placement, cfg Config) *Connectors {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

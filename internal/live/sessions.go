@@ -27,7 +27,7 @@ import (
 // Sessions keeps the sessions table in line with this replica's
 // per-session connections, and routes a session's calls to its owner.
 type Sessions struct {
-	db      *store.DB
+	db      SessionStore
 	reg     *registry.Registry
 	box     *secret.Box // nil: handles are not recorded, sessions not adopted
 	members *cluster.Membership
@@ -38,7 +38,7 @@ type Sessions struct {
 
 // NewSessions routes the sessions of reg's per_session connectors among
 // the live replicas of members, at most max per connector across them.
-func NewSessions(db *store.DB, reg *registry.Registry, box *secret.Box, members *cluster.Membership, pool *forward.Pool,
+func NewSessions(db SessionStore, reg *registry.Registry, box *secret.Box, members *cluster.Membership, pool *forward.Pool,
 	max int, logger *slog.Logger) *Sessions {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

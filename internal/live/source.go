@@ -20,7 +20,7 @@ var _ registry.ConnectorSource = (*Source)(nil)
 // Source lets the registry read connectors from the store (secrets opened
 // in memory) and write back health, tool catalogs and counters.
 type Source struct {
-	db     *store.DB
+	db     SourceStore
 	box    *secret.Box
 	logger *slog.Logger
 	// fences, when set, says what this replica's owned writes carry;
@@ -44,7 +44,7 @@ func (s *Source) fence(id int64) (f *store.Fence, ok bool) {
 }
 
 // NewSource returns the registry's view of db.
-func NewSource(db *store.DB, box *secret.Box, logger *slog.Logger) *Source {
+func NewSource(db SourceStore, box *secret.Box, logger *slog.Logger) *Source {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -19,12 +19,11 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/secret"
-	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // Config is a Manager's settings.
 type Config struct {
-	DB  *store.DB
+	DB  Store
 	Box *secret.Box
 	// HTTPClient makes the metadata, registration, token and revocation
 	// requests. Build its transport with the egress policy's DialContext
@@ -96,7 +95,7 @@ const (
 // any number of Managers (replicas) may share one database.
 type Manager struct {
 	cfg    Config
-	db     *store.DB
+	db     Store
 	box    *secret.Box
 	hc     *http.Client
 	egress *egress.Policy

@@ -42,11 +42,19 @@ func sealContext(v store.OAuthSealed) (string, error) {
 	return "", fmt.Errorf("unknown kind of sealed OAuth value %q", v.Kind)
 }
 
+// SealStore is what Reseal and CheckKey need of the database: every sealed
+// OAuth value, one at a time or all in one transaction. *store.DB
+// implements it.
+type SealStore interface {
+	AnyOAuthSealed(ctx context.Context) (store.OAuthSealed, error)
+	ResealOAuth(ctx context.Context, fn func(store.OAuthSealed) ([]byte, error)) (int, error)
+}
+
 // Reseal seals every OAuth secret in db (registrations' client secrets,
 // pending verifiers, tokens) again under box's first key, in one
 // transaction, so that the keys after it can be retired. Returns how many
 // values were resealed; on an error nothing changes.
-func Reseal(ctx context.Context, db *store.DB, box *secret.Box) (int, error) {
+func Reseal(ctx context.Context, db SealStore, box *secret.Box) (int, error) {
 	return db.ResealOAuth(ctx, func(v store.OAuthSealed) ([]byte, error) {
 		sc, err := sealContext(v)
 		if err != nil {
@@ -62,7 +70,7 @@ func Reseal(ctx context.Context, db *store.DB, box *secret.Box) (int, error) {
 
 // CheckKey opens one stored token with box, so that start-up fails on a
 // SECRET_KEY that cannot open them rather than every user's calls later.
-func CheckKey(ctx context.Context, db *store.DB, box *secret.Box) error {
+func CheckKey(ctx context.Context, db SealStore, box *secret.Box) error {
 	v, err := db.AnyOAuthSealed(ctx)
 	if err != nil || v.Sealed == nil {
 		return err

@@ -35,10 +35,18 @@ type Config struct {
 	Logger                                       *slog.Logger
 }
 
+// LogStore is where a Log writes: run records, and the heartbeat of the
+// runs this replica holds. *store.DB implements it.
+type LogStore interface {
+	SaveRuns(ctx context.Context, runs []*store.Run) error
+	SaveRunsAsyncCommit(ctx context.Context, runs []*store.Run) error
+	TouchRuns(ctx context.Context, replica string, ids []string) (int64, error)
+}
+
 // Log writes run records. A server without a store (as some tests build
 // one) keeps nothing. Safe for concurrent use.
 type Log struct {
-	db  *store.DB
+	db  LogStore // nil: nothing is kept
 	cfg Config
 
 	mu      sync.Mutex
@@ -54,7 +62,11 @@ func NewLog(db *store.DB, cfg Config) *Log {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Log{db: db, cfg: cfg, held: map[string]int{}}
+	l := &Log{cfg: cfg, held: map[string]int{}}
+	if db != nil { // a nil *store.DB must stay a nil LogStore
+		l.db = db
+	}
+	return l
 }
 
 // Replica is the holder this Log records in its claims.
@@ -160,12 +172,19 @@ func (l *Log) heartbeat(ctx context.Context) {
 	}
 }
 
+// SweepStore is what a Sweeper changes: runs expired or failed, and old
+// runs purged. *store.DB implements it.
+type SweepStore interface {
+	ExpireRuns(ctx context.Context, staleAfter time.Duration) (int64, error)
+	PurgeRuns(ctx context.Context, t time.Time) (int64, error)
+}
+
 // Sweeper ends the runs nobody will end: paused runs past their approval
 // time expire, resumed runs whose holder's heartbeat stopped fail, and
 // finished runs past their retention are purged. Run it on one replica:
 // the leader.
 type Sweeper struct {
-	db         *store.DB
+	db         SweepStore
 	every      time.Duration
 	retention  time.Duration
 	staleAfter time.Duration
@@ -175,7 +194,7 @@ type Sweeper struct {
 // NewSweeper sweeps db every interval: runs finished more than retention
 // ago are purged, running ones whose heartbeat is older than staleAfter
 // fail.
-func NewSweeper(db *store.DB, every, retention, staleAfter time.Duration, logger *slog.Logger) *Sweeper {
+func NewSweeper(db SweepStore, every, retention, staleAfter time.Duration, logger *slog.Logger) *Sweeper {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
