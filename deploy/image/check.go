@@ -98,16 +98,8 @@ func check(tarball string, w want) (report, error) {
 		return r, fmt.Errorf("config %s: %v", m.Config, err)
 	}
 
-	// Labels.
-	labels := cfg.Config.Labels
-	for name, v := range map[string]string{"source": w.source, "version": w.version, "revision": w.revision,
-		"title": "connector-svc", "licenses": "Apache-2.0"} {
-		if got := labels["org.opencontainers.image."+name]; got != v {
-			return r, fmt.Errorf("label org.opencontainers.image.%s is %q, want %q", name, got, v)
-		}
-	}
-	if _, err := time.Parse(time.RFC3339, labels["org.opencontainers.image.created"]); err != nil {
-		return r, fmt.Errorf("label org.opencontainers.image.created: %v", err)
+	if err := checkLabels(cfg.Config.Labels, w); err != nil {
+		return r, err
 	}
 
 	// The user: named by number (runAsNonRoot can check only a number), not root.
@@ -117,28 +109,13 @@ func check(tarball string, w want) (report, error) {
 	}
 	r.user = cfg.Config.User
 
-	// The entrypoint: the binary alone, on PATH.
-	ep := cfg.Config.Entrypoint
-	if len(ep) != 1 || !path.IsAbs(ep[0]) || path.Base(ep[0]) != "connector-svc" {
-		return r, fmt.Errorf("entrypoint %q, want the connector-svc binary by its absolute path alone", ep)
-	}
-	if len(cfg.Config.Cmd) != 0 {
-		return r, fmt.Errorf("cmd %q: the binary's default (serve) needs no arguments; a cmd would be passed to every subcommand run with docker run", cfg.Config.Cmd)
-	}
-	r.entrypoint = ep[0]
-	pathVar := ""
-	for _, e := range cfg.Config.Env {
-		if v, ok := strings.CutPrefix(e, "PATH="); ok {
-			pathVar = v
-		}
-	}
-	if !slices.Contains(filepath.SplitList(pathVar), path.Dir(ep[0])) {
-		return r, fmt.Errorf("PATH=%q lacks %s: `kubectl exec … -- connector-svc keys create` would not find the binary", pathVar, path.Dir(ep[0]))
+	if r.entrypoint, err = checkEntrypoint(cfg); err != nil {
+		return r, err
 	}
 
 	// The filesystem, layer over layer.
 	files := map[string]file{}
-	binaryName := strings.TrimPrefix(ep[0], "/")
+	binaryName := strings.TrimPrefix(r.entrypoint, "/")
 	for _, l := range m.Layers {
 		b, ok := blobs[l]
 		if !ok {
@@ -150,10 +127,10 @@ func check(tarball string, w want) (report, error) {
 	}
 	bin, ok := files[binaryName]
 	if !ok || !bin.mode.IsRegular() {
-		return r, fmt.Errorf("the entrypoint %s is not a file in the image's layers", ep[0])
+		return r, fmt.Errorf("the entrypoint %s is not a file in the image's layers", r.entrypoint)
 	}
 	if bin.mode.Perm()&0o001 == 0 {
-		return r, fmt.Errorf("the entrypoint %s is %v: not executable by every user (the chart runs it as another uid)", ep[0], bin.mode)
+		return r, fmt.Errorf("the entrypoint %s is %v: not executable by every user (the chart runs it as another uid)", r.entrypoint, bin.mode)
 	}
 	r.binarySize = bin.size
 
@@ -174,6 +151,42 @@ func check(tarball string, w want) (report, error) {
 		r.ranVersion = out
 	}
 	return r, nil
+}
+
+// checkLabels checks the image's OCI labels against what was built.
+func checkLabels(labels map[string]string, w want) error {
+	for name, v := range map[string]string{"source": w.source, "version": w.version, "revision": w.revision,
+		"title": "connector-svc", "licenses": "Apache-2.0"} {
+		if got := labels["org.opencontainers.image."+name]; got != v {
+			return fmt.Errorf("label org.opencontainers.image.%s is %q, want %q", name, got, v)
+		}
+	}
+	if _, err := time.Parse(time.RFC3339, labels["org.opencontainers.image.created"]); err != nil {
+		return fmt.Errorf("label org.opencontainers.image.created: %v", err)
+	}
+	return nil
+}
+
+// checkEntrypoint checks that the entrypoint is the binary alone, by its
+// absolute path, with no cmd, and on PATH; it returns the binary's path.
+func checkEntrypoint(cfg config) (string, error) {
+	ep := cfg.Config.Entrypoint
+	if len(ep) != 1 || !path.IsAbs(ep[0]) || path.Base(ep[0]) != "connector-svc" {
+		return "", fmt.Errorf("entrypoint %q, want the connector-svc binary by its absolute path alone", ep)
+	}
+	if len(cfg.Config.Cmd) != 0 {
+		return "", fmt.Errorf("cmd %q: the binary's default (serve) needs no arguments; a cmd would be passed to every subcommand run with docker run", cfg.Config.Cmd)
+	}
+	pathVar := ""
+	for _, e := range cfg.Config.Env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	if !slices.Contains(filepath.SplitList(pathVar), path.Dir(ep[0])) {
+		return "", fmt.Errorf("PATH=%q lacks %s: `kubectl exec … -- connector-svc keys create` would not find the binary", pathVar, path.Dir(ep[0]))
+	}
+	return ep[0], nil
 }
 
 // nonRootUID is the user's uid: a number other than 0 (user or user:group).

@@ -49,23 +49,10 @@ func (m *Manager) Start(ctx context.Context, c Connector, userID, returnTo strin
 		return nil, err
 	}
 
-	scopes := c.Scopes
-	switch {
-	case len(scopes) > 0:
-	case len(d.challengeScopes) > 0:
-		scopes = d.challengeScopes
-	default:
-		scopes = d.prm.ScopesSupported
-	}
-	scopes = union(scopes, extraScopes)
-	if t, err := m.db.OAuthToken(ctx, c.ID, userID); err == nil {
-		if resourceCovers(t.Resource, c.URL) && t.Issuer == d.server.Issuer {
-			scopes = union(scopes, t.Scopes) // not another server's
-		}
-	} else if !errors.Is(err, store.ErrNotFound) {
+	scopes, err := m.scopesFor(ctx, c, userID, d, extraScopes)
+	if err != nil {
 		return nil, err
 	}
-
 	verifier, err := transport.GenerateCodeVerifier()
 	if err != nil {
 		return nil, fmt.Errorf("PKCE verifier: %w", err)
@@ -76,23 +63,10 @@ func (m *Manager) Start(ctx context.Context, c Connector, userID, returnTo strin
 	}
 	state := base64.RawURLEncoding.EncodeToString(stateBytes)
 	hash := stateHash(state)
-
-	authURL, err := url.Parse(d.server.AuthorizationEndpoint)
+	authURL, err := m.authorizeURL(d, cl.ID, state, verifier, scopes)
 	if err != nil {
-		return nil, fmt.Errorf("authorization endpoint: %w", err)
+		return nil, err
 	}
-	q := authURL.Query()
-	q.Set("response_type", "code")
-	q.Set("client_id", cl.ID)
-	q.Set("redirect_uri", m.cfg.RedirectURL)
-	q.Set("state", state)
-	q.Set("code_challenge", transport.GenerateCodeChallenge(verifier))
-	q.Set("code_challenge_method", "S256")
-	if len(scopes) > 0 {
-		q.Set("scope", strings.Join(scopes, " "))
-	}
-	q.Set("resource", d.resource)
-	authURL.RawQuery = q.Encode()
 
 	sealedVerifier, err := m.box.SealBytes([]byte(verifier), pendingContext(hash, "verifier"))
 	if err != nil {
@@ -114,7 +88,53 @@ func (m *Manager) Start(ctx context.Context, c Connector, userID, returnTo strin
 	if err != nil {
 		return nil, err
 	}
-	return &Started{URL: authURL.String(), Scopes: scopes, ExpiresAt: expires}, nil
+	return &Started{URL: authURL, Scopes: scopes, ExpiresAt: expires}, nil
+}
+
+// scopesFor is what userID's authorization of c asks for: the connector's
+// scopes, else the server's challenge's, else its metadata's; then
+// extraScopes, and those the user granted already on the same server (a
+// step-up keeps them).
+func (m *Manager) scopesFor(ctx context.Context, c Connector, userID string, d *discovered, extraScopes []string) ([]string, error) {
+	scopes := c.Scopes
+	switch {
+	case len(scopes) > 0:
+	case len(d.challengeScopes) > 0:
+		scopes = d.challengeScopes
+	default:
+		scopes = d.prm.ScopesSupported
+	}
+	scopes = union(scopes, extraScopes)
+	if t, err := m.db.OAuthToken(ctx, c.ID, userID); err == nil {
+		if resourceCovers(t.Resource, c.URL) && t.Issuer == d.server.Issuer {
+			scopes = union(scopes, t.Scopes) // not another server's
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	return scopes, nil
+}
+
+// authorizeURL is the authorization endpoint's URL with the code request's
+// parameters: PKCE (S256), state, scopes and the resource.
+func (m *Manager) authorizeURL(d *discovered, clientID, state, verifier string, scopes []string) (string, error) {
+	authURL, err := url.Parse(d.server.AuthorizationEndpoint)
+	if err != nil {
+		return "", fmt.Errorf("authorization endpoint: %w", err)
+	}
+	q := authURL.Query()
+	q.Set("response_type", "code")
+	q.Set("client_id", clientID)
+	q.Set("redirect_uri", m.cfg.RedirectURL)
+	q.Set("state", state)
+	q.Set("code_challenge", transport.GenerateCodeChallenge(verifier))
+	q.Set("code_challenge_method", "S256")
+	if len(scopes) > 0 {
+		q.Set("scope", strings.Join(scopes, " "))
+	}
+	q.Set("resource", d.resource)
+	authURL.RawQuery = q.Encode()
+	return authURL.String(), nil
 }
 
 // sweep deletes long-expired pending authorizations, at most once a minute.

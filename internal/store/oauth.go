@@ -410,75 +410,11 @@ func (db *DB) ResealOAuth(ctx context.Context, fn func(OAuthSealed) ([]byte, err
 		return fn(v)
 	}
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
-		type clientRow struct {
-			Issuer, RedirectURI string
-			Secret              []byte
-		}
-		rows, _ := tx.Query(ctx, `SELECT issuer, redirect_uri, sealed_client_secret FROM oauth_clients
-			WHERE sealed_client_secret IS NOT NULL ORDER BY issuer, redirect_uri FOR UPDATE`)
-		clients, err := pgx.CollectRows(rows, pgx.RowToStructByPos[clientRow])
-		if err != nil {
-			return fmt.Errorf("reseal OAuth clients: %w", err)
-		}
-		for _, c := range clients {
-			s, err := reseal(OAuthSealed{Kind: SealedOAuthClientSecret, Issuer: c.Issuer, RedirectURI: c.RedirectURI, Sealed: c.Secret})
-			if err != nil {
+		for _, table := range []func(context.Context, pgx.Tx, func(OAuthSealed) ([]byte, error)) error{
+			resealClients, resealPending, resealTokens,
+		} {
+			if err := table(ctx, tx, reseal); err != nil {
 				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE oauth_clients SET sealed_client_secret = $3 WHERE issuer = $1 AND redirect_uri = $2`,
-				c.Issuer, c.RedirectURI, s); err != nil {
-				return fmt.Errorf("reseal OAuth client: %w", err)
-			}
-		}
-
-		type pendingRow struct {
-			StateHash, Verifier, Secret []byte
-		}
-		rows, _ = tx.Query(ctx, `SELECT state_hash, sealed_verifier, sealed_client_secret FROM oauth_pending
-			WHERE used_at IS NULL ORDER BY state_hash FOR UPDATE`)
-		pending, err := pgx.CollectRows(rows, pgx.RowToStructByPos[pendingRow])
-		if err != nil {
-			return fmt.Errorf("reseal pending authorizations: %w", err)
-		}
-		for _, p := range pending {
-			v, err := reseal(OAuthSealed{Kind: SealedPendingVerifier, StateHash: p.StateHash, Sealed: p.Verifier})
-			if err != nil {
-				return err
-			}
-			s, err := reseal(OAuthSealed{Kind: SealedPendingClientSecret, StateHash: p.StateHash, Sealed: p.Secret})
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE oauth_pending SET sealed_verifier = $2, sealed_client_secret = $3 WHERE state_hash = $1`,
-				p.StateHash, v, s); err != nil {
-				return fmt.Errorf("reseal pending authorization: %w", err)
-			}
-		}
-
-		type tokenRow struct {
-			ConnectorID     int64
-			UserID          string
-			Access, Refresh []byte
-		}
-		rows, _ = tx.Query(ctx, `SELECT connector_id, user_id, sealed_access_token, sealed_refresh_token FROM oauth_tokens
-			ORDER BY connector_id, user_id FOR UPDATE`)
-		tokens, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tokenRow])
-		if err != nil {
-			return fmt.Errorf("reseal OAuth tokens: %w", err)
-		}
-		for _, t := range tokens {
-			a, err := reseal(OAuthSealed{Kind: SealedAccessToken, ConnectorID: t.ConnectorID, UserID: t.UserID, Sealed: t.Access})
-			if err != nil {
-				return err
-			}
-			r, err := reseal(OAuthSealed{Kind: SealedRefreshToken, ConnectorID: t.ConnectorID, UserID: t.UserID, Sealed: t.Refresh})
-			if err != nil {
-				return err
-			}
-			// updated_at stays: the tokens did not change.
-			if _, err := tx.Exec(ctx, `UPDATE oauth_tokens SET sealed_access_token = $3, sealed_refresh_token = $4
-				WHERE connector_id = $1 AND user_id = $2`, t.ConnectorID, t.UserID, a, r); err != nil {
-				return fmt.Errorf("reseal OAuth token: %w", err)
 			}
 		}
 		return nil
@@ -487,6 +423,91 @@ func (db *DB) ResealOAuth(ctx context.Context, fn func(OAuthSealed) ([]byte, err
 		return 0, err
 	}
 	return n, nil
+}
+
+// resealClients reseals the client secrets of dynamic registrations.
+func resealClients(ctx context.Context, tx pgx.Tx, reseal func(OAuthSealed) ([]byte, error)) error {
+	type clientRow struct {
+		Issuer, RedirectURI string
+		Secret              []byte
+	}
+	rows, _ := tx.Query(ctx, `SELECT issuer, redirect_uri, sealed_client_secret FROM oauth_clients
+		WHERE sealed_client_secret IS NOT NULL ORDER BY issuer, redirect_uri FOR UPDATE`)
+	clients, err := pgx.CollectRows(rows, pgx.RowToStructByPos[clientRow])
+	if err != nil {
+		return fmt.Errorf("reseal OAuth clients: %w", err)
+	}
+	for _, c := range clients {
+		s, err := reseal(OAuthSealed{Kind: SealedOAuthClientSecret, Issuer: c.Issuer, RedirectURI: c.RedirectURI, Sealed: c.Secret})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE oauth_clients SET sealed_client_secret = $3 WHERE issuer = $1 AND redirect_uri = $2`,
+			c.Issuer, c.RedirectURI, s); err != nil {
+			return fmt.Errorf("reseal OAuth client: %w", err)
+		}
+	}
+	return nil
+}
+
+// resealPending reseals the verifiers and client secrets of authorizations
+// in progress.
+func resealPending(ctx context.Context, tx pgx.Tx, reseal func(OAuthSealed) ([]byte, error)) error {
+	type pendingRow struct {
+		StateHash, Verifier, Secret []byte
+	}
+	rows, _ := tx.Query(ctx, `SELECT state_hash, sealed_verifier, sealed_client_secret FROM oauth_pending
+		WHERE used_at IS NULL ORDER BY state_hash FOR UPDATE`)
+	pending, err := pgx.CollectRows(rows, pgx.RowToStructByPos[pendingRow])
+	if err != nil {
+		return fmt.Errorf("reseal pending authorizations: %w", err)
+	}
+	for _, p := range pending {
+		v, err := reseal(OAuthSealed{Kind: SealedPendingVerifier, StateHash: p.StateHash, Sealed: p.Verifier})
+		if err != nil {
+			return err
+		}
+		s, err := reseal(OAuthSealed{Kind: SealedPendingClientSecret, StateHash: p.StateHash, Sealed: p.Secret})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE oauth_pending SET sealed_verifier = $2, sealed_client_secret = $3 WHERE state_hash = $1`,
+			p.StateHash, v, s); err != nil {
+			return fmt.Errorf("reseal pending authorization: %w", err)
+		}
+	}
+	return nil
+}
+
+// resealTokens reseals users' access and refresh tokens.
+func resealTokens(ctx context.Context, tx pgx.Tx, reseal func(OAuthSealed) ([]byte, error)) error {
+	type tokenRow struct {
+		ConnectorID     int64
+		UserID          string
+		Access, Refresh []byte
+	}
+	rows, _ := tx.Query(ctx, `SELECT connector_id, user_id, sealed_access_token, sealed_refresh_token FROM oauth_tokens
+		ORDER BY connector_id, user_id FOR UPDATE`)
+	tokens, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tokenRow])
+	if err != nil {
+		return fmt.Errorf("reseal OAuth tokens: %w", err)
+	}
+	for _, t := range tokens {
+		a, err := reseal(OAuthSealed{Kind: SealedAccessToken, ConnectorID: t.ConnectorID, UserID: t.UserID, Sealed: t.Access})
+		if err != nil {
+			return err
+		}
+		r, err := reseal(OAuthSealed{Kind: SealedRefreshToken, ConnectorID: t.ConnectorID, UserID: t.UserID, Sealed: t.Refresh})
+		if err != nil {
+			return err
+		}
+		// updated_at stays: the tokens did not change.
+		if _, err := tx.Exec(ctx, `UPDATE oauth_tokens SET sealed_access_token = $3, sealed_refresh_token = $4
+			WHERE connector_id = $1 AND user_id = $2`, t.ConnectorID, t.UserID, a, r); err != nil {
+			return fmt.Errorf("reseal OAuth token: %w", err)
+		}
+	}
+	return nil
 }
 
 // AnyOAuthSealed returns one sealed value of the OAuth tables, or a zero
