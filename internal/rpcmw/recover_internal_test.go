@@ -1,4 +1,4 @@
-package server
+package rpcmw
 
 import (
 	"bytes"
@@ -14,9 +14,9 @@ import (
 
 func TestPanicBecomesInternal(t *testing.T) {
 	var logs bytes.Buffer
-	s := New(Deps{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, Config{})
+	m := newMiddleware(Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	info := &grpc.UnaryServerInfo{FullMethod: "/connector.v1.ConnectorService/GetConnector"}
-	resp, err := s.recoverUnary(context.Background(), nil, info, func(context.Context, any) (any, error) {
+	resp, err := m.recoverUnary(context.Background(), nil, info, func(context.Context, any) (any, error) {
 		panic("handler bug")
 	})
 	if resp != nil || status.Code(err) != codes.Internal {

@@ -1,11 +1,11 @@
-package server
+package rpcmw
 
 import (
 	"context"
 	"maps"
 	"slices"
 
-	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
+	grpcmw "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	noopmetric "go.opentelemetry.io/otel/metric/noop"
@@ -45,7 +45,7 @@ func (t continueTrace) unary(ctx context.Context, req any, _ *grpc.UnaryServerIn
 }
 
 func (t continueTrace) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	w := middleware.WrapServerStream(ss)
+	w := grpcmw.WrapServerStream(ss)
 	w.WrappedContext = t.prop.Extract(w.WrappedContext, incomingCarrier{w.WrappedContext})
 	return next(srv, w)
 }
