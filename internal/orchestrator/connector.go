@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -22,6 +23,18 @@ type Profile struct {
 	// NarrowAbove overrides Config.NarrowAbove for this connector; 0
 	// keeps the agent's.
 	NarrowAbove int
+}
+
+// Tool is an enabled tool of the connector, as the model sees it.
+type Tool struct {
+	Name        string
+	Description string
+	InputSchema json.RawMessage
+	// Annotations are the server's hints, shown with a pending call.
+	Annotations mcp.ToolAnnotation
+	// RequiresApproval makes a run pause before calling the tool, until a
+	// person decides (Agent.Resume).
+	RequiresApproval bool
 }
 
 // Connector is one connector's live agent: its profile and its enabled
