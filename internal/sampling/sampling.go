@@ -36,53 +36,11 @@ import (
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
-// Limits are sampling budgets; a 0 is the default's.
-type Limits struct {
-	MaxTokensPerRequest  int
-	MaxRequestsPerRun    int
-	MaxTokensPerRun      int
-	MaxRequestsPerMinute int
-	MaxTokensPerMinute   int
-}
-
-// DefaultLimits are the service's defaults, as the API documents them.
-var DefaultLimits = Limits{
-	MaxTokensPerRequest:  1024,
-	MaxRequestsPerRun:    10,
-	MaxTokensPerRun:      16384,
-	MaxRequestsPerMinute: 60,
-	MaxTokensPerMinute:   100000,
-}
-
-// or is l with each 0 taken from d.
-func (l Limits) or(d Limits) Limits {
-	pick := func(v, def int) int {
-		if v > 0 {
-			return v
-		}
-		return def
-	}
-	return Limits{
-		MaxTokensPerRequest:  pick(l.MaxTokensPerRequest, d.MaxTokensPerRequest),
-		MaxRequestsPerRun:    pick(l.MaxRequestsPerRun, d.MaxRequestsPerRun),
-		MaxTokensPerRun:      pick(l.MaxTokensPerRun, d.MaxTokensPerRun),
-		MaxRequestsPerMinute: pick(l.MaxRequestsPerMinute, d.MaxRequestsPerMinute),
-		MaxTokensPerMinute:   pick(l.MaxTokensPerMinute, d.MaxTokensPerMinute),
-	}
-}
-
 // Target is a live connector as sampling sees it.
 type Target struct {
 	Workspace, Name string // the connector's workspace and id, as callers name them (metric labels, messages)
 	Model           string // the connector's own model; empty: Config.Model
 	Sampling        *store.SamplingConfig
-}
-
-// MinuteStore counts a connector's sampling per minute over all replicas
-// (store.DB implements it).
-type MinuteStore interface {
-	ReserveSampling(ctx context.Context, id int64, at time.Time, tokens, maxRequests, maxTokens int) (store.SamplingMinute, bool, error)
-	SettleSampling(ctx context.Context, id int64, minute time.Time, delta int) error
 }
 
 // Config configures a Sampler.
@@ -143,28 +101,6 @@ func New(cfg Config) *Sampler {
 		tracer: tp.Tracer("github.com/connector-svc/connector-svc/internal/sampling"), metrics: newInstruments(cfg.MeterProvider)}
 }
 
-// Limits are the budgets of a connector with sampling settings c (nil:
-// the defaults).
-func (s *Sampler) Limits(c *store.SamplingConfig) Limits {
-	if c == nil {
-		return s.defaults
-	}
-	return Limits{
-		MaxTokensPerRequest:  c.MaxTokensPerRequest,
-		MaxRequestsPerRun:    c.MaxRequestsPerRun,
-		MaxTokensPerRun:      c.MaxTokensPerRun,
-		MaxRequestsPerMinute: c.MaxRequestsPerMinute,
-		MaxTokensPerMinute:   c.MaxTokensPerMinute,
-	}.or(s.defaults)
-}
-
-// Budget is a fresh per-run budget (a query run's, or a direct call's) of
-// a connector with sampling settings c.
-func (s *Sampler) Budget(c *store.SamplingConfig) *ask.Budget {
-	l := s.Limits(c)
-	return ask.NewBudget(l.MaxRequestsPerRun, l.MaxTokensPerRun)
-}
-
 // Outcomes of a request, as Error and the metrics name them.
 const (
 	OutcomeServed   = "served"
@@ -205,119 +141,112 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 		attribute.Int("llm.messages", len(req.Messages))))
 	defer span.End()
 	rec := ask.SamplingRecord{Messages: len(req.Messages)}
-	defer func() {
-		rec.Duration = time.Since(start)
-		outcome := OutcomeServed
-		if err != nil {
-			rec.Err = err.Error()
-			outcome = OutcomeFailed
-			var e *Error
-			if errors.As(err, &e) {
-				outcome = e.Outcome
-			}
-			span.SetStatus(codes.Error, rec.Err)
-			s.log.Info("sampling request not served", "connector", t.Name, "connector_id", id, "tool", call.Tool,
-				"outcome", outcome, "reason", rec.Err)
-		}
-		span.SetAttributes(attribute.String("outcome", outcome), attribute.Int64("llm.prompt_tokens", rec.PromptTokens),
-			attribute.Int64("llm.completion_tokens", rec.CompletionTokens))
-		s.metrics.record(ctx, t, outcome, rec)
-		if a != nil {
-			a.Sampled(call, rec)
-		}
-		if s.cfg.OnUsage != nil {
-			s.cfg.OnUsage(id, rec)
-		}
-	}()
+	defer func() { s.record(ctx, span, id, t, a, call, &rec, time.Since(start), err) }()
 
-	if !known {
-		return nil, &Error{Code: mcp.INVALID_REQUEST, Outcome: OutcomeRefused, Msg: fmt.Sprintf("sampling refused: connector %d is not known", id)}
-	}
-	if t.Sampling == nil || !t.Sampling.Enabled {
-		return nil, &Error{Code: mcp.INVALID_REQUEST, Outcome: OutcomeRefused, Msg: fmt.Sprintf("sampling refused: sampling is not enabled on connector %q", t.Name)}
-	}
-	if s.cfg.Chat == nil {
-		return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeRefused, Msg: "sampling refused: no model is configured"}
+	if err := s.accepts(id, t, known); err != nil {
+		return nil, err
 	}
 	lim := s.Limits(t.Sampling)
-	model := t.Model
-	if model == "" {
-		model = s.cfg.Model
-	}
-	rec.Model = model
-
-	creq := openai.ChatCompletionRequest{Model: model, Stop: req.StopSequences, Temperature: float32(req.Temperature)}
-	names := newFunctionNames()
-	if creq.Messages, err = messages(req, names); err != nil {
+	rec.Model = s.model(t)
+	creq, names, err := chatRequest(req, rec.Model)
+	if err != nil {
 		return nil, err
 	}
-	var choice any
-	if creq.Tools, choice, err = tools(req, names); err != nil {
-		return nil, err
-	}
-	if len(creq.Tools) > 0 {
-		creq.ToolChoice = choice
-	}
-	maxTokens := req.MaxTokens
-	if maxTokens <= 0 {
+	if req.MaxTokens <= 0 {
 		return nil, invalidf("maxTokens must be positive")
 	}
-	maxTokens = min(maxTokens, lim.MaxTokensPerRequest, lim.MaxTokensPerMinute)
-
 	// The run's budget, then the connector's minute: nothing goes to the
 	// model when either is spent.
-	var run *ask.Budget
-	if a != nil {
-		run = a.Sampling()
+	held, err := s.reserve(ctx, id, t, lim, a, min(req.MaxTokens, lim.MaxTokensPerRequest, lim.MaxTokensPerMinute))
+	if err != nil {
+		return nil, err
 	}
-	runReserved := 0
-	if run != nil {
-		if runReserved, err = run.Reserve(maxTokens); err != nil {
-			return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeBudget, Msg: err.Error(), err: err}
-		}
-		maxTokens = runReserved
-	}
-	used := 0
-	defer func() {
-		if run != nil {
-			run.Settle(runReserved, used)
-		}
-	}()
-	if s.cfg.Minutes != nil {
-		m, ok, err := s.cfg.Minutes.ReserveSampling(ctx, id, s.cfg.Now(), maxTokens, lim.MaxRequestsPerMinute, lim.MaxTokensPerMinute)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			s.log.Warn("sampling: the per-minute budget cannot be checked", "connector", t.Name, "err", err)
-			return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeFailed, Msg: "sampling refused: the connector's per-minute budget cannot be checked now"}
-		}
-		if !ok {
-			what := fmt.Sprintf("%d sampling tokens per minute", lim.MaxTokensPerMinute)
-			if m.Requests >= lim.MaxRequestsPerMinute {
-				what = fmt.Sprintf("%d sampling requests per minute", lim.MaxRequestsPerMinute)
-			}
-			return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeBudget, err: ask.ErrBudget,
-				Msg: fmt.Sprintf("%v: %s for connector %q", ask.ErrBudget, what, t.Name)}
-		}
-		defer func() {
-			// The reservation is settled even when the call's context
-			// has ended: the minute's count must not keep it.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := s.cfg.Minutes.SettleSampling(sctx, id, m.Minute, used-maxTokens); err != nil {
-				s.log.Warn("sampling: settle the per-minute budget", "connector", t.Name, "err", err)
-			}
-		}()
-	}
-	creq.MaxTokens = maxTokens
+	defer held.settle(ctx)
+	creq.MaxTokens = held.tokens
 
 	if t.Sampling.Policy == store.SamplingApprove {
 		if err := s.approve(ctx, t, a, call, req, creq); err != nil {
 			return nil, err
 		}
 	}
+	return s.answer(ctx, creq, names, held, &rec)
+}
 
+// record tells the span, the log, the metrics, the caller and the
+// connector's counters how a request ended: served, or why not.
+func (s *Sampler) record(ctx context.Context, span trace.Span, id int64, t Target, a ask.Asker, call ask.Call,
+	rec *ask.SamplingRecord, took time.Duration, err error) {
+	rec.Duration = took
+	outcome := OutcomeServed
+	if err != nil {
+		rec.Err = err.Error()
+		outcome = OutcomeFailed
+		var e *Error
+		if errors.As(err, &e) {
+			outcome = e.Outcome
+		}
+		span.SetStatus(codes.Error, rec.Err)
+		s.log.Info("sampling request not served", "connector", t.Name, "connector_id", id, "tool", call.Tool,
+			"outcome", outcome, "reason", rec.Err)
+	}
+	span.SetAttributes(attribute.String("outcome", outcome), attribute.Int64("llm.prompt_tokens", rec.PromptTokens),
+		attribute.Int64("llm.completion_tokens", rec.CompletionTokens))
+	s.metrics.record(ctx, t, outcome, *rec)
+	if a != nil {
+		a.Sampled(call, *rec)
+	}
+	if s.cfg.OnUsage != nil {
+		s.cfg.OnUsage(id, *rec)
+	}
+}
+
+// accepts refuses a request of a connector that is not known here, does
+// not sample, or has no model to sample with.
+func (s *Sampler) accepts(id int64, t Target, known bool) error {
+	if !known {
+		return &Error{Code: mcp.INVALID_REQUEST, Outcome: OutcomeRefused, Msg: fmt.Sprintf("sampling refused: connector %d is not known", id)}
+	}
+	if t.Sampling == nil || !t.Sampling.Enabled {
+		return &Error{Code: mcp.INVALID_REQUEST, Outcome: OutcomeRefused, Msg: fmt.Sprintf("sampling refused: sampling is not enabled on connector %q", t.Name)}
+	}
+	if s.cfg.Chat == nil {
+		return &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeRefused, Msg: "sampling refused: no model is configured"}
+	}
+	return nil
+}
+
+// model is the model that answers t's requests: its own, or the default.
+func (s *Sampler) model(t Target) string {
+	if t.Model != "" {
+		return t.Model
+	}
+	return s.cfg.Model
+}
+
+// chatRequest is req as the chat API takes it, for model, without its
+// maximum tokens (the budgets set it); names are the function names its
+// tools got.
+func chatRequest(req mcp.CreateMessageRequest, model string) (openai.ChatCompletionRequest, *functionNames, error) {
+	creq := openai.ChatCompletionRequest{Model: model, Stop: req.StopSequences, Temperature: float32(req.Temperature)}
+	names := newFunctionNames()
+	var err error
+	if creq.Messages, err = messages(req, names); err != nil {
+		return creq, nil, err
+	}
+	var choice any
+	if creq.Tools, choice, err = tools(req, names); err != nil {
+		return creq, nil, err
+	}
+	if len(creq.Tools) > 0 {
+		creq.ToolChoice = choice
+	}
+	return creq, names, nil
+}
+
+// answer sends creq to the model and makes its answer the server's
+// result, counting the tokens it used in held and rec.
+func (s *Sampler) answer(ctx context.Context, creq openai.ChatCompletionRequest, names *functionNames, held *reservation,
+	rec *ask.SamplingRecord) (*mcp.CreateMessageResult, error) {
 	resp, err := s.chat(ctx, creq)
 	if err != nil {
 		return nil, err
@@ -325,12 +254,12 @@ func (s *Sampler) Sample(ctx context.Context, id int64, a ask.Asker, call ask.Ca
 	if len(resp.Choices) == 0 {
 		return nil, &Error{Code: mcp.INTERNAL_ERROR, Outcome: OutcomeFailed, Msg: "sampling failed: the connector's model gave no answer"}
 	}
-	used = resp.Usage.TotalTokens
-	if used == 0 {
-		used = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
+	held.used = resp.Usage.TotalTokens
+	if held.used == 0 {
+		held.used = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
 	}
 	rec.PromptTokens, rec.CompletionTokens = int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens)
-	res, uses, err := result(resp, model, len(creq.Tools) > 0, names)
+	res, uses, err := result(resp, creq.Model, len(creq.Tools) > 0, names)
 	if err != nil {
 		return nil, err
 	}
