@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/forward"
-	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -189,63 +186,6 @@ func (r *replica) notified(payload string) {
 	r.members.Notified(payload)
 	r.elector.Notified(payload)
 	r.owners.Notified(payload)
-}
-
-// leaderJobs are what the leader alone runs, while it leads: the run
-// sweep, deleting the rows of replicas dead for longer than a TTL, and
-// forgetting the sessions of stopped replicas nobody took over within
-// sessionIdle.
-func (r *replica) leaderJobs(db *store.DB, sweeper *runs.Sweeper, sessionIdle time.Duration, logger *slog.Logger) []job {
-	return []job{
-		{"run sweeper", sweeper.Run},
-		{"dead replicas and their sessions", func(ctx context.Context) error {
-			tick := time.NewTicker(r.members.Config().TTL)
-			defer tick.Stop()
-			for {
-				r.expire(ctx, db, sessionIdle, logger)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-tick.C:
-				}
-			}
-		}},
-	}
-}
-
-func (r *replica) expire(ctx context.Context, db *store.DB, sessionIdle time.Duration, logger *slog.Logger) {
-	if n, err := r.members.ExpireDead(ctx); err != nil && ctx.Err() == nil {
-		logger.WarnContext(ctx, "delete dead replicas", slog.String("error", err.Error()))
-	} else if n > 0 {
-		logger.InfoContext(ctx, "dead replicas deleted", slog.Int64("replicas", n))
-	}
-	if n, err := db.ExpireFreeSessions(ctx, sessionIdle); err != nil && ctx.Err() == nil {
-		logger.WarnContext(ctx, "forget the sessions of stopped replicas", slog.String("error", err.Error()))
-	} else if n > 0 {
-		logger.InfoContext(ctx, "sessions of stopped replicas forgotten", slog.Int64("sessions", n))
-	}
-}
-
-// whileLeading is the elector's hook that runs jobs while this replica
-// leads: they start when it gains the lease and stop when it loses it (the
-// elector waits for them before it resigns). A job that fails is logged
-// and the others go on: the next term runs it again.
-func whileLeading(self string, jobs []job, logger *slog.Logger) func(ctx context.Context) {
-	return func(ctx context.Context) {
-		logger.InfoContext(ctx, "leading: sweeping runs and dead replicas", slog.String("replica_id", self))
-		var wg sync.WaitGroup
-		for _, j := range jobs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := j.run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
-					logger.ErrorContext(ctx, "leader job failed until the next term", slog.String("job", j.name),
-						slog.String("error", err.Error()))
-				}
-			}()
-		}
-		wg.Wait()
-	}
 }
 
 // checkPeers refuses to join a cluster this replica cannot work in: its

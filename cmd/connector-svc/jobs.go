@@ -71,10 +71,11 @@ func runJobs(ctx context.Context, stages [][]job, logger *slog.Logger) error {
 }
 
 // stages are serve's jobs in their stop order: first what serves (gRPC
-// draining its calls, the listeners, the cluster's parts); then what the
-// last calls still used (the MCP connections) and what must be written
-// after them (counters, run records); last the admin listener, so that
-// /readyz says 503 and /metrics answers while gRPC drains.
+// draining its calls, the listeners, the cluster's parts and the leader's
+// jobs); then what the last calls still used (the MCP connections) and
+// what must be written after them (counters, run records); last the admin
+// listener, so that /readyz says 503 and /metrics answers while gRPC
+// drains.
 func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]job {
 	cfg := s.cfg
 	serving := []job{
@@ -87,6 +88,7 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 		{"membership", s.rep.members.Run},
 		{"ownership", s.rep.owners.Run},
 		{"leader election", s.rep.elector.Run},
+		{"leader jobs", s.leader.Run},
 	}
 	if s.callbackLis != nil {
 		cb := newCallbackServer(cfg.OAuth, s.oauth, s.logger)

@@ -54,6 +54,7 @@ type parts struct {
 	agent            *orchestrator.Agent
 	listener         *store.Listener
 	srv              *server.Server
+	leader           *leaderWork
 }
 
 // lateHooks are the registry's ways to parts made after it, since they
@@ -134,7 +135,8 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	obs.ready.SetStarted(true)
 	s.logServing(tracing.Exporter)
 	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
-	s.rep.elector.OnLead(whileLeading(cfg.Cluster.ReplicaID, s.rep.leaderJobs(db, sweeper, cfg.SessionIdleTTL, logger), logger))
+	s.leader = newLeaderWork(whileLeading(cfg.Cluster.ReplicaID, s.rep.leaderJobs(db, sweeper, cfg.SessionIdleTTL, logger), logger))
+	s.rep.elector.OnLead(s.leader.onLead)
 	return runJobs(ctx, s.stages(g, hs, admin), logger)
 }
 
