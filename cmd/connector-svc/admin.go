@@ -27,7 +27,7 @@ func adminFlags(fs *flag.FlagSet, cfg *config) {
 // readAdmin checks the admin settings and reads the metrics and traces
 // exporters from the standard OTel variables. The admin address serves without
 // credentials, so it stays on loopback unless the operator says otherwise.
-func (cfg *config) readAdmin(getenv func(string) string) error {
+func (cfg *config) readAdmin(otel otelEnv) error {
 	if cfg.AdminAddr == "off" {
 		cfg.AdminAddr = ""
 	}
@@ -43,18 +43,17 @@ func (cfg *config) readAdmin(getenv func(string) string) error {
 			"127.0.0.1, or, where only operators and your scraper reach it, set ADMIN_ANY_ADDRESS=true", cfg.AdminAddr)
 	}
 	var err error
-	if cfg.MetricsExporters, err = telemetry.ParseExporters(getenv("OTEL_METRICS_EXPORTER"), cfg.AdminAddr != ""); err != nil {
+	if cfg.MetricsExporters, err = telemetry.ParseExporters(otel.MetricsExporter, cfg.AdminAddr != ""); err != nil {
 		return err
 	}
 	if slices.Contains(cfg.MetricsExporters, telemetry.ExporterPrometheus) && cfg.AdminAddr == "" {
 		return fmt.Errorf("OTEL_METRICS_EXPORTER=prometheus needs ADMIN_ADDR: /metrics is served there")
 	}
-	if getenv("OTEL_SDK_DISABLED") == "true" {
+	if otel.SDKDisabled {
 		cfg.MetricsExporters = nil
 	}
-	cfg.Tracing = telemetry.TracingConfig{Exporter: getenv("OTEL_TRACES_EXPORTER"), Protocol: getenv("OTEL_EXPORTER_OTLP_PROTOCOL"),
-		Disabled: getenv("OTEL_SDK_DISABLED") == "true"}
-	cfg.OTLPProtocol, err = telemetry.ParseProtocol(getenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
+	cfg.Tracing = telemetry.TracingConfig{Exporter: otel.TracesExporter, Protocol: otel.Protocol, Disabled: otel.SDKDisabled}
+	cfg.OTLPProtocol, err = telemetry.ParseProtocol(otel.MetricsProtocol, otel.Protocol)
 	return err
 }
 

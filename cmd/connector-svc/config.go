@@ -206,6 +206,7 @@ func (cfg *config) read(v *flagValues, getenv func(string) string) error {
 	var err error
 	cfg.SecretKey = getenv("SECRET_KEY")
 	cfg.LLMAPIKey = getenv("LLM_API_KEY")
+	otel := readOTelEnv(getenv)
 	cfg.StdioAllowedCommands = splitList(v.allowed)
 
 	if cfg.RPCTimeout, err = positiveDuration("RPC_TIMEOUT", v.rpcTimeout); err != nil {
@@ -238,11 +239,11 @@ func (cfg *config) read(v *flagValues, getenv func(string) string) error {
 	if cfg.HealthInterval, err = positiveDuration("HEALTH_INTERVAL", v.health); err != nil {
 		return err
 	}
-	return cfg.readLimits(v, getenv)
+	return cfg.readLimits(v, otel)
 }
 
 // readLimits reads the limits, the modes and the sub-configurations.
-func (cfg *config) readLimits(v *flagValues, getenv func(string) string) error {
+func (cfg *config) readLimits(v *flagValues, otel otelEnv) error {
 	var err error
 	if cfg.HealthConcurrency <= 0 {
 		return fmt.Errorf("HEALTH_CONCURRENCY %d: want a positive number", cfg.HealthConcurrency)
@@ -271,7 +272,7 @@ func (cfg *config) readLimits(v *flagValues, getenv func(string) string) error {
 	if err := cfg.checkTLS(); err != nil {
 		return err
 	}
-	if err := cfg.readAdmin(getenv); err != nil {
+	if err := cfg.readAdmin(otel); err != nil {
 		return err
 	}
 	if err := cfg.Cluster.read(v.replicaTTL, v.reconcile); err != nil {
@@ -290,6 +291,31 @@ func (cfg *config) readLimits(v *flagValues, getenv func(string) string) error {
 		return fmt.Errorf("EGRESS_DENY_CIDRS: %w", err)
 	}
 	return nil
+}
+
+// otelEnv are the standard OTel variables the service reads itself; the
+// SDK's exporters read their own (telemetry.SetupTracing names them).
+type otelEnv struct {
+	MetricsExporter, TracesExporter string // OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
+	Protocol, MetricsProtocol       string // OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_EXPORTER_OTLP_METRICS_PROTOCOL
+	SDKDisabled                     bool   // OTEL_SDK_DISABLED=true
+}
+
+func readOTelEnv(getenv func(string) string) otelEnv {
+	return otelEnv{MetricsExporter: getenv("OTEL_METRICS_EXPORTER"), TracesExporter: getenv("OTEL_TRACES_EXPORTER"),
+		Protocol: getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), MetricsProtocol: getenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"),
+		SDKDisabled: getenv("OTEL_SDK_DISABLED") == "true"}
+}
+
+// devConfig is what the development commands (dev-model, dev-certs) take
+// from the environment: none of the service's settings.
+type devConfig struct {
+	ModelAddr string // DEV_MODEL_ADDR; "" is devmodel.DefaultAddr
+	CertsDir  string // DEV_CERTS_DIR; "" is devCertsDir
+}
+
+func readDevConfig(getenv func(string) string) devConfig {
+	return devConfig{ModelAddr: strings.TrimSpace(getenv("DEV_MODEL_ADDR")), CertsDir: strings.TrimSpace(getenv("DEV_CERTS_DIR"))}
 }
 
 // parseArgs parses the flags, the command ("serve" if none) and the flags

@@ -44,10 +44,10 @@ Never use them beyond a development machine.
 `
 
 // runDevCerts makes the development certificates.
-func runDevCerts(args []string, getenv func(string) string, stdout io.Writer) error {
+func runDevCerts(args []string, dev devConfig, stdout io.Writer) error {
 	fset := flag.NewFlagSet("connector-svc dev-certs", flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
-	dir := fset.String("dir", cmp.Or(strings.TrimSpace(getenv("DEV_CERTS_DIR")), devCertsDir), "")
+	dir := fset.String("dir", cmp.Or(dev.CertsDir, devCertsDir), "")
 	force := fset.Bool("force", false, "")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

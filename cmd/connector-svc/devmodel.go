@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,19 +19,19 @@ import (
 // dev-certs), nil for any other. They take none of the service's settings
 // and touch no database, so they run before the service's configuration is
 // read.
-func devCommand(args []string) func(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+func devCommand(args []string) func(ctx context.Context, dev devConfig, stdout io.Writer) error {
 	if len(args) == 0 {
 		return nil
 	}
 	rest := args[1:]
 	switch args[0] {
 	case "dev-model":
-		return func(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-			return runDevModel(ctx, rest, getenv, stdout)
+		return func(ctx context.Context, dev devConfig, stdout io.Writer) error {
+			return runDevModel(ctx, rest, dev, stdout)
 		}
 	case "dev-certs":
-		return func(_ context.Context, getenv func(string) string, stdout io.Writer) error {
-			return runDevCerts(rest, getenv, stdout)
+		return func(_ context.Context, dev devConfig, stdout io.Writer) error {
+			return runDevCerts(rest, dev, stdout)
 		}
 	}
 	return nil
@@ -56,10 +55,10 @@ Ctrl-C stops it.
 `
 
 // runDevModel serves the development model until ctx is done.
-func runDevModel(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func runDevModel(ctx context.Context, args []string, dev devConfig, stdout io.Writer) error {
 	fs := flag.NewFlagSet("connector-svc dev-model", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	addr := fs.String("addr", cmp.Or(strings.TrimSpace(getenv("DEV_MODEL_ADDR")), devmodel.DefaultAddr), "")
+	addr := fs.String("addr", cmp.Or(dev.ModelAddr, devmodel.DefaultAddr), "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, devModelUsage)

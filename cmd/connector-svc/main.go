@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return runSleep(ctx, args[1:], stdout)
 	}
 	if dev := devCommand(args); dev != nil { // dev-model, dev-certs (devmodel.go): no service settings
-		return dev(ctx, getenv, stdout)
+		return dev(ctx, readDevConfig(getenv), stdout)
 	}
 	cfg, rest, err := parseConfig(args, getenv, stdout)
 	if err != nil {
