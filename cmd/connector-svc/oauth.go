@@ -350,7 +350,9 @@ func page(w http.ResponseWriter, status int, text string) {
 	_, _ = w.Write([]byte(text + "\n"))
 }
 
-// serveCallback runs the callback listener until ctx is done.
+// serveCallback runs the callback listener until ctx is done, then lets
+// requests in flight finish for up to 5 s; those still open are cut, with
+// a warning.
 func serveCallback(ctx context.Context, cfg oauthConfig, lis net.Listener, h http.Handler, logger *slog.Logger) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
@@ -367,7 +369,10 @@ func serveCallback(ctx context.Context, cfg oauthConfig, lis net.Listener, h htt
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			logger.Warn("oauth callback listener: requests still in flight were cut at shutdown", slog.String("error", err.Error()))
+			_ = srv.Close()
+		}
 	}()
 	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("oauth callback listener: %w", err)

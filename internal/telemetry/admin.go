@@ -53,7 +53,8 @@ func ListenAdmin(cfg AdminConfig, logger *slog.Logger) (*Admin, error) {
 func (a *Admin) Addr() string { return a.lis.Addr().String() }
 
 // Run serves until ctx is done, then lets requests in flight finish for up
-// to 5s (a CPU profile runs longer: it is cut) and returns nil.
+// to 5s (a CPU profile runs longer: it is cut, with a warning) and returns
+// nil.
 func (a *Admin) Run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- a.srv.Serve(a.lis) }()
@@ -65,6 +66,7 @@ func (a *Admin) Run(ctx context.Context) error {
 	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := a.srv.Shutdown(stop); err != nil {
+		a.logger.Warn("admin listener: requests still in flight were cut at shutdown", slog.String("error", err.Error()))
 		_ = a.srv.Close()
 	}
 	<-served
