@@ -74,11 +74,8 @@ func runKeys(ctx context.Context, cfg config, args []string, stdout io.Writer) e
 // and returns flag.ErrHelp; bad arguments are a *usageError that names
 // what is missing or extra.
 func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
-	bad := func(format string, a ...any) error {
-		return &usageError{err: fmt.Errorf(format, a...), usage: keysUsage()}
-	}
 	if len(args) == 0 {
-		return nil, bad("keys: want create, list or revoke")
+		return nil, badKeys("keys: want create, list or revoke")
 	}
 	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fmt.Fprint(usage, keysUsage())
@@ -94,38 +91,44 @@ func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
 		fmt.Fprint(usage, keysUsage())
 		return nil, err
 	} else if err != nil {
-		return nil, bad("keys %s: %v", args[0], err)
+		return nil, badKeys("keys %s: %v", args[0], err)
 	}
 	switch args[0] {
 	case "create", "list":
 		if fs.NArg() > 0 {
-			return nil, bad("keys %s takes flags only, not %q", args[0], fs.Args())
+			return nil, badKeys("keys %s takes flags only, not %q", args[0], fs.Args())
 		}
 		if *workspace == "" {
-			return nil, bad("keys %s: --workspace is missing: a key belongs to one workspace", args[0])
+			return nil, badKeys("keys %s: --workspace is missing: a key belongs to one workspace", args[0])
 		}
 	case "revoke":
 		switch fs.NArg() {
 		case 1:
 		case 0:
-			return nil, bad("keys revoke: the key ID is missing (connector-svc keys list --workspace W shows them)")
+			return nil, badKeys("keys revoke: the key ID is missing (connector-svc keys list --workspace W shows them)")
 		default:
-			return nil, bad("keys revoke: want one key ID (connector-svc keys list --workspace W shows them), not %q", fs.Args())
+			return nil, badKeys("keys revoke: want one key ID (connector-svc keys list --workspace W shows them), not %q", fs.Args())
 		}
 	default:
-		return nil, bad("keys %s: unknown; want create, list or revoke", args[0])
+		return nil, badKeys("keys %s: unknown; want create, list or revoke", args[0])
 	}
-	switch args[0] {
+	return keysCommandOf(args[0], *workspace, *scope, *name, fs.Arg(0))
+}
+
+// keysCommandOf is the keys subcommand sub with the arguments parseKeys
+// checked (create's scope is checked here); id is the key revoke revokes.
+func keysCommandOf(sub, workspace, scope, name, id string) (keysCommand, error) {
+	switch sub {
 	case "create":
-		if *scope == "" {
-			return nil, bad("keys create: --scope is missing: admin, query or admin,query")
+		if scope == "" {
+			return nil, badKeys("keys create: --scope is missing: admin, query or admin,query")
 		}
-		scopes, err := auth.ParseScopes(strings.Split(*scope, ","))
+		scopes, err := auth.ParseScopes(strings.Split(scope, ","))
 		if err != nil {
-			return nil, bad("keys create: --scope: %v", err)
+			return nil, badKeys("keys create: --scope: %v", err)
 		}
 		return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
-			_, token, err := keys.Create(ctx, *workspace, scopes, *name)
+			_, token, err := keys.Create(ctx, workspace, scopes, name)
 			if err != nil {
 				return err
 			}
@@ -134,10 +137,9 @@ func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
 		}, nil
 	case "list":
 		return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
-			return listKeys(ctx, keys, *workspace, stdout)
+			return listKeys(ctx, keys, workspace, stdout)
 		}, nil
 	}
-	id := fs.Arg(0)
 	return func(ctx context.Context, keys *auth.Keys, stdout io.Writer) error {
 		k, err := keys.Revoke(ctx, "", id)
 		if errors.Is(err, store.ErrAPIKeyNotFound) {
@@ -149,6 +151,11 @@ func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
 		_, err = fmt.Fprintf(stdout, "revoked API key %s of workspace %s\n", k.ID, k.WorkspaceID)
 		return err
 	}, nil
+}
+
+// badKeys is a keys command line that cannot run, with the keys usage.
+func badKeys(format string, a ...any) error {
+	return &usageError{err: fmt.Errorf(format, a...), usage: keysUsage()}
 }
 
 // listKeys prints a workspace's keys as a table, revoked ones included.
