@@ -58,9 +58,20 @@ func Handler(log func(line string)) http.Handler {
 	if log == nil {
 		log = func(string) {}
 	}
-	var n atomic.Int64
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/chat/completions", chatCompletions(log))
+	mux.HandleFunc("POST /v1/embeddings", embeddings(log))
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{{"id": "dev-model", "object": "model", "owned_by": "connector-svc"}}})
+	})
+	return mux
+}
+
+// chatCompletions answers chat completion requests with Reply, numbering
+// them in its log lines.
+func chatCompletions(log func(line string)) http.HandlerFunc {
+	var n atomic.Int64
+	return func(w http.ResponseWriter, r *http.Request) {
 		var req openai.ChatCompletionRequest
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
 			apiError(w, http.StatusBadRequest, "the request is not a chat completion request: "+err.Error())
@@ -90,8 +101,12 @@ func Handler(log func(line string)) http.Handler {
 			Choices: []openai.ChatCompletionChoice{{Index: 0, Message: msg, FinishReason: finish}},
 			Usage:   openai.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion},
 		})
-	})
-	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
+	}
+}
+
+// embeddings answers embeddings requests with Embed.
+func embeddings(log func(line string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Input any    `json:"input"`
 			Model string `json:"model"`
@@ -125,11 +140,7 @@ func Handler(log func(line string)) http.Handler {
 		resp.Usage.TotalTokens = resp.Usage.PromptTokens
 		log(fmt.Sprintf("embedded %d texts (model %q)", len(texts), req.Model))
 		writeJSON(w, resp)
-	})
-	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{{"id": "dev-model", "object": "model", "owned_by": "connector-svc"}}})
-	})
-	return mux
+	}
 }
 
 // Reply is the development model's answer to req, and a short account of
