@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/ask"
+	"github.com/connector-svc/connector-svc/internal/authorizations"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/oauth"
@@ -62,7 +63,7 @@ type Limits interface {
 }
 
 // Authorizations are what a run needs of its users' OAuth authorizations
-// (the front door's OAuth client, with its step-up limits).
+// (authorizations.Service, whose step-up limits direct calls share).
 type Authorizations interface {
 	// Required is nil when userID holds a usable token of row's
 	// connector, and says why not (an *oauth.RequiredError, NO_TOKEN) when
@@ -158,15 +159,7 @@ type Outcome struct {
 }
 
 // Authorization is where to send a user who must authorize a connector.
-type Authorization struct {
-	ConnectorID string // as callers know it
-	UserID      string
-	RunID       string // the paused run, if any
-	URL         string
-	Scopes      []string
-	Reason      string // oauth.ReasonNoToken, oauth.ReasonInsufficientScope, ...
-	ExpiresAt   time.Time
-}
+type Authorization = authorizations.Authorization
 
 // Start runs a query on its connector's live agent, detached from ctx
 // within QueryTimeout, and returns its first outcome: its end, or a pause.

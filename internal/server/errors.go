@@ -10,7 +10,10 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/authorizations"
 	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/live"
@@ -75,10 +78,12 @@ func newStatus(code codes.Code, reason, msg string) error {
 	return newStatusWith(code, reason, msg, nil)
 }
 
-// newStatusWith is newStatus with the ErrorInfo's metadata.
-func newStatusWith(code codes.Code, reason, msg string, metadata map[string]string) error {
+// newStatusWith is newStatus with the ErrorInfo's metadata, and more
+// details after it.
+func newStatusWith(code codes.Code, reason, msg string, metadata map[string]string, more ...protoadapt.MessageV1) error {
 	st := status.New(code, msg)
-	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain, Metadata: metadata})
+	withInfo, err := st.WithDetails(append([]protoadapt.MessageV1{
+		&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain, Metadata: metadata}}, more...)...)
 	if err != nil {
 		return st.Err()
 	}
@@ -129,7 +134,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		if row.field != "" {
 			return invalidStatus(&invalidError{violations: []violation{{field: row.field, problem: text}}})
 		}
-		return newStatus(row.code, row.reason, text)
+		return row.status(err, text)
 	}
 	if !noteCause(ctx, msg) {
 		s.logger.ErrorContext(ctx, "internal error", slog.String("error", msg))
@@ -140,7 +145,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 // errorRow maps the errors match accepts to a status: an INVALID_ARGUMENT
 // naming field, or code and reason with message's text (nil: the
 // error's own, which the packages that make it keep free of secrets),
-// logged at error level as log says if not empty. A row with
+// logged at error level as log says if not empty; metadata, if not nil,
+// is the ErrorInfo's, and detail a detail after it. A row with
 // contextChecks stands for contextStatus, at its place in the order.
 type errorRow struct {
 	match         func(error) bool
@@ -150,6 +156,20 @@ type errorRow struct {
 	message       func(error) string
 	log           string
 	contextChecks bool
+	metadata      func(error) map[string]string
+	detail        func(error) protoadapt.MessageV1
+}
+
+// status is the row's status of err, with text as its message.
+func (row errorRow) status(err error, text string) error {
+	var metadata map[string]string
+	if row.metadata != nil {
+		metadata = row.metadata(err)
+	}
+	if row.detail == nil {
+		return newStatusWith(row.code, row.reason, text, metadata)
+	}
+	return newStatusWith(row.code, row.reason, text, metadata, row.detail(err))
 }
 
 // contextStatus is the caller's deadline or cancellation, nil for other
@@ -287,6 +307,18 @@ var errorTable = []errorRow{
 		message: text("connector header, env and URL query values are encrypted at rest, and the service has no SECRET_KEY; " +
 			"set SECRET_KEY (base64 of 32 bytes) and restart")},
 	{match: is(secret.ErrOpen), code: codes.FailedPrecondition, reason: ReasonSecretsUndecryptable, log: "stored secrets do not decrypt"},
+	{match: is(authorizations.ErrNotConfigured), code: codes.FailedPrecondition, reason: ReasonOAuthNotConfigured},
+	{match: as[*authorizations.RequiredError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationRequired,
+		message: requiredMessage, metadata: requiredMetadata, detail: requiredDetail},
+	{match: as[*authorizations.OwnAuthorizationError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed},
+	{match: as[*authorizations.StepUpLimitError](), code: codes.PermissionDenied, reason: ReasonStepUpLimit},
+	{match: as[*authorizations.RefusedError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed,
+		metadata: refusedMetadata},
+	{match: as[*authorizations.WrongWorkspaceError](), code: codes.PermissionDenied, reason: auth.ReasonWrongWorkspace},
+	{match: as[*authorizations.NotOAuthUserError](), code: codes.FailedPrecondition, reason: ReasonNotOAuthUser,
+		message: notOAuthUserMessage},
+	{match: as[*authorizations.UserRequiredError](), field: "user_id", message: userRequiredMessage},
+	{match: is(authorizations.ErrBadCursor), field: "page_token", message: text("not a token from a previous response")},
 }
 
 // isJSONRPCError reports whether err is an error answer from the MCP server

@@ -22,6 +22,7 @@ import (
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/authorizations"
 	"github.com/connector-svc/connector-svc/internal/calls"
 	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/live"
@@ -55,9 +56,8 @@ type Server struct {
 	place    *live.Placer
 	sessions *live.Sessions // nil: sessions are this replica's alone
 	limits   rateLimits
-	// oauth runs users' authorizations; nil: OAuth is not configured.
-	oauth  Authorizer
-	steps  stepUps
+	// authz runs users' OAuth authorizations.
+	authz  *authorizations.Service
 	counts *runs.Counters // calls' and queries' counters on their way to the store
 	runs   *runs.Log      // query run records on their way to the store
 	// asks are the servers' questions that wait here for an answer, of
@@ -131,7 +131,7 @@ func New(d Deps, cfg Config) *Server {
 		limits.Exact = d.DB
 	}
 	s := &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB),
-		sessions: d.Sessions, keys: d.Keys, oauth: d.OAuth,
+		sessions: d.Sessions, keys: d.Keys,
 		limits: rateLimits{ratelimit.New(limits)}, counts: runs.NewCounters(d.DB, countsInterval, d.MeterProvider, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		asks: &pending.Table{},
@@ -140,10 +140,12 @@ func New(d Deps, cfg Config) *Server {
 		AllowedCommands: cfg.StdioAllowedCommands, Revoker: revoker(d.OAuth), Logger: d.Logger})
 	s.sessionsUC = sessions.New(sessions.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Claims: d.Sessions,
 		Peers: s.peers, Forget: forgetter(d.OAuth), Logger: d.Logger})
+	s.authz = authorizations.New(authorizations.Deps{OAuth: d.OAuth, Connectors: d.DB, Box: d.Box, Sessions: s.sessionsUC,
+		Window: cfg.OAuthWindow, Logger: d.Logger})
 	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits.Limiter, Counters: s.counts,
 		Asks: s.asks, Placer: s.place, CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget})
 	s.queries = queries.New(queries.Deps{Agent: d.Agent, Registry: d.Registry, Live: d.Live, Connectors: s.calls, Runs: d.DB,
-		Log: s.runs, Counters: s.counts, Limits: s.limits, Asks: s.asks, Placer: s.place, Authorizations: runAuthorizations{s},
+		Log: s.runs, Counters: s.counts, Limits: s.limits, Asks: s.asks, Placer: s.place, Authorizations: s.authz,
 		CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget, ErrorMessage: s.runErrorMessage,
 		QueryTimeout: cfg.QueryTimeout, ApprovalTimeout: cfg.ApprovalTimeout, Logger: d.Logger})
 	return s
