@@ -16,6 +16,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/authorizations"
 	"github.com/connector-svc/connector-svc/internal/cluster"
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/live"
@@ -254,7 +255,7 @@ func (s *parts) deps() server.Deps {
 	deps := server.Deps{DB: s.db, Box: s.box, Registry: s.reg, Live: s.lv, Router: s.router, Sessions: s.sessions,
 		Replicas: s.rep.replicas, Agent: s.agent, Keys: s.keys, Logger: s.logger, TracerProvider: s.tp, MeterProvider: s.obs.meters}
 	if s.cfg.OAuth.RedirectURL != "" { // without it, no user can be sent to authorize
-		deps.OAuth = server.NewAuthorizer(s.oauth)
+		deps.OAuth = authorizations.NewAuthorizer(s.oauth)
 	}
 	return deps
 }
