@@ -30,10 +30,13 @@ import (
 // Deps.Window is not set, and the window step-ups are counted in.
 const DefaultWindow = 10 * time.Minute
 
-// Connectors are the connector rows the use case reads (store.DB).
+// Connectors are the connector rows the use case reads. *store.DB
+// implements it.
 type Connectors interface {
 	GetConnector(ctx context.Context, workspaceID, externalID string) (*store.Connector, error)
 }
+
+var _ Connectors = (*store.DB)(nil)
 
 // SessionCloser closes a session of a connector on every replica that
 // holds it (sessions.Service); closing a user's connection
