@@ -2,11 +2,15 @@
 // update, activate, deactivate and delete. Every change is written to the
 // store and then applied to this replica's live state (live.Apply), so that
 // no front door can write a row and forget its connection; the other
-// replicas follow through the store's change notifications. It also holds
-// the operator's rules about what a connector may be: the stdio command
-// allow-list and the egress policy of HTTP URLs. It knows nothing of gRPC:
-// a front door validates and converts its request, and maps the typed
-// errors of errors.go to its own.
+// replicas follow through the store's change notifications. It owns the
+// rules of what a connector may be, for every front door alike: the checks
+// of its settings (Check, on the front-door-neutral Spec, with the API's
+// field paths and messages), the merge of an update into the stored
+// connector (write-only secrets sent back redacted keep the stored ones),
+// the sealing of its secrets, and the operator's rules (the stdio command
+// allow-list, the egress policy of HTTP URLs). It knows nothing of gRPC:
+// a front door converts its request to a Spec, checks the request's own
+// fields, and maps the typed errors of errors.go to its own.
 package connectors
 
 import (
@@ -72,12 +76,39 @@ func New(d Deps) *Service {
 	return &Service{d: d}
 }
 
-// Create stores c, which must be valid, with secrets sealed, and applies
-// it. Returns *CommandNotAllowedError, *EgressDeniedError,
+// NewConnector is a connector to create.
+type NewConnector struct {
+	WorkspaceID string
+	Spec        *Spec
+	Active      bool
+}
+
+// CheckNew is Check of a connector to create, named by its id if it has
+// no name (Create names it so).
+func CheckNew(sp *Spec) []Violation {
+	if sp.Name == "" {
+		sp.Name = sp.ConnectorID
+	}
+	return Check(sp)
+}
+
+// Create stores a new connector, with its secrets sealed, and applies it.
+// Returns *InvalidError (CheckNew's violations, or a REDACTED query value
+// with nothing to keep), *CommandNotAllowedError, *EgressDeniedError,
 // secret.ErrNoKey (secrets without SECRET_KEY) or the store's error
 // (store.ErrConflict for a taken connector id).
-func (s *Service) Create(ctx context.Context, c *store.Connector, secrets secret.Values) (*store.Connector, error) {
+func (s *Service) Create(ctx context.Context, n NewConnector) (*store.Connector, error) {
+	sp := n.Spec
+	if bad := CheckNew(sp); len(bad) > 0 {
+		return nil, &InvalidError{Violations: bad}
+	}
+	c := &store.Connector{WorkspaceID: n.WorkspaceID, ExternalID: sp.ConnectorID, Name: sp.Name, Description: sp.Description,
+		Transport: sp.Transport.Value, Config: config(sp), Active: n.Active}
 	if err := s.AllowCommand(c.Transport, c.Config.Command); err != nil {
+		return nil, err
+	}
+	secrets, err := secretsOf(sp, nil)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.CheckURL(ctx, c.Config.URL); err != nil {
@@ -97,31 +128,67 @@ func (s *Service) Create(ctx context.Context, c *store.Connector, secrets secret
 	return created, nil
 }
 
-// Update is a change of a connector.
+// Update is a change of a connector: the settings of Spec that Paths name
+// (of UpdatePaths) replace the stored ones.
 type Update struct {
 	WorkspaceID, ConnectorID string
-	// URL, if not empty, is a new HTTP URL the change sets: it is checked
-	// against the egress policy before the row is locked.
-	URL string
-	// Change changes the stored row in place, within the row's
-	// transaction; its error aborts the update and is Update's.
-	Change func(stored *store.Connector) error
-	// Paths name what changed, for the log.
-	Paths []string
+	Spec                     *Spec
+	Paths                    []string
 }
 
-// Update applies u to its connector's row and then to its live copy.
+// Update merges u into its connector's row, checks the result as a whole
+// and writes it, then applies it; nothing is written if the result is
+// invalid. A new HTTP URL is checked against the egress policy before the
+// row is locked: no lookup holds it. Returns *InvalidError,
+// *CommandNotAllowedError, *EgressDeniedError, the secrets' errors or the
+// store's.
 func (s *Service) Update(ctx context.Context, u Update) (*store.Connector, error) {
-	if err := s.CheckURL(ctx, u.URL); err != nil {
-		return nil, err
+	if (slices.Contains(u.Paths, "http") || slices.Contains(u.Paths, "http.url")) && u.Spec.HTTP != nil {
+		if err := s.CheckURL(ctx, u.Spec.HTTP.URL); err != nil {
+			return nil, err
+		}
 	}
-	updated, err := s.d.Store.UpdateConnector(ctx, u.WorkspaceID, u.ConnectorID, u.Change)
+	updated, err := s.d.Store.UpdateConnector(ctx, u.WorkspaceID, u.ConnectorID, func(stored *store.Connector) error {
+		return s.change(stored, u)
+	})
 	if err != nil {
 		return nil, err
 	}
 	s.d.Logger.InfoContext(ctx, "connector updated", append(live.ConnectorAttrs(updated), slog.Any("paths", u.Paths))...)
 	s.d.Live.Apply(ctx, updated)
 	return updated, nil
+}
+
+// command is the command a stdio connection runs.
+func (sp *Spec) command() string {
+	if sp.Stdio == nil {
+		return ""
+	}
+	return sp.Stdio.Command
+}
+
+// change merges u into stored, the row locked for the update.
+func (s *Service) change(stored *store.Connector, u Update) error {
+	sp := specOf(stored)
+	m, err := merge(sp, u.Spec, u.Paths)
+	if err != nil {
+		return err
+	}
+	if bad := Check(sp); len(bad) > 0 {
+		return &InvalidError{Violations: bad}
+	}
+	if err := s.AllowCommand(sp.Transport.Value, sp.command()); err != nil {
+		return err
+	}
+	sealed, err := s.resealed(stored, sp, m)
+	if err != nil {
+		return err
+	}
+	stored.Name, stored.Description = sp.Name, sp.Description
+	stored.Transport = sp.Transport.Value
+	stored.Config = config(sp)
+	stored.SealedSecrets = sealed
+	return nil
 }
 
 // SetActive sets a connector's desired state and applies it.

@@ -27,9 +27,10 @@ func setup(t *testing.T) (*connectors.Service, *live.Connectors, *registry.Regis
 	return connectors.New(connectors.Deps{Store: db, Live: lv, AllowedCommands: []string{"npx"}}), lv, reg
 }
 
-func httpConnector(id, url string) *store.Connector {
-	return &store.Connector{WorkspaceID: "ws", ExternalID: id, Name: id, Transport: store.TransportStreamableHTTP, Active: true,
-		Config: store.Config{URL: url, CallTimeout: store.Duration(10 * time.Second)}}
+func httpConnector(id, url string) connectors.NewConnector {
+	return connectors.NewConnector{WorkspaceID: "ws", Active: true, Spec: &connectors.Spec{ConnectorID: id,
+		Transport: connectors.Choice{Value: store.TransportStreamableHTTP}, HTTP: &connectors.HTTP{URL: url},
+		CallTimeout: connectors.Timeout{D: 10 * time.Second}}}
 }
 
 // Every change is written and then applied: the live copy follows at
@@ -37,7 +38,7 @@ func httpConnector(id, url string) *store.Connector {
 func TestChangesAreAppliedAtOnce(t *testing.T) {
 	svc, lv, reg := setup(t)
 	ctx := context.Background()
-	c, err := svc.Create(ctx, httpConnector("a", "http://127.0.0.1:9/mcp"), secret.Values{})
+	c, err := svc.Create(ctx, httpConnector("a", "http://127.0.0.1:9/mcp"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestChangesAreAppliedAtOnce(t *testing.T) {
 		t.Fatalf("after Create: live row %v (%v), registry holds it: %v", row, ok, reg.Has(c.ID))
 	}
 	updated, err := svc.Update(ctx, connectors.Update{WorkspaceID: "ws", ConnectorID: "a", Paths: []string{"name"},
-		Change: func(stored *store.Connector) error { stored.Name = "renamed"; return nil }})
+		Spec: &connectors.Spec{Name: "renamed"}})
 	if err != nil || updated.Name != "renamed" {
 		t.Fatalf("Update = %v, %v", updated, err)
 	}
@@ -72,17 +73,19 @@ func TestChangesAreAppliedAtOnce(t *testing.T) {
 func TestRulesRefuseBeforeWriting(t *testing.T) {
 	svc, lv, _ := setup(t)
 	ctx := context.Background()
-	stdio := &store.Connector{WorkspaceID: "ws", ExternalID: "s", Name: "s", Transport: store.TransportStdio, Active: true,
-		Config: store.Config{Command: "bash", CallTimeout: store.Duration(time.Second)}}
+	stdio := connectors.NewConnector{WorkspaceID: "ws", Active: true, Spec: &connectors.Spec{ConnectorID: "s",
+		Transport: connectors.Choice{Value: store.TransportStdio}, Stdio: &connectors.Stdio{Command: "bash"}}}
 	var notAllowed *connectors.CommandNotAllowedError
-	if _, err := svc.Create(ctx, stdio, secret.Values{}); !errors.As(err, &notAllowed) || notAllowed.Command != "bash" {
+	if _, err := svc.Create(ctx, stdio); !errors.As(err, &notAllowed) || notAllowed.Command != "bash" {
 		t.Errorf("Create of a stdio connector running bash = %v, want CommandNotAllowedError", err)
 	}
 	var denied *connectors.EgressDeniedError
-	if _, err := svc.Create(ctx, httpConnector("m", "http://169.254.169.254/latest"), secret.Values{}); !errors.As(err, &denied) {
+	if _, err := svc.Create(ctx, httpConnector("m", "http://169.254.169.254/latest")); !errors.As(err, &denied) {
 		t.Errorf("Create of a link-local URL = %v, want EgressDeniedError", err)
 	}
-	if _, err := svc.Create(ctx, httpConnector("x", "http://127.0.0.1:9/mcp"), secret.Values{Headers: map[string]string{"Authorization": "Bearer x"}}); !errors.Is(err, secret.ErrNoKey) {
+	withHeader := httpConnector("x", "http://127.0.0.1:9/mcp")
+	withHeader.Spec.HTTP.Headers = map[string]string{"Authorization": "Bearer x"}
+	if _, err := svc.Create(ctx, withHeader); !errors.Is(err, secret.ErrNoKey) {
 		t.Errorf("Create with a header value and no SECRET_KEY = %v, want secret.ErrNoKey", err)
 	}
 	for _, id := range []string{"s", "m", "x"} {

@@ -1,6 +1,10 @@
 package connectors
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/connector-svc/connector-svc/internal/queries"
+)
 
 // CommandNotAllowedError: a stdio connector's command is not on the
 // operator's allow-list.
@@ -15,3 +19,12 @@ type EgressDeniedError struct{ err error }
 
 func (e *EgressDeniedError) Error() string { return e.err.Error() }
 func (e *EgressDeniedError) Unwrap() error { return e.err }
+
+// Violation is a rule a field of a connector breaks: Field is its path in
+// the API's request ("connector.http.url"), Problem what is wrong, never
+// with a secret value in it. It is the queries use case's type, so that a
+// front door reports the invalid requests of both alike.
+type Violation = queries.Violation
+
+// InvalidError: the connector breaks the rules its Violations name.
+type InvalidError = queries.InvalidError

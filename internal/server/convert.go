@@ -1,8 +1,6 @@
 package server
 
 import (
-	"maps"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -10,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/connectors"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -175,43 +174,63 @@ func countersToProto(c store.Counters) *connectorv1.ConnectorCounters {
 	return p
 }
 
-// configFromProto is the stored config of a validated connector. Key names
-// are those of the write-only maps plus those already stored; the URL keeps
-// its query parameters' names, their values redacted.
-func configFromProto(p *connectorv1.Connector) store.Config {
-	cfg := store.Config{
-		ConnectTimeout:     store.Duration(orDefault(p.GetConnectTimeout(), DefaultConnectTimeout)),
-		CallTimeout:        store.Duration(orDefault(p.GetCallTimeout(), DefaultCallTimeout)),
-		SessionMode:        sessionModes[p.GetSessionMode()],
-		ProtocolPreference: protocolPreferences[p.GetProtocolPreference()],
+// specFromProto is the connector p of a request as the connectors use
+// case's Spec: its output-only fields (env_keys, header_names,
+// has_client_secret) left out, and an enum value the API does not define
+// kept as the number it is, for the use case to refuse.
+func specFromProto(p *connectorv1.Connector) *connectors.Spec {
+	sp := &connectors.Spec{
+		ConnectorID: p.GetConnectorId(), Name: p.GetName(), Description: p.GetDescription(),
+		Transport:          choice(transports, p.GetTransport()),
+		ConnectTimeout:     timeoutFromProto(p.GetConnectTimeout()),
+		CallTimeout:        timeoutFromProto(p.GetCallTimeout()),
+		SessionMode:        choice(sessionModes, p.GetSessionMode()),
+		ProtocolPreference: choice(protocolPreferences, p.GetProtocolPreference()),
+		ApprovalPolicy:     choice(approvalPolicies, p.GetApprovalPolicy()),
 		Model:              p.GetModel(),
 		DisableNewTools:    p.GetDisableNewTools(),
 		NarrowToolsAbove:   int(p.GetNarrowToolsAbove()),
-		ApprovalPolicy:     approvalPolicies[p.GetApprovalPolicy()],
+		Elicitation:        p.GetElicitation(),
 	}
 	if s := p.GetStdio(); s != nil {
-		cfg.Command, cfg.Args = s.GetCommand(), s.GetArgs()
-		cfg.EnvKeys = names(s.GetEnv(), s.GetEnvKeys())
+		sp.Stdio = &connectors.Stdio{Command: s.GetCommand(), Args: s.GetArgs(), Env: s.GetEnv()}
 	}
 	if h := p.GetHttp(); h != nil {
-		cfg.URL, _ = secret.SplitURL(h.GetUrl())
-		cfg.HeaderNames = names(h.GetHeaders(), h.GetHeaderNames())
+		sp.HTTP = &connectors.HTTP{URL: h.GetUrl(), Headers: h.GetHeaders()}
 	}
-	if rl := p.GetRateLimit(); rl != nil && rl.GetRequestsPerSecond() > 0 {
-		cfg.RateLimit = &store.RateLimit{RequestsPerSecond: rl.GetRequestsPerSecond(), Burst: max(int(rl.GetBurst()), 1)}
+	if rl := p.GetRateLimit(); rl != nil {
+		sp.RateLimit = &store.RateLimit{RequestsPerSecond: rl.GetRequestsPerSecond(), Burst: int(rl.GetBurst())}
 	}
-	if a := p.GetAuth(); authModes[a.GetMode()] != store.AuthNone && authModes[a.GetMode()] != "" {
-		cfg.Auth = &store.AuthConfig{Mode: authModes[a.GetMode()], ClientID: a.GetClientId(), Scopes: a.GetScopes(),
-			HasClientSecret: a.GetClientSecret() != "" || a.GetHasClientSecret()}
+	if a := p.GetAuth(); a != nil {
+		sp.Auth = &connectors.Auth{Mode: choice(authModes, a.GetMode()), ClientID: a.GetClientId(),
+			ClientSecret: a.GetClientSecret(), Scopes: a.GetScopes()}
 	}
-	cfg.Elicitation = p.GetElicitation()
 	if sc := p.GetSampling(); sc != nil {
-		cfg.Sampling = &store.SamplingConfig{Enabled: sc.GetEnabled(), Policy: samplingPolicies[sc.GetPolicy()],
+		sp.Sampling = &connectors.Sampling{Enabled: sc.GetEnabled(), Policy: choice(samplingPolicies, sc.GetPolicy()),
 			MaxTokensPerRequest: int(sc.GetMaxTokensPerRequest()), MaxRequestsPerRun: int(sc.GetMaxRequestsPerRun()),
 			MaxTokensPerRun: int(sc.GetMaxTokensPerRun()), MaxRequestsPerMinute: int(sc.GetMaxRequestsPerMinute()),
 			MaxTokensPerMinute: int(sc.GetMaxTokensPerMinute())}
 	}
-	return cfg
+	return sp
+}
+
+// choice is the stored value m gives v, or v's number if m has none.
+func choice[E ~int32](m map[E]string, v E) connectors.Choice {
+	if s, ok := m[v]; ok {
+		return connectors.Choice{Value: s}
+	}
+	return connectors.Choice{Unknown: int32(v)}
+}
+
+// timeoutFromProto is d as a Timeout; nil is 0, the default.
+func timeoutFromProto(d *durationpb.Duration) connectors.Timeout {
+	if d == nil {
+		return connectors.Timeout{}
+	}
+	if d.CheckValid() != nil {
+		return connectors.Timeout{Malformed: true}
+	}
+	return connectors.Timeout{D: d.AsDuration()}
 }
 
 func orDefault(d *durationpb.Duration, def time.Duration) time.Duration {
@@ -219,17 +238,6 @@ func orDefault(d *durationpb.Duration, def time.Duration) time.Duration {
 		return def
 	}
 	return d.AsDuration()
-}
-
-// names is the sorted union of m's keys and stored.
-func names(m map[string]string, stored []string) []string {
-	out := slices.AppendSeq(slices.Clone(stored), maps.Keys(m))
-	slices.Sort(out)
-	out = slices.Compact(out)
-	if len(out) == 0 {
-		return nil
-	}
-	return out
 }
 
 // toolToProto renders a tool of a connector whose approval policy is

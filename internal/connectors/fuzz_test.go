@@ -1,54 +1,60 @@
-package server
+package connectors
 
 import (
 	"maps"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/secret"
+	"github.com/connector-svc/connector-svc/internal/store"
 )
 
 // These fuzz targets test the request checks as pure functions: they need
 // no Postgres.
 
-// fuzzConnector builds a connector from fuzz input, as a request would
-// carry it.
+// fuzzTransports are the transports of fuzz input's numbers, as a front
+// door reads the API's: 0 is none, past 3 a number it does not know.
+var fuzzTransports = []string{"", store.TransportStdio, store.TransportSSE, store.TransportStreamableHTTP}
+
+// fuzzConnector builds a connector from fuzz input, as a front door would
+// give it. A timeout whose seconds and nanoseconds disagree in sign, or
+// that is out of the API's range, is malformed, as the API's is.
 func fuzzConnector(transport int32, rawURL, header, headerValue, command, arg, envKey, envValue string,
-	timeoutSec int64, timeoutNanos int32, rps float64, burst int32) *connectorv1.Connector {
-	p := &connectorv1.Connector{
-		ConnectorId: "c", Transport: connectorv1.Transport(transport),
-		CallTimeout: &durationpb.Duration{Seconds: timeoutSec, Nanos: timeoutNanos},
-		RateLimit:   &connectorv1.RateLimit{RequestsPerSecond: rps, Burst: burst},
+	timeoutSec int64, timeoutNanos int32, rps float64, burst int32) *Spec {
+	sp := &Spec{ConnectorID: "c", RateLimit: &store.RateLimit{RequestsPerSecond: rps, Burst: int(burst)}}
+	if transport >= 0 && int(transport) < len(fuzzTransports) {
+		sp.Transport.Value = fuzzTransports[transport]
+	} else {
+		sp.Transport.Unknown = transport
+	}
+	if timeoutSec < -315576000000 || timeoutSec > 315576000000 || timeoutNanos <= -1e9 || timeoutNanos >= 1e9 ||
+		(timeoutSec > 0 && timeoutNanos < 0) || (timeoutSec < 0 && timeoutNanos > 0) {
+		sp.CallTimeout.Malformed = true
+	} else {
+		sp.CallTimeout.D = time.Duration(timeoutSec)*time.Second + time.Duration(timeoutNanos)
 	}
 	if transport%2 == 1 { // stdio, and an odd unknown value
-		p.Connection = &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{
-			Command: command, Args: []string{arg}, Env: map[string]string{envKey: envValue}}}
+		sp.Stdio = &Stdio{Command: command, Args: []string{arg}, Env: map[string]string{envKey: envValue}}
 	} else {
-		p.Connection = &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{
-			Url: rawURL, Headers: map[string]string{header: headerValue}}}
+		sp.HTTP = &HTTP{URL: rawURL, Headers: map[string]string{header: headerValue}}
 	}
-	return p
+	return sp
 }
 
-func validate(p *connectorv1.Connector) string {
-	var c checker
-	c.connector(p)
-	if err := c.err(); err != nil {
-		return err.Error()
+func validate(sp *Spec) string {
+	if bad := Check(sp); len(bad) > 0 {
+		return (&InvalidError{Violations: bad}).Error()
 	}
 	return ""
 }
 
 // FuzzConnectorValidation feeds connector configs to the checks of
-// CreateConnector and UpdateConnector. They must never panic; their
+// Create and Update. They must never panic; their
 // message must not depend on secret values (header, env and URL query
 // values), only on whether those are valid; and a URL they accept must
 // reach the MCP server as written once its query values are split off to
@@ -97,7 +103,7 @@ func FuzzConnectorValidation(f *testing.F) {
 		if other := validate(same); other != msg {
 			t.Errorf("the message depends on secret values:\n%q\n%q", msg, other)
 		}
-		if msg != "" || p.GetHttp() == nil {
+		if msg != "" || p.HTTP == nil {
 			return
 		}
 		checkURLRoundTrip(t, p)
@@ -124,7 +130,7 @@ func sameValidityURL(raw string) string {
 	if !hasQuery {
 		return raw
 	}
-	if validQuery(query) {
+	if ValidQuery(query) {
 		_, params := secret.SplitURL("?" + query)
 		for i := range params {
 			if params[i].Value != "" {
@@ -144,11 +150,11 @@ func sameValidityURL(raw string) string {
 
 // checkURLRoundTrip checks that an accepted URL, split into what is
 // stored and what is sealed, joins back into the URL the operator gave.
-func checkURLRoundTrip(t *testing.T, p *connectorv1.Connector) {
+func checkURLRoundTrip(t *testing.T, p *Spec) {
 	t.Helper()
-	orig := p.GetHttp().GetUrl()
-	stored := configFromProto(p).URL
-	vals, err := secretsFromProto(proto.CloneOf(p), nil)
+	orig := p.HTTP.URL
+	stored := config(p).URL
+	vals, err := secretsOf(p, nil)
 	if err != nil {
 		return // a REDACTED value with nothing to keep: refused, as it should be
 	}
@@ -178,11 +184,21 @@ func checkURLRoundTrip(t *testing.T, p *connectorv1.Connector) {
 	}
 }
 
-// unnamed is c without the fields paths name: a path names its top-level
-// field, and any connection path names both connections (it may switch).
-func unnamed(c *connectorv1.Connector, paths []string) *connectorv1.Connector {
-	out := proto.CloneOf(c)
-	m := out.ProtoReflect()
+// topFields are the Spec fields of the top-level paths of UpdatePaths.
+var topFields = map[string]string{
+	"name": "Name", "description": "Description", "transport": "Transport", "stdio": "Stdio", "http": "HTTP",
+	"connect_timeout": "ConnectTimeout", "call_timeout": "CallTimeout", "session_mode": "SessionMode", "model": "Model",
+	"rate_limit": "RateLimit", "disable_new_tools": "DisableNewTools", "narrow_tools_above": "NarrowToolsAbove",
+	"protocol_preference": "ProtocolPreference", "approval_policy": "ApprovalPolicy", "auth": "Auth",
+	"elicitation": "Elicitation", "sampling": "Sampling",
+}
+
+// unnamed is a copy of sp without the fields paths name: a path names its
+// top-level field, and any connection path names both connections (it
+// may switch).
+func unnamed(sp *Spec, paths []string) Spec {
+	out := *sp
+	v := reflect.ValueOf(&out).Elem()
 	for _, p := range paths {
 		top, _, _ := strings.Cut(p, ".")
 		tops := []string{top}
@@ -190,16 +206,30 @@ func unnamed(c *connectorv1.Connector, paths []string) *connectorv1.Connector {
 			tops = []string{"stdio", "http"}
 		}
 		for _, name := range tops {
-			m.Clear(m.Descriptor().Fields().ByName(protoreflect.Name(name)))
+			v.FieldByName(topFields[name]).SetZero()
 		}
 	}
 	return out
 }
 
+// deepCopy is a copy of sp that shares nothing merge may change with it.
+func deepCopy(sp *Spec) *Spec {
+	out := *sp
+	if sp.Stdio != nil {
+		s := *sp.Stdio
+		out.Stdio = &s
+	}
+	if sp.HTTP != nil {
+		h := *sp.HTTP
+		out.HTTP = &h
+	}
+	return &out
+}
+
 // FuzzUpdateMask feeds update masks and connectors to the merge of
-// UpdateConnector. It must never panic, must leave every field the mask
-// does not name as it was, and says secrets were replaced only when the
-// mask replaces a connection, its headers or its env.
+// Update. It must never panic, must leave every field the mask does not
+// name as it was, and says secrets were replaced only when the mask
+// replaces a connection, its headers or its env.
 func FuzzUpdateMask(f *testing.F) {
 	f.Add([]byte{0}, false, "new name", "http://h/mcp?k=REDACTED", "X", "v", "npx", "K", "v")
 	f.Add([]byte{8}, false, "", "http://other/mcp", "", "", "", "", "")
@@ -211,33 +241,33 @@ func FuzzUpdateMask(f *testing.F) {
 	f.Fuzz(func(t *testing.T, mask []byte, storedStdio bool, name, rawURL, header, headerValue, command, envKey, envValue string) {
 		var paths []string
 		for _, b := range mask {
-			paths = append(paths, updatePaths[int(b)%len(updatePaths)])
+			paths = append(paths, UpdatePaths[int(b)%len(UpdatePaths)])
 		}
-		stored := &connectorv1.Connector{ConnectorId: "c", Name: "old", Transport: connectorv1.Transport_TRANSPORT_STREAMABLE_HTTP,
-			Connection: &connectorv1.Connector_Http{Http: &connectorv1.HttpConfig{Url: "http://h/mcp?k=REDACTED", HeaderNames: []string{"X-Old"}}}}
+		stored := &Spec{ConnectorID: "c", Name: "old", Transport: Choice{Value: store.TransportStreamableHTTP},
+			HTTP: &HTTP{URL: "http://h/mcp?k=REDACTED", HeaderNames: []string{"X-Old"}}}
 		if storedStdio {
-			stored.Transport = connectorv1.Transport_TRANSPORT_STDIO
-			stored.Connection = &connectorv1.Connector_Stdio{Stdio: &connectorv1.StdioConfig{Command: "npx", EnvKeys: []string{"OLD"}}}
+			stored.Transport, stored.HTTP = Choice{Value: store.TransportStdio}, nil
+			stored.Stdio = &Stdio{Command: "npx", EnvKeys: []string{"OLD"}}
 		}
 		src := fuzzConnector(int32(len(mask)%4), rawURL, header, headerValue, command, "arg", envKey, envValue, 5, 0, 1, 1)
 		src.Name = name
-		dst := proto.CloneOf(stored)
-		replaced, _, err := mergeMasked(dst, src, paths)
+		dst := deepCopy(stored)
+		m, err := merge(dst, src, paths)
 		if err == nil && validate(dst) == "" {
-			_ = configFromProto(dst)
+			_ = config(dst)
 		}
 
 		named := func(ps ...string) bool {
 			return slices.ContainsFunc(paths, func(p string) bool { return slices.Contains(ps, p) })
 		}
-		if a, b := unnamed(stored, paths), unnamed(dst, paths); !proto.Equal(a, b) {
-			t.Errorf("paths %v changed fields they do not name:\n%v\n%v", paths, a, b)
+		if a, b := unnamed(stored, paths), unnamed(dst, paths); !reflect.DeepEqual(a, b) {
+			t.Errorf("paths %v changed fields they do not name:\n%+v\n%+v", paths, a, b)
 		}
-		if !named("http", "http.headers") && dst.GetHttp() != nil && stored.GetHttp() != nil &&
-			!slices.Equal(dst.GetHttp().GetHeaderNames(), stored.GetHttp().GetHeaderNames()) {
+		if !named("http", "http.headers") && dst.HTTP != nil && stored.HTTP != nil &&
+			!slices.Equal(dst.HTTP.HeaderNames, stored.HTTP.HeaderNames) {
 			t.Errorf("paths %v lost the stored header names", paths)
 		}
-		if replaced && !named("stdio", "http", "stdio.env", "http.headers") {
+		if m.secretsReplaced && !named("stdio", "http", "stdio.env", "http.headers") {
 			t.Errorf("paths %v reported secrets replaced", paths)
 		}
 	})
