@@ -143,6 +143,9 @@ type Update struct {
 // *CommandNotAllowedError, *EgressDeniedError, the secrets' errors or the
 // store's.
 func (s *Service) Update(ctx context.Context, u Update) (*store.Connector, error) {
+	if u.Spec == nil {
+		u.Spec = &Spec{}
+	}
 	if (slices.Contains(u.Paths, "http") || slices.Contains(u.Paths, "http.url")) && u.Spec.HTTP != nil {
 		if err := s.CheckURL(ctx, u.Spec.HTTP.URL); err != nil {
 			return nil, err
