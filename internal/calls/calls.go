@@ -6,7 +6,10 @@
 // knows nothing of gRPC or proto: a front door validates and converts its
 // request into a Request, and maps the typed errors of errors.go to its
 // own. Where the call runs (here, or on the replica a front door forwards
-// it to) is live.Placer's to say, before Call.
+// it to) is live.Placer's to say, before Call; the Placer checks the
+// caller's session and user ids against the connector then, and Call takes
+// them as checked. The limits of a call (its arguments' and its result's
+// sizes, its connector's rate limit) are this package's: limits.go.
 package calls
 
 import (
@@ -21,7 +24,6 @@ import (
 	"github.com/connector-svc/connector-svc/internal/oauth"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/pending"
-	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -38,7 +40,7 @@ type Deps struct {
 	Registry *registry.Registry
 	Live     *live.Connectors
 	Store    ConnectorStore
-	Limits   *ratelimit.Limiter
+	Limits   Limits
 	Counters *runs.Counters
 	// Asks holds the servers' questions that wait here for an answer; the
 	// query runs' too.
@@ -46,9 +48,9 @@ type Deps struct {
 	// Placer settles the claim of a session a refused call left unopened;
 	// nil: a single replica.
 	Placer *live.Placer
-	// CheckCaller checks a call's session and user ids against its
-	// connector (the user is required for an oauth_user connector).
-	CheckCaller live.CallerCheck
+	// MaxArgumentsBytes caps a call's arguments (Request.ArgumentsBytes),
+	// MaxResultBytes its result; 0 or less is no cap.
+	MaxArgumentsBytes, MaxResultBytes int
 	// SamplingBudget is a direct call's sampling budget of a connector;
 	// nil, or a nil budget, means none.
 	SamplingBudget func(*store.Connector) *ask.Budget
@@ -64,6 +66,9 @@ func New(d Deps) *Service { return &Service{d: d} }
 type Request struct {
 	WorkspaceID, ConnectorID, Tool string
 	Args                           map[string]any
+	// ArgumentsBytes is the size of Args as the front door received them
+	// (its encoding), which MaxArgumentsBytes caps.
+	ArgumentsBytes int
 	// SessionID and UserID are the caller's session (per_session
 	// connectors) and end user (oauth_user connectors).
 	SessionID, UserID string
@@ -98,23 +103,24 @@ type Result struct {
 
 // Call runs req's tool on its connector's live connection: the caller's
 // session's for a per_session connector, the end user's for an oauth_user
-// one. It refuses a tool that needs approval without UserApproved
-// (*ApprovalRequiredError) and a call over the rate limit
+// one. It refuses arguments over MaxArgumentsBytes
+// (*ArgumentsTooLargeError), a tool that needs approval without
+// UserApproved (*ApprovalRequiredError) and a call over the rate limit
 // (*RateLimitedError); a user who must authorize first is an
-// *AuthorizationRequiredError; a result over the registry's limit is
-// registry.ErrResultTooLarge.
+// *AuthorizationRequiredError; a result over MaxResultBytes, or over the
+// registry's limit, is a *ResultTooLargeError.
 func (s *Service) Call(ctx context.Context, req Request) (_ *Result, err error) {
 	defer s.d.Placer.Settle(live.Target{WorkspaceID: req.WorkspaceID, ConnectorID: req.ConnectorID,
 		SessionID: req.SessionID, UserID: req.UserID})
+	if err := s.checkArguments(req.ArgumentsBytes); err != nil {
+		return nil, err
+	}
 	id, err := s.Callable(ctx, req.WorkspaceID, req.ConnectorID)
 	if err != nil {
 		return nil, err
 	}
 	row, err := s.LiveRow(ctx, id, req.WorkspaceID, req.ConnectorID)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.d.CheckCaller(row, req.SessionID, req.UserID); err != nil {
 		return nil, err
 	}
 	// An oauth_user connector runs the call on the user's own connection,
@@ -138,8 +144,8 @@ func (s *Service) Call(ctx context.Context, req Request) (_ *Result, err error) 
 	if err := s.checkApproval(ctx, id, settings.Row, req, user); err != nil {
 		return nil, err
 	}
-	if limit := settings.Row.Config.RateLimit; !s.d.Limits.Allow(ctx, id, limitOf(limit)) {
-		return nil, &RateLimitedError{Limit: *limit}
+	if err := s.d.Limits.Admit(ctx, settings.Row); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	var restarted bool
@@ -147,7 +153,13 @@ func (s *Service) Call(ctx context.Context, req Request) (_ *Result, err error) 
 	opts := registry.CallOptions{Session: req.SessionID, UserID: user, Progress: req.Progress, Restarted: &restarted, TaskID: &taskID}
 	a := s.newAsker(row, req)
 	res, err := s.callWithInputs(ctx, a, id, req.Tool, req.Args, opts)
+	if errors.Is(err, registry.ErrResultTooLarge) {
+		return nil, &ResultTooLargeError{Limit: s.d.MaxResultBytes}
+	}
 	if err != nil {
+		return nil, err
+	}
+	if err := s.CheckResultBytes(ResultSize(res)); err != nil {
 		return nil, err
 	}
 	return &Result{CallToolResult: res, Duration: time.Since(start), Restarted: restarted, TaskID: taskID,
@@ -213,12 +225,4 @@ func (s *Service) checkApproval(ctx context.Context, id int64, row *store.Connec
 		return &ApprovalRequiredError{Tool: req.Tool}
 	}
 	return nil
-}
-
-// limitOf is cfg as a ratelimit.Limit; nil is no limit.
-func limitOf(cfg *store.RateLimit) ratelimit.Limit {
-	if cfg == nil {
-		return ratelimit.Limit{}
-	}
-	return ratelimit.Limit{PerSecond: cfg.RequestsPerSecond, Burst: cfg.Burst}
 }

@@ -2,10 +2,12 @@ package calls_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,8 +60,8 @@ func mcpURL(t *testing.T) string {
 
 // setup runs the live state of one READY per-session connector "c" of
 // workspace "ws" on a real server, with cfg's settings, and a Service
-// over it.
-func setup(t *testing.T, cfg store.Config) *calls.Service {
+// over it; opts change its Deps.
+func setup(t *testing.T, cfg store.Config, opts ...func(*calls.Deps)) *calls.Service {
 	t.Helper()
 	db := storetest.NewDB(t)
 	reg, lv := livetest.Run(t, db)
@@ -72,9 +74,12 @@ func setup(t *testing.T, cfg store.Config) *calls.Service {
 		t.Fatal(err)
 	}
 	lv.Apply(ctx, row)
-	svc := calls.New(calls.Deps{Registry: reg, Live: lv, Store: db, Limits: ratelimit.New(ratelimit.Config{}),
-		Counters: runs.NewCounters(db, time.Second, nil, nil), Asks: &pending.Table{},
-		CheckCaller: func(*store.Connector, string, string) error { return nil }})
+	d := calls.Deps{Registry: reg, Live: lv, Store: db, Limits: calls.Limits{Limiter: ratelimit.New(ratelimit.Config{})},
+		Counters: runs.NewCounters(db, time.Second, nil, nil), Asks: &pending.Table{}}
+	for _, o := range opts {
+		o(&d)
+	}
+	svc := calls.New(d)
 	// READY: a call goes through.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -187,5 +192,43 @@ func TestServersQuestionAnswered(t *testing.T) {
 	res, err := svc.Call(context.Background(), req)
 	if err != nil || text(t, res) != "cancel null" || len(res.Cancelled) != 1 || res.Cancelled[0].Message != "Who are you?" {
 		t.Fatalf("a unary call = %+v, %v; want it cancelled and listed", res, err)
+	}
+}
+
+// Arguments over MaxArgumentsBytes are refused before the call, a result
+// over MaxResultBytes after it; the errors name sizes and limits only.
+func TestCallSizeLimits(t *testing.T) {
+	svc := setup(t, store.Config{}, func(d *calls.Deps) { d.MaxArgumentsBytes, d.MaxResultBytes = 100, 50 })
+	req := calls.Request{WorkspaceID: "ws", ConnectorID: "c", Tool: "echo", SessionID: "s1", ArgumentsBytes: 101}
+	_, err := svc.Call(context.Background(), req)
+	var args *calls.ArgumentsTooLargeError
+	if !errors.As(err, &args) || err.Error() != "the arguments are 101 bytes, over the limit of 100 bytes (MAX_TOOL_ARGUMENTS_BYTES)" {
+		t.Fatalf("arguments over the limit = %v, want ArgumentsTooLargeError", err)
+	}
+	req.ArgumentsBytes, req.Args = 100, map[string]any{"message": strings.Repeat("x", 51)}
+	_, err = svc.Call(context.Background(), req)
+	var res *calls.ResultTooLargeError
+	if !errors.As(err, &res) || res.Size != 51 || res.Limit != 50 || strings.Contains(err.Error(), "xxx") {
+		t.Fatalf("a result over the limit = %v, want ResultTooLargeError of 51 bytes", err)
+	}
+	req.Args = map[string]any{"message": strings.Repeat("x", 50)}
+	if out, err := svc.Call(context.Background(), req); err != nil || text(t, out) != strings.Repeat("x", 50) {
+		t.Fatalf("a result at the limit = %v, %v", out, err)
+	}
+	if svc.CheckResultBytes(50) != nil || svc.CheckResultBytes(51) == nil {
+		t.Error("CheckResultBytes does not hold the limit")
+	}
+	if msg := (&calls.ResultTooLargeError{Limit: 50}).Error(); !strings.HasPrefix(msg,
+		"the tool result is over the limit of 50 bytes (MAX_TOOL_RESULT_BYTES) and was not read; ask the tool for less") {
+		t.Errorf("a result the registry did not read says %q", msg)
+	}
+}
+
+func TestResultSize(t *testing.T) {
+	res := &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("four"),
+		mcp.NewImageContent(base64.StdEncoding.EncodeToString(make([]byte, 12)), "image/png")},
+		StructuredContent: map[string]any{"a": 1}}
+	if n := calls.ResultSize(res); n != 4+12+len(`{"a":1}`) {
+		t.Errorf("ResultSize = %d, want %d", n, 4+12+len(`{"a":1}`))
 	}
 }

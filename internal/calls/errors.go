@@ -75,3 +75,24 @@ type AuthorizationRequiredError struct {
 
 func (e *AuthorizationRequiredError) Error() string { return e.Required.Error() }
 func (e *AuthorizationRequiredError) Unwrap() error { return e.Required }
+
+// ArgumentsTooLargeError: the call's arguments are over the limit, as the
+// front door received them (Request.ArgumentsBytes).
+type ArgumentsTooLargeError struct{ Size, Limit int }
+
+func (e *ArgumentsTooLargeError) Error() string {
+	return fmt.Sprintf("the arguments are %d bytes, over the limit of %d bytes (MAX_TOOL_ARGUMENTS_BYTES)", e.Size, e.Limit)
+}
+
+// ResultTooLargeError: the tool's result is over the limit. Its message
+// names the sizes, never the content. Size 0: the registry stopped
+// reading it at the limit, and its size is not known.
+type ResultTooLargeError struct{ Size, Limit int }
+
+func (e *ResultTooLargeError) Error() string {
+	const advice = "; ask the tool for less, or raise MAX_TOOL_RESULT_BYTES with GRPC_MAX_SEND_BYTES and the client's receive limit"
+	if e.Size == 0 {
+		return fmt.Sprintf("the tool result is over the limit of %d bytes (MAX_TOOL_RESULT_BYTES) and was not read", e.Limit) + advice
+	}
+	return fmt.Sprintf("the tool result is %d bytes, over the limit of %d bytes (MAX_TOOL_RESULT_BYTES)", e.Size, e.Limit) + advice
+}

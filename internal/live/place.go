@@ -10,7 +10,10 @@ import (
 
 // Where a call runs is decided here, once, for every front door: a front
 // door asks Place (or PlaceRun for a paused run) and either serves the
-// call itself or hands it, one hop, to the replica Place names.
+// call itself or hands it, one hop, to the replica Place names. The
+// caller's session and user ids are checked here too, once per call and
+// replica, before any session is claimed for them: the use cases behind a
+// front door (calls, queries) take them as checked.
 
 // Target is what a call, a query, or an answer to one names.
 type Target struct {
@@ -20,17 +23,15 @@ type Target struct {
 	// the replica that holds that session's, or that user's, connection.
 	SessionID, UserID string
 	// OwnerOnly sends the call to the connector's owner whatever its
-	// transport: refreshes and checks, which the owner alone runs.
+	// transport: refreshes and checks, which the owner alone runs; their
+	// caller ids are not checked.
 	OwnerOnly bool
-	// Check, if not nil, checks the session and user ids against the
-	// connector's row before the session is claimed for them (a claim
-	// outlives the call). The front door gives it, in its own terms; its
-	// error is Place's.
-	Check CallerCheck
 }
 
 // CallerCheck checks a call's session and user ids against its
-// connector's row.
+// connector's row: the session id's form, and for an oauth_user
+// connector the user id, which it requires. Its error is Place's, as the
+// front door maps it.
 type CallerCheck func(row *store.Connector, sessionID, userID string) error
 
 // RunReader reads a paused run's row: PlaceRun routes its resume as its
@@ -46,13 +47,14 @@ type Placer struct {
 	router   *Router   // nil: a single replica, nothing to forward
 	sessions *Sessions // nil: sessions are this replica's alone
 	runs     RunReader
+	check    CallerCheck // nil: no check
 }
 
 // NewPlacer places calls of conns' connectors by router's ownership and
-// sessions' claims; runs reads paused runs. router and sessions may be
-// nil (a single replica).
-func NewPlacer(conns *Connectors, router *Router, sessions *Sessions, runs RunReader) *Placer {
-	return &Placer{conns: conns, router: router, sessions: sessions, runs: runs}
+// sessions' claims, their caller ids checked by check; runs reads paused
+// runs. router and sessions may be nil (a single replica).
+func NewPlacer(conns *Connectors, router *Router, sessions *Sessions, runs RunReader, check CallerCheck) *Placer {
+	return &Placer{conns: conns, router: router, sessions: sessions, runs: runs, check: check}
 }
 
 // Place returns the connection to the replica t's call runs on, or nil to
@@ -63,18 +65,26 @@ func NewPlacer(conns *Connectors, router *Router, sessions *Sessions, runs RunRe
 // OwnerOnly, every connector's. A per_session connector's call with a
 // session, or an oauth_user connector's call for a user, otherwise runs
 // on the replica that holds that session's (that user's) connection.
+// Unless OwnerOnly, the caller's ids are checked first, a single replica
+// too: the check's error is Place's.
 func (p *Placer) Place(ctx context.Context, t Target) (*grpc.ClientConn, error) {
-	if p == nil || p.router == nil {
+	if p == nil || p.conns == nil {
+		return nil, nil
+	}
+	if p.router == nil && (t.OwnerOnly || p.check == nil) {
 		return nil, nil
 	}
 	row, ok := p.conns.Lookup(t.WorkspaceID, t.ConnectorID)
 	if !ok || !row.Active {
 		return nil, nil
 	}
-	if !t.OwnerOnly && t.Check != nil {
-		if err := t.Check(row, t.SessionID, t.UserID); err != nil {
+	if !t.OwnerOnly && p.check != nil {
+		if err := p.check(row, t.SessionID, t.UserID); err != nil {
 			return nil, err
 		}
+	}
+	if p.router == nil {
+		return nil, nil
 	}
 	conn, err := p.router.ToOwner(ctx, row, t.OwnerOnly)
 	if err != nil || conn != nil || t.OwnerOnly {
@@ -86,8 +96,9 @@ func (p *Placer) Place(ctx context.Context, t Target) (*grpc.ClientConn, error) 
 // PlaceRun is Place for the resume of a paused run: resuming a stdio
 // connector's run runs its tool calls on the owner, and a run held live
 // for input is resumed where its session (or user) is held. A run that is
-// not found is resumed here, which says so. check is Target.Check.
-func (p *Placer) PlaceRun(ctx context.Context, workspaceID, runID string, check CallerCheck) (*grpc.ClientConn, error) {
+// not found is resumed here, which says so. The run's ids, checked when
+// it started, are checked again only where there is a choice of replica.
+func (p *Placer) PlaceRun(ctx context.Context, workspaceID, runID string) (*grpc.ClientConn, error) {
 	if p == nil || p.router == nil || workspaceID == "" || runID == "" {
 		return nil, nil
 	}
@@ -96,7 +107,7 @@ func (p *Placer) PlaceRun(ctx context.Context, workspaceID, runID string, check 
 		return nil, nil
 	}
 	return p.Place(ctx, Target{WorkspaceID: workspaceID, ConnectorID: run.ConnectorExternalID,
-		SessionID: run.SessionID, UserID: run.UserID, Check: check})
+		SessionID: run.SessionID, UserID: run.UserID})
 }
 
 // Settle drops the claim of t's session that a call served here left

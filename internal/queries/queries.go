@@ -9,7 +9,8 @@
 // Start or a Resume, converts the Outcome, and maps the typed errors of
 // errors.go to its own. Where a run starts or resumes (here, or on the
 // replica that holds its session or its open tool call) is live.Placer's
-// to say, before.
+// to say, before; the Placer checks the caller's session and user ids
+// against the connector then, and Start takes them as checked.
 package queries
 
 import (
@@ -52,7 +53,7 @@ type RunStore interface {
 	ClaimRun(ctx context.Context, workspaceID, id string, version int, trace json.RawMessage, replica string) (*store.Run, error)
 }
 
-// Limits hold runs to their connectors' rate limits.
+// Limits hold runs to their connectors' rate limits (calls.Limits does).
 type Limits interface {
 	// Admit takes a token of row's rate limit for a run to start or go on;
 	// without one it returns the refusal, as the front door maps it.
@@ -98,9 +99,6 @@ type Deps struct {
 	// Authorizations start users' authorizations; needed by oauth_user
 	// connectors only.
 	Authorizations Authorizations
-	// CheckCaller checks a query's session and user ids against its
-	// connector (the user is required for an oauth_user connector).
-	CheckCaller live.CallerCheck
 	// SamplingBudget is a run's sampling budget of a connector; nil, or a
 	// nil budget, means none.
 	SamplingBudget func(*store.Connector) *ask.Budget
@@ -167,7 +165,7 @@ type Authorization = authorizations.Authorization
 // pause is not one: the Outcome says it, once recorded). A caller that
 // leaves before any pause cancels the run. Errors: llm.ErrNotConfigured,
 // registry.ErrSessionRequired (a per_session connector's run without a
-// session), CheckCaller's, Limits.Admit's refusal, the connector's lookup
+// session), Limits.Admit's refusal, the connector's lookup
 // errors, and the run's own.
 func (s *Service) Start(ctx context.Context, req Start, emit func(orchestrator.Event)) (*Outcome, error) {
 	defer s.d.Placer.Settle(live.Target{WorkspaceID: req.WorkspaceID, ConnectorID: req.ConnectorID,
@@ -221,7 +219,7 @@ func (s *Service) Start(ctx context.Context, req Start, emit func(orchestrator.E
 }
 
 // admit checks that req's connector can be used now: active, its live
-// agent, the caller's session and user, a token of its rate limit. It
+// agent, the caller's session, a token of its rate limit. It
 // returns the agent and the user the run runs as ("" but for an
 // oauth_user connector). Nothing is read from the store on the way, once
 // the connector's settings are known.
@@ -241,9 +239,6 @@ func (s *Service) admit(ctx context.Context, req Start) (*live.Agent, string, er
 	// plan runs no tool, so it needs no session.
 	if c.Config.SessionMode == registry.SessionPerSession && req.SessionID == "" && !req.PlanOnly {
 		return nil, "", registry.ErrSessionRequired
-	}
-	if err := s.d.CheckCaller(c, req.SessionID, req.UserID); err != nil {
-		return nil, "", err
 	}
 	user := ""
 	if c.Config.AuthMode() == store.AuthUser {

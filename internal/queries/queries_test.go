@@ -76,7 +76,6 @@ type noLimits struct{}
 
 func (noLimits) Admit(context.Context, *store.Connector) error         { return nil }
 func (noLimits) Throttle(*store.Connector) func(context.Context) error { return nil }
-func okCaller(*store.Connector, string, string) error                  { return nil }
 func noEvents() func(orchestrator.Event)                               { return nil }
 func wantNoError(t *testing.T, err error) {
 	t.Helper()
@@ -112,11 +111,11 @@ func setup(t *testing.T, steps ...llmtest.Step) *fixture {
 	logger := slog.New(slog.DiscardHandler)
 	counters := runs.NewCounters(f.db, time.Second, nil, logger)
 	asks := &pending.Table{}
-	lookup := calls.New(calls.Deps{Registry: reg, Live: lv, Store: f.db, Limits: ratelimit.New(ratelimit.Config{}), Counters: counters,
-		Asks: asks, CheckCaller: okCaller})
+	lookup := calls.New(calls.Deps{Registry: reg, Live: lv, Store: f.db, Limits: calls.Limits{Limiter: ratelimit.New(ratelimit.Config{})}, Counters: counters,
+		Asks: asks})
 	f.svc = queries.New(queries.Deps{Agent: orchestrator.New(model, toolCaller{reg}, orchestrator.Config{}, logger), Registry: reg,
 		Live: lv, Connectors: lookup, Runs: f.db, Log: runs.NewLog(f.db, runs.Config{Replica: "r1", Logger: logger}),
-		Counters: counters, Limits: noLimits{}, Asks: asks, CheckCaller: okCaller, QueryTimeout: 30 * time.Second,
+		Counters: counters, Limits: noLimits{}, Asks: asks, QueryTimeout: 30 * time.Second,
 		ApprovalTimeout: time.Hour, Logger: logger})
 	// READY: a call goes through.
 	deadline := time.Now().Add(20 * time.Second)

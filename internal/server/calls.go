@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -80,12 +81,9 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	if err := ch.err(); err != nil {
 		return nil, err
 	}
-	if err := s.checkArguments(req.GetArguments()); err != nil {
-		return nil, err
-	}
 	call := calls.Request{WorkspaceID: req.GetWorkspaceId(), ConnectorID: req.GetConnectorId(), Tool: req.GetToolName(),
-		Args: req.GetArguments().AsMap(), SessionID: req.GetSessionId(), UserID: req.GetUserId(),
-		UserApproved: req.GetUserApproved(), Progress: progress}
+		Args: req.GetArguments().AsMap(), ArgumentsBytes: proto.Size(req.GetArguments()), SessionID: req.GetSessionId(),
+		UserID: req.GetUserId(), UserApproved: req.GetUserApproved(), Progress: progress}
 	if send != nil {
 		call.Ask = func(name string, in orchestrator.Input) {
 			send(&connectorv1.StreamCallToolResponse{Event: &connectorv1.StreamCallToolResponse_InputRequired{
@@ -94,16 +92,14 @@ func (s *Server) callTool(ctx context.Context, req callRequest, progress func(re
 	}
 	res, err := s.calls.Call(ctx, call)
 	var auth *calls.AuthorizationRequiredError
-	switch {
-	case errors.Is(err, registry.ErrResultTooLarge):
-		return nil, s.resultOverLimit()
-	case errors.As(err, &auth):
+	if errors.As(err, &auth) {
 		// The user must authorize first: say where.
 		return nil, s.authorizationNeeded(ctx, auth.Row, auth.UserID, auth.Required, "")
-	case err != nil:
+	}
+	if err != nil {
 		return nil, err
 	}
-	resp, err := s.fitResult(res.CallToolResult)
+	resp, err := s.fitResult(res)
 	if err != nil {
 		return nil, err
 	}

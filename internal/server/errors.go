@@ -319,6 +319,9 @@ var errorTable = []errorRow{
 		message: notOAuthUserMessage},
 	{match: as[*authorizations.UserRequiredError](), field: "user_id", message: userRequiredMessage},
 	{match: is(authorizations.ErrBadCursor), field: "page_token", message: text("not a token from a previous response")},
+	// Sizes and limits only, never the content.
+	{match: as[*calls.ArgumentsTooLargeError](), code: codes.ResourceExhausted, reason: ReasonArgumentsTooLarge},
+	{match: as[*calls.ResultTooLargeError](), code: codes.ResourceExhausted, reason: ReasonToolResultTooLarge},
 }
 
 // isJSONRPCError reports whether err is an error answer from the MCP server

@@ -74,11 +74,12 @@ type callerRequest interface {
 }
 
 // toCaller places a request's call where its session's (user's)
-// connection is held, its ids checked once here against the connector.
+// connection is held, its ids checked there against the connector
+// (checkCaller).
 func (s *Server) toCaller(req callerRequest) func(context.Context) (*grpc.ClientConn, error) {
 	return func(ctx context.Context) (*grpc.ClientConn, error) {
 		return s.place.Place(ctx, live.Target{WorkspaceID: req.GetWorkspaceId(), ConnectorID: req.GetConnectorId(),
-			SessionID: req.GetSessionId(), UserID: req.GetUserId(), Check: checkCaller})
+			SessionID: req.GetSessionId(), UserID: req.GetUserId()})
 	}
 }
 
@@ -92,13 +93,14 @@ func (s *Server) toOwner(workspaceID, connectorID string) func(context.Context) 
 // toRun places the resume of a paused run as its calls were.
 func (s *Server) toRun(workspaceID, runID string) func(context.Context) (*grpc.ClientConn, error) {
 	return func(ctx context.Context) (*grpc.ClientConn, error) {
-		return s.place.PlaceRun(ctx, workspaceID, runID, checkCaller)
+		return s.place.PlaceRun(ctx, workspaceID, runID)
 	}
 }
 
-// checkCaller checks the session and user ids of a call or query of row's
-// connector, as the handlers do once it is routed: the user id matters
-// (and is required) for an oauth_user connector only.
+// checkCaller is the Placer's live.CallerCheck: the session and user ids
+// of a call or query of row's connector, in the terms of the request's
+// other checks; the user id matters (and is required) for an oauth_user
+// connector only.
 func checkCaller(row *store.Connector, sessionID, userID string) error {
 	var c checker
 	c.sessionID(sessionID)

@@ -55,7 +55,7 @@ type Server struct {
 	// forwarded to.
 	place    *live.Placer
 	sessions *live.Sessions // nil: sessions are this replica's alone
-	limits   rateLimits
+	limits   calls.Limits
 	// authz runs users' OAuth authorizations.
 	authz  *authorizations.Service
 	counts *runs.Counters // calls' and queries' counters on their way to the store
@@ -130,9 +130,9 @@ func New(d Deps, cfg Config) *Server {
 	if d.DB != nil {
 		limits.Exact = d.DB
 	}
-	s := &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live, place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB),
-		sessions: d.Sessions, keys: d.Keys,
-		limits: rateLimits{ratelimit.New(limits)}, counts: runs.NewCounters(d.DB, countsInterval, d.MeterProvider, d.Logger),
+	s := &Server{db: d.DB, box: d.Box, reg: d.Registry, live: d.Live,
+		place: live.NewPlacer(d.Live, d.Router, d.Sessions, d.DB, checkCaller), sessions: d.Sessions, keys: d.Keys,
+		limits: calls.Limits{Limiter: ratelimit.New(limits)}, counts: runs.NewCounters(d.DB, countsInterval, d.MeterProvider, d.Logger),
 		runs: runs.NewLog(d.DB, runs.Config{Replica: cfg.ReplicaID, FlushInterval: cfg.RunFlushInterval, Logger: d.Logger}),
 		asks: &pending.Table{},
 		cfg:  cfg, logger: d.Logger, mw: middleware(d, cfg)}
@@ -142,11 +142,12 @@ func New(d Deps, cfg Config) *Server {
 		Peers: s.peers, Forget: forgetter(d.OAuth), Logger: d.Logger})
 	s.authz = authorizations.New(authorizations.Deps{OAuth: d.OAuth, Connectors: d.DB, Box: d.Box, Sessions: s.sessionsUC,
 		Window: cfg.OAuthWindow, Logger: d.Logger})
-	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits.Limiter, Counters: s.counts,
-		Asks: s.asks, Placer: s.place, CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget})
+	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits, Counters: s.counts,
+		Asks: s.asks, Placer: s.place, MaxArgumentsBytes: cfg.MaxToolArgumentsBytes, MaxResultBytes: cfg.MaxToolResultBytes,
+		SamplingBudget: cfg.SamplingBudget})
 	s.queries = queries.New(queries.Deps{Agent: d.Agent, Registry: d.Registry, Live: d.Live, Connectors: s.calls, Runs: d.DB,
 		Log: s.runs, Counters: s.counts, Limits: s.limits, Asks: s.asks, Placer: s.place, Authorizations: s.authz,
-		CheckCaller: checkCaller, SamplingBudget: cfg.SamplingBudget, ErrorMessage: s.runErrorMessage,
+		SamplingBudget: cfg.SamplingBudget, ErrorMessage: s.runErrorMessage,
 		QueryTimeout: cfg.QueryTimeout, ApprovalTimeout: cfg.ApprovalTimeout, Logger: d.Logger})
 	return s
 }
