@@ -14,6 +14,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/ask"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/pending"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -50,6 +51,35 @@ func (s *Service) Pending(workspaceID, connectorID, sessionID, userID, id string
 // not wait (answered, past its deadline, its call ended).
 func (s *Service) Answer(workspaceID, connectorID, sessionID, userID, id string, a ask.Answer) error {
 	return s.d.Asks.Answer(Owner(workspaceID, connectorID, sessionID, userID), map[string]ask.Answer{id: a})
+}
+
+// AnswerRequest is a caller's answer to a question of a direct call of
+// its connector, session and user.
+type AnswerRequest struct {
+	WorkspaceID, ConnectorID, SessionID, UserID string
+	Answer                                      queries.Answer
+}
+
+// AnswerInput delivers req's answer to the question, of a direct call of
+// the same connector, session and user, that waits for it here. The
+// answer is checked against the question (queries.CheckAnswer: a
+// *queries.InvalidError naming "answer"); a question that does not wait,
+// or no longer, is an *InputNotFoundError.
+func (s *Service) AnswerInput(req AnswerRequest) error {
+	id := req.Answer.InputID
+	in, ok := s.Pending(req.WorkspaceID, req.ConnectorID, req.SessionID, req.UserID, id)
+	if !ok {
+		return &InputNotFoundError{ID: id}
+	}
+	ans, bad := queries.CheckAnswer("answer", in, req.Answer)
+	if len(bad) > 0 {
+		return &queries.InvalidError{Violations: bad}
+	}
+	ans.At = time.Now()
+	if err := s.Answer(req.WorkspaceID, req.ConnectorID, req.SessionID, req.UserID, id, ans); err != nil {
+		return &InputNotFoundError{ID: id, Meanwhile: true}
+	}
+	return nil
 }
 
 // asker is the ask.Asker of one direct call.

@@ -20,6 +20,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/pending"
+	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/runs"
@@ -230,5 +231,21 @@ func TestResultSize(t *testing.T) {
 		StructuredContent: map[string]any{"a": 1}}
 	if n := calls.ResultSize(res); n != 4+12+len(`{"a":1}`) {
 		t.Errorf("ResultSize = %d, want %d", n, 4+12+len(`{"a":1}`))
+	}
+}
+
+// An answer to a question that does not wait here says so, naming it.
+func TestAnswerInputNotWaiting(t *testing.T) {
+	svc := setup(t, store.Config{})
+	err := svc.AnswerInput(calls.AnswerRequest{WorkspaceID: "ws", ConnectorID: "c", SessionID: "s1",
+		Answer: queries.Answer{InputID: "in-1", Action: ask.Accept}})
+	var nf *calls.InputNotFoundError
+	if !errors.As(err, &nf) || err.Error() != `no input request "in-1" waits for an answer on this connector, session and user: `+
+		"it was answered, its deadline passed, or its call ended" {
+		t.Fatalf("an answer nobody waits for = %v, want InputNotFoundError", err)
+	}
+	if msg := (&calls.InputNotFoundError{ID: "in-1", Meanwhile: true}).Error(); msg !=
+		`input request "in-1" was answered, or its deadline passed, meanwhile` {
+		t.Errorf("meanwhile says %q", msg)
 	}
 }

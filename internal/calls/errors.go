@@ -96,3 +96,20 @@ func (e *ResultTooLargeError) Error() string {
 	}
 	return fmt.Sprintf("the tool result is %d bytes, over the limit of %d bytes (MAX_TOOL_RESULT_BYTES)", e.Size, e.Limit) + advice
 }
+
+// InputNotFoundError: no question of a direct call waits for the answer
+// to input request ID on the answer's connector, session and user;
+// Meanwhile: it did when the answer came, and was answered, or its
+// deadline passed, before the answer was delivered.
+type InputNotFoundError struct {
+	ID        string
+	Meanwhile bool
+}
+
+func (e *InputNotFoundError) Error() string {
+	if e.Meanwhile {
+		return fmt.Sprintf("input request %q was answered, or its deadline passed, meanwhile", e.ID)
+	}
+	return fmt.Sprintf("no input request %q waits for an answer on this connector, session and user: it was answered, "+
+		"its deadline passed, or its call ended", e.ID)
+}

@@ -322,6 +322,7 @@ var errorTable = []errorRow{
 	// Sizes and limits only, never the content.
 	{match: as[*calls.ArgumentsTooLargeError](), code: codes.ResourceExhausted, reason: ReasonArgumentsTooLarge},
 	{match: as[*calls.ResultTooLargeError](), code: codes.ResourceExhausted, reason: ReasonToolResultTooLarge},
+	{match: as[*calls.InputNotFoundError](), code: codes.NotFound, reason: ReasonInputNotFound},
 }
 
 // isJSONRPCError reports whether err is an error answer from the MCP server
