@@ -229,22 +229,28 @@ func (s *Server) runToProto(r *store.Run, full bool) (*connectorv1.QueryRun, err
 	}
 	res.Status = p.Status
 	if !full {
-		for _, st := range res.Steps {
-			for _, c := range st.Calls {
-				c.Arguments, c.ResultExcerpt = nil, ""
-				// What the user filled in is the run's full record's.
-				for _, in := range c.Inputs {
-					if in.Answer != nil {
-						in.Answer.Content = nil
-					}
+		summarize(res)
+	}
+	return p, nil
+}
+
+// summarize leaves out of a listed run's result the steps' arguments and
+// result excerpts, the users' answers and the pending calls' arguments:
+// the run's full record (GetQueryRun) has them.
+func summarize(res *connectorv1.QueryResult) {
+	for _, st := range res.Steps {
+		for _, c := range st.Calls {
+			c.Arguments, c.ResultExcerpt = nil, ""
+			for _, in := range c.Inputs {
+				if in.Answer != nil {
+					in.Answer.Content = nil
 				}
 			}
 		}
-		for _, pc := range res.PendingCalls {
-			pc.Arguments = nil
-		}
 	}
-	return p, nil
+	for _, pc := range res.PendingCalls {
+		pc.Arguments = nil
+	}
 }
 
 func pendingToProto(pc orchestrator.PendingCall) *connectorv1.PendingCall {
