@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // startStoppable runs a registry over src until stop, which returns once
@@ -136,7 +137,7 @@ func TestAdoptedSessionContinuesOnAnotherRegistry(t *testing.T) {
 	}
 	// B adopted it without DetachSessions: CloseSession ends it.
 	b.CloseSession("ws", "alice", 1)
-	waitFor(t, "the DELETE of the closed session", func() bool { return slices.Contains(srv.deletedIDs(), h.MCPSessionID) })
+	testsupport.WaitFor(t, "the DELETE of the closed session", func() bool { return slices.Contains(srv.deletedIDs(), h.MCPSessionID) })
 	if _, closed := hooksB.snapshot(); !slices.Equal(closed, []string{"alice"}) {
 		t.Errorf("OnSessionClosed on B heard %v, want [alice]", closed)
 	}
@@ -189,7 +190,7 @@ func TestShutdownWithoutDetachEndsSessions(t *testing.T) {
 		t.Fatal("no handle")
 	}
 	stopA()
-	waitFor(t, "the session's DELETE", func() bool { return slices.Contains(srv.deletedIDs(), h.MCPSessionID) })
+	testsupport.WaitFor(t, "the session's DELETE", func() bool { return slices.Contains(srv.deletedIDs(), h.MCPSessionID) })
 	if _, closed := hooks.snapshot(); !slices.Equal(closed, []string{"alice"}) {
 		t.Errorf("OnSessionClosed heard %v, want [alice]", closed)
 	}

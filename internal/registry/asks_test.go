@@ -21,6 +21,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/registry/testdata/asktools"
 	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // fakeAsker answers elicitations with answer (accept {"name":"Ada"} when
@@ -404,7 +405,7 @@ func TestAsksURLRequired(t *testing.T) {
 	if _, ok := m.Point(t, "connector.tool.call.errors", with(conn("c1"), "tool", "needurl", "kind", "other")...); ok {
 		t.Error("a call awaiting the user's input counted as failed")
 	}
-	waitFor(t, "usage reported", func() bool {
+	testsupport.WaitFor(t, "usage reported", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
 		return src.usage[1].Calls == 1
@@ -425,7 +426,7 @@ func TestAsksSessionlessInputRequired(t *testing.T) {
 	spec.Protocol = registry.ProtocolSessionless
 	reg := run(t, newSource(spec), cfg)
 	if h, _ := reg.Health(1); !strings.HasPrefix(h.ProtocolVersion, "2026") {
-		waitFor(t, "the sessionless protocol", func() bool {
+		testsupport.WaitFor(t, "the sessionless protocol", func() bool {
 			h, _ := reg.Health(1)
 			return strings.HasPrefix(h.ProtocolVersion, "2026")
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // bearerServer is a real mcp-go streamable-HTTP server that wants a
@@ -161,7 +162,7 @@ func TestOAuthUserConnectionsUseTheirOwnTokens(t *testing.T) {
 	src := newSource(oauthUserSpec(1, srv.url+"/mcp"))
 	reg := run(t, src, cfg)
 
-	waitFor(t, "the unauthenticated probe makes it ready", func() bool {
+	testsupport.WaitFor(t, "the unauthenticated probe makes it ready", func() bool {
 		h, _ := reg.Health(1)
 		return h.State == registry.StateReady
 	})
@@ -274,7 +275,7 @@ func TestOAuthUserProbeWithoutBearerChallenge(t *testing.T) {
 	cfg.Authorize = (&tokenHook{tokens: map[string]bool{}}).authorize
 	src := newSource(oauthUserSpec(1, srv.url+"/mcp"))
 	reg := run(t, src, cfg)
-	waitFor(t, "the probe to fail", func() bool { return src.healthSaw(1, "without a Bearer challenge") })
+	testsupport.WaitFor(t, "the probe to fail", func() bool { return src.healthSaw(1, "without a Bearer challenge") })
 	if h, _ := reg.Health(1); h.State == registry.StateReady {
 		t.Errorf("health = %+v, want not ready", h)
 	}

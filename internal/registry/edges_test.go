@@ -14,6 +14,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // The connection edges a new user hits: a call right after connecting, a
@@ -89,7 +90,7 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 		t.Fatalf("call to a connector whose server is not listening: %v, want ErrUnavailable", err)
 	}
 	// Calls in the same moment fail fast and share at most one probe.
-	waitFor(t, "the probe interval to pass", func() bool {
+	testsupport.WaitFor(t, "the probe interval to pass", func() bool {
 		h, _ := reg.Health(1)
 		return time.Since(h.CheckedAt) > cfg.ProbeAfter
 	})
@@ -112,7 +113,7 @@ func TestDownConnectorIsUnavailableAndRecoversOnDemand(t *testing.T) {
 
 	srv.start(addr)
 	start := time.Now()
-	waitFor(t, "a call to reach the server that came back", func() bool {
+	testsupport.WaitFor(t, "a call to reach the server that came back", func() bool {
 		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 		return err == nil
 	})
@@ -131,9 +132,9 @@ func TestSSEStreamEndIsNoticedAtOnce(t *testing.T) {
 
 	start := time.Now()
 	srv.restart()
-	waitFor(t, "the dead stream to be noticed", func() bool { return src.healthSaw(1, "sse stream ended") })
+	testsupport.WaitFor(t, "the dead stream to be noticed", func() bool { return src.healthSaw(1, "sse stream ended") })
 	t.Logf("dead SSE stream noticed after %s", time.Since(start).Round(time.Millisecond))
-	waitFor(t, "a reconnect without any call", func() bool { return src.lastHealth(1).State == registry.StateReady })
+	testsupport.WaitFor(t, "a reconnect without any call", func() bool { return src.lastHealth(1).State == registry.StateReady })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := reg.CallTool(ctx, 1, "echo", map[string]any{"text": "after"}, registry.CallOptions{}); err != nil {
@@ -159,11 +160,11 @@ func TestSilentServerIsProbedAfterATimeout(t *testing.T) {
 		t.Fatalf("call to a silent server: %v, want a deadline error", err)
 	}
 	start := time.Now()
-	waitFor(t, "the silent server to be found out", func() bool { return src.healthSaw(1, "probe got no answer") })
+	testsupport.WaitFor(t, "the silent server to be found out", func() bool { return src.healthSaw(1, "probe got no answer") })
 	t.Logf("silent server found out %s after the timed-out call", time.Since(start).Round(time.Millisecond))
 
 	srv.hang.Store(false)
-	waitFor(t, "the connector to be back", func() bool {
+	testsupport.WaitFor(t, "the connector to be back", func() bool {
 		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 		return err == nil
 	})
@@ -183,7 +184,7 @@ func TestStdioExitIsNoticedAndReaped(t *testing.T) {
 	}
 	first := text(t, res)
 
-	waitFor(t, "the exit to be noticed", func() bool { return src.healthSaw(1, "exit status 7") })
+	testsupport.WaitFor(t, "the exit to be noticed", func() bool { return src.healthSaw(1, "exit status 7") })
 	if !src.healthSaw(1, "leaving on purpose") {
 		t.Errorf("health errors lack the server's stderr: %+v", src.lastHealth(1))
 	}
@@ -192,8 +193,8 @@ func TestStdioExitIsNoticedAndReaped(t *testing.T) {
 	}
 	var pid int
 	fmt.Sscan(first, &pid)
-	waitFor(t, fmt.Sprintf("exited server %d to be reaped", pid), func() bool { return !running(pid) && !zombie(pid) })
-	waitFor(t, "a new server process", func() bool {
+	testsupport.WaitFor(t, fmt.Sprintf("exited server %d to be reaped", pid), func() bool { return !running(pid) && !zombie(pid) })
+	testsupport.WaitFor(t, "a new server process", func() bool {
 		res, err := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
 		return err == nil && text(t, res) != first
 	})
@@ -271,7 +272,7 @@ func TestUpdatesUnderLoadLoseNoCall(t *testing.T) {
 		reg.Replace(ctxT(t), httpSpec(1, url))
 		// Let the callers run on the new connection before the next update.
 		next := calls.Load() + 50
-		waitFor(t, "calls on the new connection", func() bool { return calls.Load() >= next || failed.Load() > 0 })
+		testsupport.WaitFor(t, "calls on the new connection", func() bool { return calls.Load() >= next || failed.Load() > 0 })
 	}
 	stop()
 	wg.Wait()

@@ -9,6 +9,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/egress"
 	"github.com/connector-svc/connector-svc/internal/egress/egresstest"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // wantRefused checks that err is ErrUnavailable with the egress refusal's
@@ -71,14 +72,14 @@ func TestEgressRefusesWhenDNSChangesLater(t *testing.T) {
 
 	dns.Set("mcp.test", "169.254.169.254")
 	srv.restart() // drops our connections: the next request dials again
-	waitFor(t, "the health error to show the refusal", func() bool {
+	testsupport.WaitFor(t, "the health error to show the refusal", func() bool {
 		return src.healthSaw(1, "egress to mcp.test (169.254.169.254) denied by rule 169.254.0.0/16")
 	})
 	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "after"}, registry.CallOptions{})
 	wantRefused(t, err, "mcp.test (169.254.169.254)", "169.254.0.0/16")
 
 	dns.Set("mcp.test", "127.0.0.1")
-	waitFor(t, "the connector to come back", func() bool { return src.lastHealth(1).State == registry.StateReady })
+	testsupport.WaitFor(t, "the connector to come back", func() bool { return src.lastHealth(1).State == registry.StateReady })
 	echo(t, reg, 1, "back")
 }
 

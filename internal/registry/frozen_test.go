@@ -9,6 +9,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // frozenServer is a real mcp-go server (streamable HTTP) behind a proxy
@@ -86,7 +87,7 @@ func TestCallThatTimesOutProbesTheSession(t *testing.T) {
 			if err := tt.call(reg); err == nil {
 				t.Fatal("a call to a frozen server succeeded")
 			}
-			waitFor(t, "the probe to find the session silent", func() bool { return src.healthSaw(1, "probe got no answer") })
+			testsupport.WaitFor(t, "the probe to find the session silent", func() bool { return src.healthSaw(1, "probe got no answer") })
 			if h, _ := reg.Health(1); h.State == registry.StateReady {
 				t.Errorf("state after the probe = %s, want down", h.State)
 			}
@@ -109,8 +110,8 @@ func TestFrozenServerFailsTheNextCallFast(t *testing.T) {
 
 	f.Freeze()
 	_ = callUntil(reg, 1, 300*time.Millisecond)
-	waitFor(t, "the probe to find the session silent", func() bool { return src.healthSaw(1, "probe got no answer") })
-	waitFor(t, "the reconnect to reach the frozen server", func() bool { return f.Held.Load() >= 3 })
+	testsupport.WaitFor(t, "the probe to find the session silent", func() bool { return src.healthSaw(1, "probe got no answer") })
+	testsupport.WaitFor(t, "the reconnect to reach the frozen server", func() bool { return f.Held.Load() >= 3 })
 
 	const deadline = 5 * time.Second
 	var took []time.Duration
@@ -130,7 +131,7 @@ func TestFrozenServerFailsTheNextCallFast(t *testing.T) {
 	t.Logf("calls with a %s deadline failed after %v (the reconnect was hanging)", deadline, took)
 
 	f.Thaw()
-	waitFor(t, "the connector to come back", func() bool {
+	testsupport.WaitFor(t, "the connector to come back", func() bool {
 		h, _ := reg.Health(1)
 		return h.State == registry.StateReady
 	})
@@ -154,7 +155,7 @@ func TestConnectHasADeadlineOfItsOwn(t *testing.T) {
 	if !strings.Contains(err.Error(), "no answer within the connect timeout (300ms)") {
 		t.Errorf("error %q does not say the connect timed out", err)
 	}
-	waitFor(t, "the failed connect to be recorded", func() bool {
+	testsupport.WaitFor(t, "the failed connect to be recorded", func() bool {
 		return src.healthSaw(1, "no answer within the connect timeout (300ms)")
 	})
 }
@@ -177,7 +178,7 @@ func TestDeadSessionIsNotDeleted(t *testing.T) {
 
 	f.Freeze()
 	_ = callUntil(reg, 1, 300*time.Millisecond)
-	waitFor(t, "the probe to find the session silent", func() bool { return src.healthSaw(1, "probe got no answer") })
+	testsupport.WaitFor(t, "the probe to find the session silent", func() bool { return src.healthSaw(1, "probe got no answer") })
 
 	done := make(chan struct{})
 	go func() {
@@ -189,7 +190,7 @@ func TestDeadSessionIsNotDeleted(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Delete of a connector whose server froze did not return within 10s")
 	}
-	waitFor(t, "the live session's DELETE to be sent and given up", func() bool { return f.DeletesLeft.Load() == 1 })
+	testsupport.WaitFor(t, "the live session's DELETE to be sent and given up", func() bool { return f.DeletesLeft.Load() == 1 })
 	// The dead session was closed when the probe dropped it, a second
 	// before: a DELETE it sent would have arrived first.
 	if n := f.Deletes.Load(); n != 1 {
@@ -240,7 +241,7 @@ func TestDownConnectorSaysWhenItFailedAndWhatIsNext(t *testing.T) {
 	cfg.ProbeAfter = time.Hour
 	src := newSource(httpSpec(1, srv.url()))
 	reg := run(t, src, cfg)
-	waitFor(t, "the first connect to fail", func() bool { return src.healthSaw(1, "connection refused") })
+	testsupport.WaitFor(t, "the first connect to fail", func() bool { return src.healthSaw(1, "connection refused") })
 	_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{})
 	if !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("call to a down connector: %v, want ErrUnavailable", err)
@@ -299,7 +300,7 @@ func checkHints(t *testing.T, targets []wrongTransport) {
 	run(t, src, testConfig())
 	for i, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
-			waitFor(t, "the hint", func() bool { return src.healthSaw(int64(i+1), tg.hint) })
+			testsupport.WaitFor(t, "the hint", func() bool { return src.healthSaw(int64(i+1), tg.hint) })
 		})
 	}
 }
@@ -325,13 +326,13 @@ func TestSessionStillOpeningIsNotIdle(t *testing.T) {
 		_, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{Session: "s"})
 		done <- err
 	}()
-	waitFor(t, "the session's handshake to reach the frozen server", func() bool { return f.Held.Load() >= 1 })
+	testsupport.WaitFor(t, "the session's handshake to reach the frozen server", func() bool { return f.Held.Load() >= 1 })
 	// A session of the other connector, opened after this one, expiring
 	// shows that an expiry ran after this one's TTL passed.
 	if _, err := reg.CallTool(ctxT(t), 2, "echo", map[string]any{"text": "x"}, registry.CallOptions{Session: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the later idle session to expire", func() bool { return reg.SessionCount(2) == 0 })
+	testsupport.WaitFor(t, "the later idle session to expire", func() bool { return reg.SessionCount(2) == 0 })
 	if n := reg.SessionCount(1); n != 1 {
 		t.Errorf("sessions of the connector whose session is opening = %d, want 1", n)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 func TestHealthIsWrittenWhenItChanges(t *testing.T) {
@@ -19,7 +20,7 @@ func TestHealthIsWrittenWhenItChanges(t *testing.T) {
 	first, _ := reg.Health(1)
 
 	const checks = 5
-	waitFor(t, "health checks", func() bool { return srv.lists.Load() >= 1+checks }) // one list at connect
+	testsupport.WaitFor(t, "health checks", func() bool { return srv.lists.Load() >= 1+checks }) // one list at connect
 	if h, _ := reg.Health(1); !h.CheckedAt.After(first.CheckedAt) || h.State != registry.StateReady {
 		t.Errorf("health after %d checks = %+v; want READY, checked after the connect at %v", checks, h, first.CheckedAt)
 	}
@@ -28,9 +29,9 @@ func TestHealthIsWrittenWhenItChanges(t *testing.T) {
 	}
 
 	srv.stop()
-	waitFor(t, "the loss to be written", func() bool { return src.lastHealth(1).State != registry.StateReady })
+	testsupport.WaitFor(t, "the loss to be written", func() bool { return src.lastHealth(1).State != registry.StateReady })
 	srv.start(srv.addr)
-	waitFor(t, "READY to be written again", func() bool { return src.lastHealth(1).State == registry.StateReady })
+	testsupport.WaitFor(t, "READY to be written again", func() bool { return src.lastHealth(1).State == registry.StateReady })
 }
 
 func TestUnchangedHealthIsWrittenEverySaveInterval(t *testing.T) {
@@ -41,7 +42,7 @@ func TestUnchangedHealthIsWrittenEverySaveInterval(t *testing.T) {
 	reg := run(t, src, cfg)
 	echo(t, reg, 1, "up")
 
-	waitFor(t, "three writes", func() bool { return src.healthCount(1) >= 3 })
+	testsupport.WaitFor(t, "three writes", func() bool { return src.healthCount(1) >= 3 })
 	lists := srv.lists.Load()
 	src.mu.Lock()
 	written := slices.Clone(src.health[1])
@@ -75,7 +76,7 @@ func TestChecksSpreadOverTheInterval(t *testing.T) {
 		}
 	}
 
-	waitFor(t, "two rounds of checks", func() bool { return srv.lists.Load() >= 3*n }) // n lists at connect
+	testsupport.WaitFor(t, "two rounds of checks", func() bool { return srv.lists.Load() >= 3*n }) // n lists at connect
 	// Where each connector's last check falls in the interval just past.
 	now := time.Now()
 	var byAge [parts]int
@@ -99,7 +100,7 @@ func TestCheckFindsAChangedSchema(t *testing.T) {
 		mcp.WithString("suffix")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText("x"), nil
 	})
-	waitFor(t, "the new echo parameter in the catalog", func() bool {
+	testsupport.WaitFor(t, "the new echo parameter in the catalog", func() bool {
 		tools, _ := reg.Tools(1)
 		i := slices.IndexFunc(tools, func(t mcp.Tool) bool { return t.Name == "echo" })
 		return i >= 0 && tools[i].InputSchema.Properties["suffix"] != nil

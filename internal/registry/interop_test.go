@@ -17,6 +17,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/loudskip"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // The reference TypeScript server, installed by scripts/install-mcp-everything.sh
@@ -75,7 +76,7 @@ func (s *tsServer) start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	waitFor(s.t, "the TypeScript server to listen", func() bool {
+	testsupport.WaitFor(s.t, "the TypeScript server to listen", func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprint("127.0.0.1:", s.port), 100*time.Millisecond)
 		if err == nil {
 			c.Close()
@@ -149,7 +150,7 @@ func TestInteropTypeScriptStreamableHTTPRestart(t *testing.T) {
 	if err := tsEcho(t, reg, 1, "after restart"); err != nil {
 		t.Fatalf("call after restart: %v", err)
 	}
-	waitFor(t, "exactly one new session", func() bool {
+	testsupport.WaitFor(t, "exactly one new session", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
 		return src.usage[1].Reconnects == 1
@@ -182,7 +183,7 @@ func TestInteropTypeScriptSSERestart(t *testing.T) {
 	}
 	start := time.Now()
 	srv.restart()
-	waitFor(t, "the dead stream to be noticed", func() bool { return src.healthSaw(1, "sse stream ended") })
+	testsupport.WaitFor(t, "the dead stream to be noticed", func() bool { return src.healthSaw(1, "sse stream ended") })
 	t.Logf("dead SSE stream noticed %s after the restart began", time.Since(start).Round(time.Millisecond))
 	for i := range 5 {
 		// Each call has 5s: one that hung on the old session would fail.
@@ -193,7 +194,7 @@ func TestInteropTypeScriptSSERestart(t *testing.T) {
 			t.Fatalf("call %d after the restart: %v (want success or a fast UNAVAILABLE)", i, err)
 		}
 	}
-	waitFor(t, "the SSE connector to work again", func() bool { return tsEcho(t, reg, 1, "after") == nil })
+	testsupport.WaitFor(t, "the SSE connector to work again", func() bool { return tsEcho(t, reg, 1, "after") == nil })
 	// Once a call has worked on the new session, nothing the old one
 	// left behind (its stream's end, a call that failed on it, a health
 	// check) may take the new one down.
@@ -223,10 +224,10 @@ func TestInteropTypeScriptStdioKilled(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the exit to be noticed", func() bool { return src.healthSaw(1, "signal: killed") })
+	testsupport.WaitFor(t, "the exit to be noticed", func() bool { return src.healthSaw(1, "signal: killed") })
 	t.Logf("killed stdio server noticed after %s", time.Since(start).Round(time.Millisecond))
-	waitFor(t, "the killed server to be reaped", func() bool { return !running(pid) && !zombie(pid) })
-	waitFor(t, "a new server to answer", func() bool { return tsEcho(t, reg, 1, "after") == nil })
+	testsupport.WaitFor(t, "the killed server to be reaped", func() bool { return !running(pid) && !zombie(pid) })
+	testsupport.WaitFor(t, "a new server to answer", func() bool { return tsEcho(t, reg, 1, "after") == nil })
 	if pids := readPIDs(t, pidfile); len(pids) < 2 {
 		t.Errorf("server processes started = %d, want a second one", len(pids))
 	}
@@ -254,7 +255,7 @@ func TestInteropTypeScriptPerSession(t *testing.T) {
 		t.Fatalf("session processes = %v, want two distinct", pids)
 	}
 	reg.CloseSession("ws", "alice", 1)
-	waitFor(t, "alice's node process to be gone", func() bool { return !running(pids["alice"]) && !zombie(pids["alice"]) })
+	testsupport.WaitFor(t, "alice's node process to be gone", func() bool { return !running(pids["alice"]) && !zombie(pids["alice"]) })
 	if !running(pids["bob"]) {
 		t.Error("closing alice's session ended bob's process")
 	}
@@ -293,7 +294,7 @@ func TestInteropTypeScriptUpdateUnderLoad(t *testing.T) {
 		}
 		reg.Replace(ctxT(t), httpSpec(1, url))
 		next := calls.Load() + 20
-		waitFor(t, "calls on the new connection", func() bool { return calls.Load() >= next || failed.Load() > 0 })
+		testsupport.WaitFor(t, "calls on the new connection", func() bool { return calls.Load() >= next || failed.Load() > 0 })
 	}
 	stop()
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/telemetry"
 	"github.com/connector-svc/connector-svc/internal/telemetry/telemetrytest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // conn are the attributes of connector id of workspace ws.
@@ -92,7 +93,7 @@ func TestMetricsStdioProcessesAndReconnects(t *testing.T) {
 	if _, err := reg.CallTool(ctxT(t), 1, "crash", nil, registry.CallOptions{}); err == nil {
 		t.Fatal("a call that crashed the server succeeded")
 	}
-	waitFor(t, "a reconnect after the crash, with one live process", func() bool {
+	testsupport.WaitFor(t, "a reconnect after the crash, with one live process", func() bool {
 		return m.Value(t, "connector.reconnects", s1...) == 1 && m.Value(t, "connector.stdio.processes", s1...) == 1
 	})
 	if got := m.Value(t, "connector.tool.call.errors", with(s1, "tool", "crash", "kind", "unavailable")...); got != 1 {
@@ -100,7 +101,7 @@ func TestMetricsStdioProcessesAndReconnects(t *testing.T) {
 	}
 
 	reg.Remove(1)
-	waitFor(t, "no live process after Remove", func() bool { return m.Value(t, "connector.stdio.processes", s1...) == 0 })
+	testsupport.WaitFor(t, "no live process after Remove", func() bool { return m.Value(t, "connector.stdio.processes", s1...) == 0 })
 	if _, ok := m.Point(t, "connector.state", with(s1, "state", "ready")...); ok {
 		t.Error("a removed connector still has a state")
 	}
@@ -112,7 +113,7 @@ func TestMetricsConnectErrorsAndState(t *testing.T) {
 	cfg.MeterProvider = m.Provider
 	run(t, newSource(httpSpec(1, "http://127.0.0.1:1/mcp")), cfg)
 	c1 := conn("c1")
-	waitFor(t, "three failed connects and state error", func() bool {
+	testsupport.WaitFor(t, "three failed connects and state error", func() bool {
 		return m.Value(t, "connector.connect.errors", c1...) >= 3 && m.Value(t, "connector.state", with(c1, "state", "error")...) == 1
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 func echo(t *testing.T, reg *registry.Registry, id int64, msg string) {
@@ -59,7 +60,7 @@ func TestOneConnectionForManyCalls(t *testing.T) {
 	if got := src.toolNames(1); !slices.Equal(got, []string{"block", "echo", "fail"}) {
 		t.Errorf("synced tools = %v", got)
 	}
-	waitFor(t, "usage to be reported", func() bool {
+	testsupport.WaitFor(t, "usage to be reported", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
 		return src.usage[1].Calls == 84
@@ -111,7 +112,7 @@ func TestSessionExpiredReinitializesOnce(t *testing.T) {
 	if n := srv.inits.Load(); n != 2 {
 		t.Errorf("initialize requests = %d, want 2 (connect + one shared re-initialize)", n)
 	}
-	waitFor(t, "the re-initialize to be counted", func() bool {
+	testsupport.WaitFor(t, "the re-initialize to be counted", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
 		return src.usage[1].Reinitializations == 1 && src.usage[1].Reconnects == 0
@@ -139,7 +140,7 @@ func TestServerDownFailsFastAndRecovers(t *testing.T) {
 	echo(t, reg, 1, "up")
 
 	srv.stop()
-	waitFor(t, "state ERROR", func() bool {
+	testsupport.WaitFor(t, "state ERROR", func() bool {
 		h, _ := reg.Health(1)
 		return h.State == registry.StateError
 	})
@@ -156,7 +157,7 @@ func TestServerDownFailsFastAndRecovers(t *testing.T) {
 	}
 
 	srv.start(srv.addr)
-	waitFor(t, "state READY again", func() bool {
+	testsupport.WaitFor(t, "state READY again", func() bool {
 		h, _ := reg.Health(1)
 		return h.State == registry.StateReady
 	})
@@ -205,14 +206,14 @@ func TestToolListChangesAreSynced(t *testing.T) {
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("hi"), nil
 		})
-	waitFor(t, "new_tool in the synced catalog", func() bool { return slices.Contains(src.toolNames(1), "new_tool") })
+	testsupport.WaitFor(t, "new_tool in the synced catalog", func() bool { return slices.Contains(src.toolNames(1), "new_tool") })
 	tools, _ := reg.Tools(1)
 	if !slices.ContainsFunc(tools, func(t mcp.Tool) bool { return t.Name == "new_tool" }) {
 		t.Error("the registry's cached tools lack new_tool")
 	}
 
 	srv.server().DeleteTools("fail")
-	waitFor(t, "fail removed from the catalog", func() bool { return !slices.Contains(src.toolNames(1), "fail") })
+	testsupport.WaitFor(t, "fail removed from the catalog", func() bool { return !slices.Contains(src.toolNames(1), "fail") })
 }
 
 // TestProtocolGenerations connects servers of either generation. A
@@ -275,7 +276,7 @@ func TestSSETransport(t *testing.T) {
 		t.Errorf("initialize requests = %d, want 1", n)
 	}
 	srv.restart() // the SSE stream dies with the server
-	waitFor(t, "the SSE connector to come back", func() bool {
+	testsupport.WaitFor(t, "the SSE connector to come back", func() bool {
 		res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "again"}, registry.CallOptions{})
 		return err == nil && !res.IsError
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // runFollower runs a registry over src that follows connector id from
@@ -41,7 +42,7 @@ func newHealthClock(t *testing.T, cfg registry.Config) healthClock {
 func (c healthClock) wait(t *testing.T, n int64) {
 	t.Helper()
 	from := c.srv.lists.Load()
-	waitFor(t, "health intervals to pass", func() bool { return c.srv.lists.Load() >= from+n })
+	testsupport.WaitFor(t, "health intervals to pass", func() bool { return c.srv.lists.Load() >= from+n })
 }
 
 func (f *fakeSource) syncCount(id int64) int {
@@ -83,7 +84,7 @@ func TestFollowerChecksAndWritesNothing(t *testing.T) {
 
 	start, from := time.Now(), ownSrv.lists.Load()
 	const checks = 10
-	waitFor(t, "the owner's health checks", func() bool { return ownSrv.lists.Load() >= from+checks })
+	testsupport.WaitFor(t, "the owner's health checks", func() bool { return ownSrv.lists.Load() >= from+checks })
 	intervals := float64(time.Since(start)) / float64(cfg.HealthInterval)
 	if per := checks / intervals; per > 1.3 {
 		t.Errorf("the owner checked %d times in %.1f intervals: %.2f per interval, want about 1", checks, intervals, per)
@@ -105,7 +106,7 @@ func TestFollowerChecksAndWritesNothing(t *testing.T) {
 	if _, err := follower.CallTool(ctxT(t), 1, "fail", nil, registry.CallOptions{}); !errors.Is(err, registry.ErrToolDisabled) {
 		t.Errorf("a tool the source does not know, on the follower: %v, want ErrToolDisabled", err)
 	}
-	waitFor(t, "the follower's usage report", func() bool { return folSrc.usageOf(1).Calls == 1 })
+	testsupport.WaitFor(t, "the follower's usage report", func() bool { return folSrc.usageOf(1).Calls == 1 })
 	if h, err := follower.Health(1); err != nil || h.State != registry.StateReady {
 		t.Errorf("the follower's own health: %+v, %v", h, err)
 	}
@@ -129,12 +130,12 @@ func TestOwnerRoleFlipsBothWays(t *testing.T) {
 	}
 
 	reg.SetOwner(1, true)
-	waitFor(t, "the new owner's sync and health write", func() bool { return src.syncCount(1) == 1 && src.healthCount(1) == 1 })
+	testsupport.WaitFor(t, "the new owner's sync and health write", func() bool { return src.syncCount(1) == 1 && src.healthCount(1) == 1 })
 	if h := src.lastHealth(1); h.State != registry.StateReady {
 		t.Errorf("the new owner wrote %+v", h)
 	}
 	from := srv.lists.Load()
-	waitFor(t, "the new owner's checks", func() bool { return srv.lists.Load() >= from+3 })
+	testsupport.WaitFor(t, "the new owner's checks", func() bool { return srv.lists.Load() >= from+3 })
 
 	reg.SetOwner(1, false)
 	clock.wait(t, 1) // a check under way at the flip ends
@@ -164,12 +165,12 @@ func TestFollowerReconnectsAfterServerRestart(t *testing.T) {
 	if _, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "x"}, registry.CallOptions{}); !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("a call with the server gone: %v, want ErrUnavailable", err)
 	}
-	waitFor(t, "the follower to see its connector down", func() bool {
+	testsupport.WaitFor(t, "the follower to see its connector down", func() bool {
 		h, _ := reg.Health(1)
 		return h.State == registry.StateDegraded || h.State == registry.StateError
 	})
 	srv.start(srv.addr)
-	waitFor(t, "the follower to reconnect by itself", func() bool {
+	testsupport.WaitFor(t, "the follower to reconnect by itself", func() bool {
 		h, _ := reg.Health(1)
 		return h.State == registry.StateReady
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // sessionSpec is a per_session stdio connector whose server locks its
@@ -134,7 +135,7 @@ func TestCloseSessionKillsItsProcessGroup(t *testing.T) {
 			continue
 		}
 		if pid == pids["dave"] || isChildOf(pid, pids["dave"], all) {
-			waitFor(t, fmt.Sprintf("dave's process %d to be gone", pid), func() bool { return !running(pid) && !zombie(pid) })
+			testsupport.WaitFor(t, fmt.Sprintf("dave's process %d to be gone", pid), func() bool { return !running(pid) && !zombie(pid) })
 		}
 	}
 	if !running(pids["erin"]) {
@@ -175,8 +176,8 @@ func TestIdleSessionsCloseAndTheCapHolds(t *testing.T) {
 		t.Fatalf("a third session: %v, want SessionLimitError{2}", err)
 	}
 	pid := sessionPIDs(t, reg, 1)["s1"]
-	waitFor(t, "idle sessions to close", func() bool { return reg.SessionCount(1) == 0 })
-	waitFor(t, "the idle session's server to be gone", func() bool { return !running(pid) && !zombie(pid) })
+	testsupport.WaitFor(t, "idle sessions to close", func() bool { return reg.SessionCount(1) == 0 })
+	testsupport.WaitFor(t, "the idle session's server to be gone", func() bool { return !running(pid) && !zombie(pid) })
 	sessionCall(t, reg, 1, "s3", "pid", nil)
 }
 
@@ -209,7 +210,7 @@ func TestLifecycleClosesEverySession(t *testing.T) {
 	gone := func(what string, pids []int) {
 		t.Helper()
 		for _, pid := range pids {
-			waitFor(t, fmt.Sprintf("%s: process %d gone", what, pid), func() bool { return !running(pid) && !zombie(pid) })
+			testsupport.WaitFor(t, fmt.Sprintf("%s: process %d gone", what, pid), func() bool { return !running(pid) && !zombie(pid) })
 		}
 	}
 
@@ -251,7 +252,7 @@ func TestSharedConnectorsCollideOnTheProfile(t *testing.T) {
 	if err1 != nil {
 		loser = 1
 	}
-	waitFor(t, "the profile lock in the loser's health", func() bool { return src.healthSaw(loser, "profile already in use") })
+	testsupport.WaitFor(t, "the profile lock in the loser's health", func() bool { return src.healthSaw(loser, "profile already in use") })
 }
 
 func TestSessionConnectionsRecoverOnTheirOwn(t *testing.T) {
@@ -266,7 +267,7 @@ func TestSessionConnectionsRecoverOnTheirOwn(t *testing.T) {
 	sessionCall(t, reg, 1, "a", "echo", map[string]any{"text": "x"})
 	sessionCall(t, reg, 1, "b", "echo", map[string]any{"text": "x"})
 	// The listing connection is closed in the background.
-	waitFor(t, "2 MCP sessions on the server (the listing one closed)", func() bool { return srv.sessions.count() == 2 })
+	testsupport.WaitFor(t, "2 MCP sessions on the server (the listing one closed)", func() bool { return srv.sessions.count() == 2 })
 	srv.expireSessions()
 	var restarted bool
 	res, err := reg.CallTool(ctxT(t), 1, "echo", map[string]any{"text": "after expiry"}, registry.CallOptions{Session: "a", Restarted: &restarted})
@@ -284,14 +285,14 @@ func TestSessionConnectionsRecoverOnTheirOwn(t *testing.T) {
 		t.Fatal("a call that crashed the session's server succeeded")
 	}
 	restarted = false
-	waitFor(t, "a new server for the session", func() bool {
+	testsupport.WaitFor(t, "a new server for the session", func() bool {
 		res, err := reg.CallTool(ctxT(t), 2, "pid", nil, registry.CallOptions{Session: "c", Restarted: &restarted})
 		return err == nil && text(t, res) != first
 	})
 	if !restarted {
 		t.Error("the first call on the session's new server did not report the restart")
 	}
-	waitFor(t, "session calls in the connector's counters", func() bool {
+	testsupport.WaitFor(t, "session calls in the connector's counters", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
 		return src.usage[1].Calls == 4 && src.usage[2].Calls >= 3 && src.usage[2].Errors >= 1

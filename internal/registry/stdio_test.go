@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // stdioServer is the path of the test stdio MCP server, built by TestMain.
@@ -110,7 +111,7 @@ func TestStdioStubbornServerAndChildAreKilled(t *testing.T) {
 	}
 	reg.Remove(1)
 	for _, pid := range pids {
-		waitFor(t, fmt.Sprintf("pid %d to be gone", pid), func() bool { return !running(pid) })
+		testsupport.WaitFor(t, fmt.Sprintf("pid %d to be gone", pid), func() bool { return !running(pid) })
 	}
 }
 
@@ -140,7 +141,7 @@ func TestStdioShutdownLeavesNoProcess(t *testing.T) {
 	// Run returned: the servers were reaped, and their children were sent
 	// SIGKILL, which lands a moment later.
 	for _, pid := range pids {
-		waitFor(t, fmt.Sprintf("pid %d to be gone after shutdown", pid), func() bool { return !running(pid) })
+		testsupport.WaitFor(t, fmt.Sprintf("pid %d to be gone after shutdown", pid), func() bool { return !running(pid) })
 	}
 }
 
@@ -166,7 +167,7 @@ func TestStdioCrashIsReportedAndRebuilt(t *testing.T) {
 		}
 	})
 	// The connector may be back before we look, so search what was persisted.
-	waitFor(t, "the server's stderr in a persisted health error", func() bool {
+	testsupport.WaitFor(t, "the server's stderr in a persisted health error", func() bool {
 		src.mu.Lock()
 		defer src.mu.Unlock()
 		for _, h := range src.health[1] {
@@ -176,7 +177,7 @@ func TestStdioCrashIsReportedAndRebuilt(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, "a new server process", func() bool {
+	testsupport.WaitFor(t, "a new server process", func() bool {
 		res, err := reg.CallTool(ctxT(t), 1, "pid", nil, registry.CallOptions{})
 		return err == nil && text(t, res) != text(t, first)
 	})

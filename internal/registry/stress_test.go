@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 // TestStartStopStress starts and stops the registry in a loop, with calls
@@ -53,7 +54,7 @@ func TestStartStopStress(t *testing.T) {
 	}
 	if _, err := os.Stat(pidfile); err == nil {
 		for _, pid := range readPIDs(t, pidfile) {
-			waitFor(t, fmt.Sprintf("stdio server %d to be gone", pid), func() bool { return !running(pid) })
+			testsupport.WaitFor(t, fmt.Sprintf("stdio server %d to be gone", pid), func() bool { return !running(pid) })
 		}
 	}
 	// Connections to the test server close asynchronously; allow slack.
@@ -63,5 +64,5 @@ func TestStartStopStress(t *testing.T) {
 			t.Logf("goroutines before: %d, now:\n%s", before, buf[:runtime.Stack(buf, true)])
 		}
 	})
-	waitFor(t, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= before+10 })
+	testsupport.WaitFor(t, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= before+10 })
 }
