@@ -23,11 +23,22 @@ func WaitFor(t testing.TB, what string, cond func() bool) time.Duration {
 func WaitWithin(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	if !Poll(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+	return time.Since(start)
+}
+
+// Poll calls cond every 5 ms until it holds, and reports whether it did
+// within d: for a test that says more than WaitFor can when it does not.
+// cond is called at least once, and once more after d has passed.
+func Poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+		if time.Now().After(deadline) {
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return time.Since(start)
+	return true
 }

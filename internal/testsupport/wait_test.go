@@ -40,3 +40,17 @@ func TestWaitWithinFailsAfterItsDeadline(t *testing.T) {
 		t.Fatal("WaitWithin did not fail after its deadline")
 	}
 }
+
+func TestPollReportsWhetherTheConditionHeld(t *testing.T) {
+	var n atomic.Int32
+	if !Poll(time.Minute, func() bool { return n.Add(1) == 3 }) || n.Load() != 3 {
+		t.Errorf("Poll of a condition that holds at the third call: polled %d times", n.Load())
+	}
+	start := time.Now()
+	if Poll(20*time.Millisecond, func() bool { return false }) {
+		t.Error("Poll of a condition that never holds reported true")
+	}
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Errorf("Poll gave up after %v, before its deadline", d)
+	}
+}
