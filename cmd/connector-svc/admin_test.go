@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,6 +29,7 @@ import (
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
+	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
 
 const dashboardFile = "../../deploy/grafana/connector-svc.json"
@@ -364,27 +366,44 @@ func TestEndToEndReadiness(t *testing.T) {
 	dbURL.Host = proxy.addr
 	svc := start(t, dbURL.String(), map[string]string{"ADMIN_PPROF": "true"})
 	admin := "http://" + svc.admin
-	watch, err := healthpb.NewHealthClient(dial(t, svc.addr)).Watch(testCtx(t), &healthpb.HealthCheckRequest{})
+	// The watch lasts the test, not one step's 20 s: on a busy machine
+	// the steps together take longer.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	t.Cleanup(stopWatch)
+	watch, err := healthpb.NewHealthClient(dial(t, svc.addr)).Watch(watchCtx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	statuses := make(chan healthpb.HealthCheckResponse_ServingStatus, 16)
+	go func() {
+		defer close(statuses)
+		for {
+			resp, err := watch.Recv()
+			if err != nil {
+				return
+			}
+			statuses <- resp.GetStatus()
+		}
+	}()
+	// next is the next status the watch reports, within a step's time.
 	next := func() healthpb.HealthCheckResponse_ServingStatus {
 		t.Helper()
-		resp, err := watch.Recv()
-		if err != nil {
-			t.Fatal(err)
+		select {
+		case s, ok := <-statuses:
+			if !ok {
+				t.Fatal("the health watch ended")
+			}
+			return s
+		case <-time.After(testsupport.Within):
+			t.Fatalf("no health status within %v", testsupport.Within)
 		}
-		return resp.GetStatus()
+		return 0
 	}
 	waitStatus := func(what string, want int) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for getStatus(t, admin+"/readyz") != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz never answered %d %s", want, what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testsupport.WaitFor(t, fmt.Sprintf("/readyz to answer %d %s", want, what), func() bool {
+			return getStatus(t, admin+"/readyz") == want
+		})
 	}
 
 	for _, step := range []struct {
