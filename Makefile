@@ -79,7 +79,7 @@ bench:
 ## testdata/fuzz/<target>/: commit it with the fix, and plain `go test`
 ## replays it from then on.
 FUZZTIME ?= 20000x
-FUZZ_PKGS = ./internal/egress ./internal/server ./internal/orchestrator
+FUZZ_PKGS = ./internal/egress ./internal/connectors ./internal/orchestrator
 fuzz:
 	@set -e; for pkg in $(FUZZ_PKGS); do \
 	  list=$$($(GO) test -list '^Fuzz' $$pkg); \
