@@ -175,6 +175,9 @@ func newCluster(t testing.TB, env map[string]string, ids ...string) *testCluster
 		if t.Failed() {
 			for _, r := range rs {
 				t.Logf("replica %s log (last lines):\n%s", r.id, tail(r.out.String(), 15))
+				if errs := errorLines(r.out.String(), 20); errs != "" {
+					t.Logf("replica %s log (its errors):\n%s", r.id, errs)
+				}
 			}
 		}
 	})
@@ -423,6 +426,18 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// errorLines is the last n lines of s logged at level ERROR: what a test
+// that failed on an INTERNAL status needs, which the tail may have lost.
+func errorLines(s string, n int) string {
+	var errs []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, `"level":"ERROR"`) {
+			errs = append(errs, strings.TrimRight(line, "\n"))
+		}
+	}
+	return tail(strings.Join(errs, "\n"), n)
 }
 
 func tail(s string, n int) string {

@@ -406,19 +406,8 @@ func TestCheckFenceHoldsOffClaims(t *testing.T) {
 			claimed <- got
 		}()
 		// The claim must be waiting on the fence's lock, not done.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var waiting bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)`).Scan(&waiting); err != nil {
-				return err
-			}
-			if waiting {
-				break
-			}
-			if time.Now().After(deadline) {
-				return errors.New("the claim never waited for the fence's lock")
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := waitForALockWait(ctx, tx, "the claim"); err != nil {
+			return err
 		}
 		select {
 		case got := <-claimed:
@@ -481,5 +470,69 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 		if owner, _, err := s.db.ConnectorOwner(ctx, id); err != nil || owner.ID != winners[id][0] {
 			t.Errorf("owner of %d = %q, %v; the claim said %q", id, owner.ID, err, winners[id][0])
 		}
+	}
+}
+
+// TestDeleteWaitsForAFencedWrite deletes a connector while its owner's
+// fenced write (a catalog sync, a health save) holds the fence and has not
+// yet written the connector's row. Both lock the ownership row before the
+// connector's, so the delete waits and then succeeds; taken the other way
+// round the two deadlock and Postgres aborts one (what made DeleteConnector
+// answer INTERNAL now and then).
+func TestDeleteWaitsForAFencedWrite(t *testing.T) {
+	ctx := context.Background()
+	s := newClusterSetup(t)
+	id := mustCreate(t, s.db, newConnector("acme", "c")).ID
+	if err := s.db.RegisterReplica(ctx, "a", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	epochs, err := s.db.ClaimConnectors(ctx, "a", []int64{id})
+	if err != nil || len(epochs) != 1 {
+		t.Fatalf("claim: %v, %v", epochs, err)
+	}
+	deleted := make(chan error, 1)
+	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
+		if err := s.db.CheckFence(ctx, tx, id, store.Fence{Replica: "a", Epoch: epochs[id]}); err != nil {
+			return err
+		}
+		go func() {
+			_, err := s.db.DeleteConnector(ctx, "acme", "c")
+			deleted <- err
+		}()
+		if err := waitForALockWait(ctx, tx, "the delete"); err != nil {
+			return err
+		}
+		// The owner's write, as SyncTools makes it.
+		_, err := tx.Exec(ctx, `SELECT config FROM connectors WHERE id = $1 FOR UPDATE`, id)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the fenced write: %v", err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatalf("DeleteConnector after the fenced write: %v", err)
+	}
+	if _, err := s.db.GetConnector(ctx, "acme", "c"); !errors.Is(err, store.ErrConnectorNotFound) {
+		t.Errorf("GetConnector after delete: %v, want ErrConnectorNotFound", err)
+	}
+}
+
+// waitForALockWait returns once some transaction waits for a lock (what,
+// started by the caller, waiting for the lock tx holds), or an error after
+// 10 s.
+func waitForALockWait(ctx context.Context, tx pgx.Tx, what string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)`).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s never waited for the fence's lock", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -301,8 +301,18 @@ func (db *DB) SetConnectorActive(ctx context.Context, workspaceID, externalID st
 func (db *DB) DeleteConnector(ctx context.Context, workspaceID, externalID string) (int64, error) {
 	var id int64
 	err := db.InTx(ctx, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `DELETE FROM connectors WHERE workspace_id = $1 AND external_id = $2 RETURNING id`,
+		// The ownership row goes first: an owner's fenced write locks it
+		// before the connector's row, and a delete that took the
+		// connector's row first would deadlock with it.
+		err := tx.QueryRow(ctx, `
+			WITH c AS (SELECT id FROM connectors WHERE workspace_id = $1 AND external_id = $2),
+			owner AS (DELETE FROM connector_owners WHERE connector_id = (SELECT id FROM c))
+			SELECT id FROM c`,
 			workspaceID, externalID).Scan(&id)
+		if err != nil {
+			return translate(err, connectorNotFound(workspaceID, externalID))
+		}
+		err = tx.QueryRow(ctx, `DELETE FROM connectors WHERE id = $1 RETURNING id`, id).Scan(&id)
 		if err != nil {
 			return translate(err, connectorNotFound(workspaceID, externalID))
 		}
