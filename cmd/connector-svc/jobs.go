@@ -98,7 +98,7 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 	}
 	if s.rep.internal != nil {
 		internal := server.NewInternalGRPCServer(s.srv, append(connOptions(cfg.Conn, false),
-			forward.ServerOptions(s.rep.key, forward.DefaultSkew, s.rep.older...)...)...)
+			forward.ServerConfig{Self: s.rep.members.Config().Addr, Key: s.rep.key, Older: s.rep.older}.Options()...)...)
 		serving = append(serving, job{"internal listener", func(ctx context.Context) error {
 			return serveGRPC(ctx, internal, s.rep.internal, func() { stopGracefully(internal, cfg.ShutdownGrace) })
 		}})

@@ -2,26 +2,32 @@ package forward
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // Dial returns a client connection to the internal listener at addr whose
-// every RPC carries the Header, signed with key as replica from. opts come
-// after Dial's own (a larger receive limit, keepalive).
+// every RPC carries the Header, signed with key as replica from for the
+// replica at addr (its advertised internal address, which the receiver
+// compares with its own). opts come after Dial's own, so a
+// grpc.WithTransportCredentials there replaces the plaintext default
+// (mutual TLS, see TLSFiles).
 //
-// The connection is plaintext: payloads are not encrypted on this hop,
-// which must stay on the cluster network. The HMAC authenticates the
-// sender and binds the header to the method and a time within the
-// server's skew; it does not cover the payload, so someone who can read
-// the hop could replay a header within that window. Like grpc.NewClient,
-// Dial does no I/O; it fails only on a bad from or bad options.
+// Each request message is marshaled deterministically once, its digest
+// signed and the same bytes sent. Only unary and server-streaming methods
+// can be signed (one request message); a client-streaming one fails.
+// Like grpc.NewClient, Dial does no I/O; it fails only on a bad from or
+// bad options.
 func Dial(addr string, key []byte, from string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if err := checkReplicaID(from); err != nil {
 		return nil, fmt.Errorf("forward: dial %s: %w", addr, err)
@@ -29,9 +35,13 @@ func Dial(addr string, key []byte, from string, opts ...grpc.DialOption) (*grpc.
 	if len(key) == 0 {
 		return nil, fmt.Errorf("forward: dial %s: no forwarding key", addr)
 	}
-	s := signer{key: key, from: from, now: time.Now}
+	if addr == "" || len(addr) > maxReceiver {
+		return nil, fmt.Errorf("forward: dial: want an address of 1 to %d bytes", maxReceiver)
+	}
+	s := signer{key: key, from: from, to: addr, now: time.Now}
 	all := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(clientCodec{})),
 		grpc.WithChainUnaryInterceptor(s.unary),
 		grpc.WithChainStreamInterceptor(s.stream),
 	}, opts...)
@@ -44,26 +54,112 @@ func Dial(addr string, key []byte, from string, opts ...grpc.DialOption) (*grpc.
 
 // signer puts the Header on outgoing RPCs.
 type signer struct {
-	key  []byte
-	from string
-	now  func() time.Time
+	key      []byte
+	from, to string
+	now      func() time.Time
 }
 
-// outgoing is ctx with the Header for method set (replacing any a caller
-// put there).
-func (s signer) outgoing(ctx context.Context, method string) context.Context {
+// outgoing marshals req and returns ctx with the Header for method and
+// req set (replacing any a caller put there), and req's bytes to send.
+func (s signer) outgoing(ctx context.Context, method string, req any) (context.Context, encoded, error) {
+	b, err := marshal(req)
+	if err != nil {
+		return nil, nil, status.Error(codes.Internal, err.Error())
+	}
+	digest := sha256.Sum256(b)
+	nonce := make([]byte, nonceSize)
+	_, _ = rand.Read(nonce) // never fails (crypto/rand)
+	now := s.now()
+	sg := signed{method: method, from: s.from, to: s.to, millis: now.UnixMilli(), nonce: nonce, digest: digest[:]}
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
-	md.Set(Header, sign(s.key, method, s.from, s.now()))
-	return metadata.NewOutgoingContext(ctx, md)
+	md.Set(Header, sg.header(s.key))
+	md.Set(LegacyHeader, legacyHeader(s.key, method, s.from, now))
+	return metadata.NewOutgoingContext(ctx, md), encoded(b), nil
 }
 
 func (s signer) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return invoker(s.outgoing(ctx, method), method, req, reply, cc, opts...)
+	ctx, b, err := s.outgoing(ctx, method, req)
+	if err != nil {
+		return err
+	}
+	return invoker(ctx, method, b, reply, cc, opts...)
 }
 
+// errClientStreams refuses a method whose client sends several messages:
+// the header is sent before the first and signs one.
+var errClientStreams = status.Error(codes.Unimplemented, "forward: a client-streaming method cannot be forwarded (the signature covers one request message)")
+
 func (s signer) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return streamer(s.outgoing(ctx, method), desc, cc, method, opts...)
+	if desc.ClientStreams {
+		return nil, errClientStreams
+	}
+	return &lazyStream{ctx: ctx, open: func(m any) (grpc.ClientStream, encoded, error) {
+		ctx, b, err := s.outgoing(ctx, method, m)
+		if err != nil {
+			return nil, nil, err
+		}
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		return cs, b, err
+	}}, nil
+}
+
+// lazyStream opens a server-streaming call when its one request message
+// is sent, so that the header can sign it. The generated client sends it
+// right after opening the stream, before anything else.
+type lazyStream struct {
+	ctx  context.Context
+	open func(m any) (grpc.ClientStream, encoded, error)
+	cs   grpc.ClientStream
+}
+
+var errNotSent = status.Error(codes.Internal, "forward: the stream's request message was not sent yet")
+
+func (l *lazyStream) SendMsg(m any) error {
+	if l.cs != nil {
+		return errClientStreams
+	}
+	cs, b, err := l.open(m)
+	if err != nil {
+		return err
+	}
+	l.cs = cs
+	return cs.SendMsg(b)
+}
+
+func (l *lazyStream) RecvMsg(m any) error {
+	if l.cs == nil {
+		return errNotSent
+	}
+	return l.cs.RecvMsg(m)
+}
+
+func (l *lazyStream) Header() (metadata.MD, error) {
+	if l.cs == nil {
+		return nil, errNotSent
+	}
+	return l.cs.Header()
+}
+
+func (l *lazyStream) Trailer() metadata.MD {
+	if l.cs == nil {
+		return nil
+	}
+	return l.cs.Trailer()
+}
+
+func (l *lazyStream) CloseSend() error {
+	if l.cs == nil {
+		return errNotSent
+	}
+	return l.cs.CloseSend()
+}
+
+func (l *lazyStream) Context() context.Context {
+	if l.cs == nil {
+		return l.ctx
+	}
+	return l.cs.Context()
 }
 
 // ErrClosed is returned by Pool.Conn after Pool.Close.

@@ -10,6 +10,15 @@
 // listener never runs them, so a caller who sends the header there gains
 // nothing. A forwarded call is never forwarded again: the server checks
 // Forwarded before it forwards.
+//
+// A forwarded call's header signs its method, its sender, the replica it
+// is sent to, the time, a random nonce and the SHA-256 digest of its
+// request's bytes. The receiving replica refuses a nonce it has seen
+// (each keeps the nonces of the signatures still within the time window),
+// a payload whose digest differs, a call signed for another replica, and
+// one signed more than the skew away: a captured call can be neither
+// replayed nor altered. The channel can also run over mutual TLS
+// (docs/replicas.md), which keeps the payloads from being read.
 package forward
 
 import (
@@ -24,16 +33,27 @@ import (
 	"time"
 )
 
-// Header is the metadata key of a forwarded call. Its value is
-// "v1.<sender replica id>.<unix millis>.<base64url HMAC-SHA256(key,
-// method|sender|millis)>".
-const Header = "x-connector-svc-forward"
+// Header is the metadata key of a forwarded call's signature. Its value is
+// "v2.<sender replica id>.<unix millis>.<receiver>.<nonce>.<digest>.<mac>",
+// the last four base64url: the internal address the call was sent to, 16
+// random bytes, the SHA-256 of the request message's bytes, and
+// HMAC-SHA256 over the method and all the other fields.
+const Header = "x-connector-svc-forward-v2"
+
+// LegacyHeader is the header replicas of earlier versions check: signed
+// over method, sender and time only. It is still sent, so that a replica
+// of this version can forward to an older one during a rolling upgrade;
+// it is never accepted.
+const LegacyHeader = "x-connector-svc-forward"
 
 // label is HKDF's info: it binds the derived key to this one use.
 const label = "connector-svc internal forwarding v1"
 
 // keySize is the size of the forwarding key, SHA-256's.
 const keySize = sha256.Size
+
+// nonceSize is the size of a call's random nonce.
+const nonceSize = 16
 
 // Key derives the forwarding key from one SECRET_KEY's raw bytes (see
 // secret.DecodeKeys) with HKDF-SHA256, so the raw key that seals
@@ -67,18 +87,39 @@ func checkReplicaID(id string) error {
 	return nil
 }
 
-// mac is HMAC-SHA256(key, method|from|millis).
-func mac(key []byte, method, from string, millis int64) []byte {
+// signed is what a header says about its call.
+type signed struct {
+	method, from, to string
+	millis           int64
+	nonce, digest    []byte
+}
+
+// mac is HMAC-SHA256(key) over s's fields, each preceded by its length so
+// that no two calls sign the same bytes.
+func (s signed) mac(key []byte) []byte {
 	h := hmac.New(sha256.New, key)
-	h.Write([]byte(method + "|" + from + "|" + strconv.FormatInt(millis, 10)))
+	for _, f := range [][]byte{[]byte("v2"), []byte(s.method), []byte(s.from), []byte(s.to),
+		[]byte(strconv.FormatInt(s.millis, 10)), s.nonce, s.digest} {
+		h.Write([]byte(strconv.Itoa(len(f)) + ":"))
+		h.Write(f)
+	}
 	return h.Sum(nil)
 }
 
-// sign is the header value of a call to method from replica from at t.
-func sign(key []byte, method, from string, t time.Time) string {
+// header is s's Header value, signed with key.
+func (s signed) header(key []byte) string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	return "v2." + s.from + "." + strconv.FormatInt(s.millis, 10) + "." + b64([]byte(s.to)) + "." +
+		b64(s.nonce) + "." + b64(s.digest) + "." + b64(s.mac(key))
+}
+
+// legacyHeader is the LegacyHeader value of a call to method from replica
+// from at t: HMAC-SHA256(key, method|from|millis), for older receivers.
+func legacyHeader(key []byte, method, from string, t time.Time) string {
 	millis := t.UnixMilli()
-	return "v1." + from + "." + strconv.FormatInt(millis, 10) + "." +
-		base64.RawURLEncoding.EncodeToString(mac(key, method, from, millis))
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(method + "|" + from + "|" + strconv.FormatInt(millis, 10)))
+	return "v1." + from + "." + strconv.FormatInt(millis, 10) + "." + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
 // Why a header is refused. The messages name the problem only: never the
@@ -86,6 +127,9 @@ func sign(key []byte, method, from string, t time.Time) string {
 var (
 	errMalformed = errors.New("the " + Header + " header is malformed")
 	errBadMAC    = errors.New("the " + Header + " header's signature does not verify (replicas with different SECRET_KEYs?)")
+	errReplayed  = errors.New("the " + Header + " header's nonce was seen before (a replayed call)")
+	errPayload   = errors.New("the request does not match the digest the " + Header + " header signs (changed after signing)")
+	errNotBefore = errors.New("the " + Header + " header was signed before this replica started (a replayed call)")
 )
 
 // errSkew says how far off a header's timestamp is.
@@ -96,43 +140,82 @@ func (e errSkew) Error() string {
 		"(clocks out of sync, or a replayed call)", Header, e.off.Round(time.Millisecond), e.skew)
 }
 
-// verify checks a header value for a call to method received at now,
-// against each of keys, and returns its sender.
-func verify(keys [][]byte, value, method string, now time.Time, skew time.Duration) (string, error) {
-	rest, ok := strings.CutPrefix(value, "v1.")
+// errReceiver says a call was signed for another replica.
+type errReceiver struct{ to string }
+
+func (e errReceiver) Error() string {
+	return fmt.Sprintf("the %s header was signed for the replica at %q, not this one (a replayed call, or an address that moved)", Header, e.to)
+}
+
+// maxReceiver is the longest receiver address a header may carry.
+const maxReceiver = 512
+
+// parse reads a Header value for a call to method; the MAC is returned
+// apart, unchecked.
+func parse(value, method string) (signed, []byte, error) {
+	rest, ok := strings.CutPrefix(value, "v2.")
 	if !ok {
-		return "", errMalformed
+		return signed{}, nil, errMalformed
 	}
-	// The sender id is what lies between the first dot and the last two;
-	// checkReplicaID allows dots in it.
-	i := strings.LastIndexByte(rest, '.')
-	if i < 0 {
-		return "", errMalformed
+	// The sender id is what lies between the first dot and the last
+	// five; checkReplicaID allows dots in it.
+	var tail [5]string
+	for i := len(tail) - 1; i >= 0; i-- {
+		j := strings.LastIndexByte(rest, '.')
+		if j < 0 {
+			return signed{}, nil, errMalformed
+		}
+		rest, tail[i] = rest[:j], rest[j+1:]
 	}
-	rest, sig := rest[:i], rest[i+1:]
-	j := strings.LastIndexByte(rest, '.')
-	if j < 0 {
-		return "", errMalformed
+	s := signed{method: method, from: rest}
+	var err error
+	if s.millis, err = strconv.ParseInt(tail[0], 10, 64); err != nil || checkReplicaID(s.from) != nil {
+		return signed{}, nil, errMalformed
 	}
-	from, ms := rest[:j], rest[j+1:]
-	millis, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil || checkReplicaID(from) != nil {
-		return "", errMalformed
+	to, err := base64.RawURLEncoding.DecodeString(tail[1])
+	if err != nil || len(to) == 0 || len(to) > maxReceiver {
+		return signed{}, nil, errMalformed
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || len(got) != sha256.Size {
-		return "", errMalformed
+	s.to = string(to)
+	var sig []byte
+	for _, f := range []struct {
+		dst  *[]byte
+		text string
+	}{{&s.nonce, tail[2]}, {&s.digest, tail[3]}, {&sig, tail[4]}} {
+		b, err := base64.RawURLEncoding.DecodeString(f.text)
+		if err != nil || len(b) != sizes[f.dst == &s.nonce] {
+			return signed{}, nil, errMalformed
+		}
+		*f.dst = b
+	}
+	return s, sig, nil
+}
+
+// sizes are the decoded sizes of a nonce (true) and of a digest or MAC.
+var sizes = map[bool]int{true: nonceSize, false: sha256.Size}
+
+// verify checks the Header value of a call to method received at now by
+// the replica at self ("" accepts any receiver: for tests), against each
+// of keys, and returns what it signs. The nonce and the digest are left
+// to the caller.
+func verify(keys [][]byte, value, method, self string, now time.Time, skew time.Duration) (signed, error) {
+	s, sig, err := parse(value, method)
+	if err != nil {
+		return signed{}, err
 	}
 	verified := false
 	for _, k := range keys {
 		// Every key is tried, so the time taken does not say which matched.
-		verified = hmac.Equal(got, mac(k, method, from, millis)) || verified
+		verified = hmac.Equal(sig, s.mac(k)) || verified
 	}
 	if !verified {
-		return "", errBadMAC
+		return signed{}, errBadMAC
 	}
-	if off := now.Sub(time.UnixMilli(millis)); off > skew || off < -skew {
-		return "", errSkew{off: off.Abs(), skew: skew}
+	if self != "" && s.to != self {
+		return signed{}, errReceiver{to: s.to}
 	}
-	return from, nil
+	if off := now.Sub(time.UnixMilli(s.millis)); off > skew || off < -skew {
+		return signed{}, errSkew{off: off.Abs(), skew: skew}
+	}
+	return s, nil
 }

@@ -3,6 +3,8 @@ package forward
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"net"
@@ -64,10 +66,21 @@ func (f *fake) StreamCallTool(_ *connectorv1.StreamCallToolRequest, ss grpc.Serv
 // returns its address and the fake.
 func serve(t *testing.T, opts ...grpc.ServerOption) (string, *fake) {
 	t.Helper()
+	return serveOn(t, listen(t), opts...)
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lis
+}
+
+// serveOn is serve on lis.
+func serveOn(t *testing.T, lis net.Listener, opts ...grpc.ServerOption) (string, *fake) {
+	t.Helper()
 	s := grpc.NewServer(opts...)
 	f := &fake{}
 	connectorv1.RegisterConnectorServiceServer(s, f)
@@ -99,6 +112,15 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c
+}
+
+// sign is the Header value of a call to method with an empty request,
+// from replica from to the replica at to, at t, with a fresh nonce.
+func sign(key []byte, method, from, to string, t time.Time) string {
+	empty := sha256.Sum256(nil)
+	nonce := make([]byte, nonceSize)
+	_, _ = rand.Read(nonce)
+	return signed{method: method, from: from, to: to, millis: t.UnixMilli(), nonce: nonce, digest: empty[:]}.header(key)
 }
 
 func withHeader(t *testing.T, vals ...string) context.Context {
@@ -161,7 +183,9 @@ func TestForwardedCallPasses(t *testing.T) {
 // the problem and carries neither key nor header.
 func TestRefused(t *testing.T) {
 	key, other := testKey(1), testKey(2)
-	addr, f := serve(t, ServerOptions(key, 30*time.Second)...)
+	lis := listen(t)
+	addr := lis.Addr().String()
+	_, f := serveOn(t, lis, ServerConfig{Self: addr, Key: key, Skew: 30 * time.Second}.Options()...)
 	now := time.Now()
 	// Each case's header is made for the method it is sent with.
 	cases := []struct {
@@ -171,14 +195,16 @@ func TestRefused(t *testing.T) {
 		repeat bool
 	}{
 		{"missing", nil, "missing", false},
-		{"wrong key", func(m string) string { return sign(other, m, "a", now) }, "does not verify", false},
-		{"stale", func(m string) string { return sign(key, m, "a", now.Add(-time.Minute)) }, "timestamp", false},
-		{"from the future", func(m string) string { return sign(key, m, "a", now.Add(time.Minute)) }, "timestamp", false},
-		{"tampered method", func(string) string { return sign(key, listMethod, "a", now) }, "does not verify", false},
-		{"tampered sender", func(m string) string { return strings.Replace(sign(key, m, "a", now), "v1.a.", "v1.b.", 1) }, "does not verify", false},
-		{"garbage", func(string) string { return "v1.a.b.c" }, "malformed", false},
-		{"no version", func(m string) string { return strings.TrimPrefix(sign(key, m, "a", now), "v1.") }, "malformed", false},
-		{"repeated", func(m string) string { return sign(key, m, "a", now) }, "repeated", true},
+		{"wrong key", func(m string) string { return sign(other, m, "a", addr, now) }, "does not verify", false},
+		{"stale", func(m string) string { return sign(key, m, "a", addr, now.Add(-time.Minute)) }, "timestamp", false},
+		{"from the future", func(m string) string { return sign(key, m, "a", addr, now.Add(time.Minute)) }, "timestamp", false},
+		{"tampered method", func(string) string { return sign(key, listMethod, "a", addr, now) }, "does not verify", false},
+		{"tampered sender", func(m string) string { return strings.Replace(sign(key, m, "a", addr, now), "v2.a.", "v2.b.", 1) }, "does not verify", false},
+		{"other receiver", func(m string) string { return sign(key, m, "a", "10.0.0.9:7000", now) }, "signed for the replica at", false},
+		{"garbage", func(string) string { return "v2.a.b.c" }, "malformed", false},
+		{"no version", func(m string) string { return strings.TrimPrefix(sign(key, m, "a", addr, now), "v2.") }, "malformed", false},
+		{"v1 header", func(m string) string { return legacyHeader(key, m, "a", now) }, "malformed", false},
+		{"repeated", func(m string) string { return sign(key, m, "a", addr, now) }, "repeated", true},
 	}
 	client := plain(t, addr)
 	for _, c := range cases {
@@ -273,7 +299,7 @@ func TestPublicServerIgnoresHeader(t *testing.T) {
 	if id := res.GetConnector().GetConnectorId(); id != "" {
 		t.Errorf("From = %q on the public server", id)
 	}
-	_, err = plain(t, addr).GetConnector(withHeader(t, sign(key, getMethod, "intruder", time.Now())), &connectorv1.GetConnectorRequest{})
+	_, err = plain(t, addr).GetConnector(withHeader(t, sign(key, getMethod, "intruder", addr, time.Now())), &connectorv1.GetConnectorRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +321,7 @@ func TestCallerHeaderReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	c := metadata.AppendToOutgoingContext(ctx(t), Header, "v1.evil.1.xx")
+	c := metadata.AppendToOutgoingContext(ctx(t), Header, "v2.evil.1.xx", LegacyHeader, "v1.evil.1.xx")
 	if _, err := connectorv1.NewConnectorServiceClient(cc).GetConnector(c, &connectorv1.GetConnectorRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,5 +383,202 @@ func TestPool(t *testing.T) {
 	}
 	if _, err := p.Conn(addrB); !errors.Is(err, ErrClosed) {
 		t.Errorf("Conn after Close: %v, want ErrClosed", err)
+	}
+}
+
+// capture is a server interceptor, after the forwarding ones, that keeps
+// the forwarding headers of each call that passed: what someone reading
+// the hop sees.
+type capture struct {
+	mu   sync.Mutex
+	seen []metadata.MD
+}
+
+func (c *capture) keep(ctx context.Context) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	kept := metadata.MD{}
+	for k, v := range md {
+		if strings.HasPrefix(k, "x-connector-svc-forward") {
+			kept[k] = v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, kept)
+}
+
+func (c *capture) last() metadata.MD {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[len(c.seen)-1]
+}
+
+func (c *capture) options() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			c.keep(ctx)
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			c.keep(ss.Context())
+			return h(srv, ss)
+		}),
+	}
+}
+
+// replay sends req to addr with the captured headers md, unary and
+// streaming, as someone who captured them would, and returns the errors.
+func replay(t *testing.T, addr string, md metadata.MD, req *connectorv1.GetConnectorRequest) error {
+	t.Helper()
+	_, err := plain(t, addr).GetConnector(metadata.NewOutgoingContext(ctx(t), md), req)
+	return err
+}
+
+func replayStream(t *testing.T, addr string, md metadata.MD, req *connectorv1.StreamCallToolRequest) error {
+	t.Helper()
+	stream, err := plain(t, addr).StreamCallTool(metadata.NewOutgoingContext(ctx(t), md), req)
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	return err
+}
+
+// TestReplayRefused: a forwarded call captured on the hop and sent again,
+// the same bytes, is refused UNAUTHENTICATED, unary and streaming, by the
+// replica it was sent to and by another replica with the same key.
+func TestReplayRefused(t *testing.T) {
+	key := testKey(1)
+	lisA, lisB := listen(t), listen(t)
+	addrA, addrB := lisA.Addr().String(), lisB.Addr().String()
+	var c capture
+	_, fa := serveOn(t, lisA, append(ServerConfig{Self: addrA, Key: key}.Options(), c.options()...)...)
+	_, fb := serveOn(t, lisB, ServerConfig{Self: addrB, Key: key}.Options()...)
+	cc, err := Dial(addrA, key, "sender")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := connectorv1.NewConnectorServiceClient(cc)
+
+	req := &connectorv1.GetConnectorRequest{ConnectorId: "c1", WorkspaceId: "w"}
+	if _, err := client.GetConnector(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	md := c.last()
+	for _, to := range []string{addrA, addrB} {
+		if err := replay(t, to, md, req); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("unary replay to %s: %v, want UNAUTHENTICATED", to, err)
+		}
+	}
+
+	sreq := &connectorv1.StreamCallToolRequest{ConnectorId: "c1", ToolName: "t"}
+	stream, err := client.StreamCallTool(ctx(t), sreq)
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	md = c.last()
+	for _, to := range []string{addrA, addrB} {
+		if err := replayStream(t, to, md, sreq); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("streaming replay to %s: %v, want UNAUTHENTICATED", to, err)
+		}
+	}
+	if got, want := len(fa.served()), 2; got != want {
+		t.Errorf("replica A served %d calls, want %d (the two signed ones)", got, want)
+	}
+	if got := len(fb.served()); got != 0 {
+		t.Errorf("replica B served %d replayed calls", got)
+	}
+}
+
+// TestChangedPayloadRefused: a request changed after it was signed (by an
+// interceptor after the signer, as someone on the hop would) is refused
+// UNAUTHENTICATED naming the digest, unary and streaming.
+func TestChangedPayloadRefused(t *testing.T) {
+	key := testKey(1)
+	lis := listen(t)
+	addr := lis.Addr().String()
+	_, f := serveOn(t, lis, ServerConfig{Self: addr, Key: key}.Options()...)
+	tamperUnary := func(ctx context.Context, method string, _, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(ctx, method, &connectorv1.GetConnectorRequest{ConnectorId: "someone-elses"}, reply, cc, opts...)
+	}
+	tamperStream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		return tampered{cs}, err
+	}
+	cc, err := Dial(addr, key, "sender", grpc.WithChainUnaryInterceptor(tamperUnary), grpc.WithChainStreamInterceptor(tamperStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := connectorv1.NewConnectorServiceClient(cc)
+	_, err = client.GetConnector(ctx(t), &connectorv1.GetConnectorRequest{ConnectorId: "mine"})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "digest") {
+		t.Errorf("unary: %v, want UNAUTHENTICATED naming the digest", err)
+	}
+	stream, err := client.StreamCallTool(ctx(t), &connectorv1.StreamCallToolRequest{ConnectorId: "mine"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "digest") {
+		t.Errorf("streaming: %v, want UNAUTHENTICATED naming the digest", err)
+	}
+	if got := f.served(); len(got) != 0 {
+		t.Errorf("served %q changed calls", got)
+	}
+}
+
+// tampered replaces the message a stream sends.
+type tampered struct{ grpc.ClientStream }
+
+func (s tampered) SendMsg(any) error {
+	return s.ClientStream.SendMsg(&connectorv1.StreamCallToolRequest{ConnectorId: "someone-elses"})
+}
+
+// TestOldCallRefused: a call signed more than the skew ago is refused,
+// and so is one signed before the receiving process started (a replay to
+// a process restarted at the same address, whose nonces are new).
+func TestOldCallRefused(t *testing.T) {
+	key := testKey(1)
+	lis := listen(t)
+	addr := lis.Addr().String()
+	_, f := serveOn(t, lis, ServerConfig{Self: addr, Key: key, Skew: time.Minute}.Options()...)
+	for _, c := range []struct {
+		age  time.Duration
+		want string
+	}{{2 * time.Minute, "timestamp"}, {10 * time.Second, "before this replica started"}} {
+		_, err := plain(t, addr).GetConnector(withHeader(t, sign(key, getMethod, "a", addr, time.Now().Add(-c.age))), &connectorv1.GetConnectorRequest{})
+		wantRefused(t, err, c.want, key, nil)
+	}
+	if got := f.served(); len(got) != 0 {
+		t.Errorf("served %q", got)
+	}
+}
+
+// TestNonceCacheBounded: a nonce is kept until its signature's window
+// ends, and then forgotten; a full cache refuses rather than forgets.
+func TestNonceCacheBounded(t *testing.T) {
+	n := newNonces(2)
+	t0 := time.Unix(1_000_000, 0)
+	a, b, c := []byte("aaaaaaaaaaaaaaaa"), []byte("bbbbbbbbbbbbbbbb"), []byte("cccccccccccccccc")
+	if err := n.use(a, t0.Add(30*time.Second), t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.use(a, t0.Add(30*time.Second), t0.Add(29*time.Second)); err != errReplayed {
+		t.Errorf("second use within the window: %v, want errReplayed", err)
+	}
+	if err := n.use(b, t0.Add(40*time.Second), t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.use(c, t0.Add(40*time.Second), t0.Add(2*time.Second)); err != errTooMany {
+		t.Errorf("third nonce in a cache of 2: %v, want errTooMany", err)
+	}
+	if err := n.use(c, t0.Add(70*time.Second), t0.Add(31*time.Second)); err != nil {
+		t.Errorf("after a's window: %v, want room", err)
+	}
+	if got := n.len(); got != 2 {
+		t.Errorf("kept %d nonces, want 2 (a forgotten)", got)
 	}
 }
