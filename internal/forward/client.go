@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -21,7 +25,7 @@ import (
 // replica at addr (its advertised internal address, which the receiver
 // compares with its own). opts come after Dial's own, so a
 // grpc.WithTransportCredentials there replaces the plaintext default
-// (mutual TLS, see TLSFiles).
+// (Pool.UseTLS).
 //
 // Each request message is marshaled deterministically once, its digest
 // signed and the same bytes sent. Only unary and server-streaming methods
@@ -172,9 +176,24 @@ type Pool struct {
 	from string
 	opts []grpc.DialOption
 
+	// tls, if set, makes the client TLS configuration for a peer whose
+	// certificate must carry serverName ("" means the host of its address).
+	tls        func(serverName string) *tls.Config
+	serverName string
+
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
+}
+
+// UseTLS makes the pool's connections TLS, each with clientConfig(name),
+// where name is serverName or, if that is empty, the host of the peer's
+// address: the name the peer's certificate must carry. Call it before the
+// first Conn.
+func (p *Pool) UseTLS(clientConfig func(serverName string) *tls.Config, serverName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tls, p.serverName = clientConfig, serverName
 }
 
 // NewPool returns a Pool whose connections sign as replica from with key;
@@ -200,7 +219,19 @@ func (p *Pool) Conn(addr string) (*grpc.ClientConn, error) {
 	if cc := p.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := Dial(addr, p.key, p.from, p.opts...)
+	opts := p.opts
+	if p.tls != nil {
+		name := p.serverName
+		if name == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("forward: dial %s: %w", addr, err)
+			}
+			name = host
+		}
+		opts = append(slices.Clip(opts), grpc.WithTransportCredentials(credentials.NewTLS(p.tls(name))))
+	}
+	cc, err := Dial(addr, p.key, p.from, opts...)
 	if err != nil {
 		return nil, err
 	}

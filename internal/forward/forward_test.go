@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,11 +17,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/tlsfiles"
+	"github.com/connector-svc/connector-svc/internal/tlsfiles/tlsfilestest"
 )
 
 const (
@@ -580,5 +585,105 @@ func TestNonceCacheBounded(t *testing.T) {
 	}
 	if got := n.len(); got != 2 {
 		t.Errorf("kept %d nonces, want 2 (a forgotten)", got)
+	}
+}
+
+// tlsFiles writes a certificate named cn issued by ca, its key and ca's
+// certificate into dir, and returns the files (the CA as ClientCAFile).
+func tlsFiles(t *testing.T, dir string, ca *tlsfilestest.CA, cn string) tlsfiles.Files {
+	t.Helper()
+	files := tlsfiles.Files{CertFile: filepath.Join(dir, cn+".pem"), KeyFile: filepath.Join(dir, cn+"-key.pem"),
+		ClientCAFile: filepath.Join(dir, cn+"-ca.pem")}
+	cert, key := ca.Issue(t, cn)
+	tlsfilestest.WriteFile(t, files.KeyFile, key)
+	tlsfilestest.WriteFile(t, files.CertFile, cert)
+	tlsfilestest.WriteFile(t, files.ClientCAFile, ca.PEM)
+	return files
+}
+
+func reloader(t *testing.T, files tlsfiles.Files) *tlsfiles.Reloader {
+	t.Helper()
+	r, err := tlsfiles.New(files, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestMutualTLS: over mutual TLS a pool whose certificate chains to the
+// configured CA forwards; a client without a certificate, with another
+// CA's, or in plaintext is refused; certificates and CAs renewed on disk
+// are used by new connections on both sides without a restart.
+func TestMutualTLS(t *testing.T) {
+	key := testKey(1)
+	dir := t.TempDir()
+	ca := tlsfilestest.NewCA(t, "internal ca")
+	serverFiles, clientFiles := tlsFiles(t, dir, ca, "server"), tlsFiles(t, dir, ca, "client")
+	server := reloader(t, serverFiles)
+	lis := listen(t)
+	addr := lis.Addr().String()
+	_, f := serveOn(t, lis, append(ServerConfig{Self: addr, Key: key}.Options(), grpc.Creds(credentials.NewTLS(server.ServerConfig())))...)
+
+	call := func(p *Pool) error {
+		t.Helper()
+		p.Forget(addr) // a new connection: a new handshake
+		cc, err := p.Conn(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = connectorv1.NewConnectorServiceClient(cc).GetConnector(ctx(t), &connectorv1.GetConnectorRequest{})
+		return err
+	}
+	pool := func(files tlsfiles.Files) *Pool {
+		p, err := NewPool(key, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		p.UseTLS(reloader(t, files).ClientConfig, "")
+		return p
+	}
+	client := pool(clientFiles)
+	if err := call(client); err != nil {
+		t.Fatalf("a client with a certificate of the CA: %v", err)
+	}
+
+	other := tlsFiles(t, dir, tlsfilestest.NewCA(t, "other ca"), "stranger")
+	tlsfilestest.WriteFile(t, other.ClientCAFile, ca.PEM) // it trusts the server, the server does not trust it
+	refusedClients := map[string]grpc.DialOption{
+		"plaintext":         grpc.WithTransportCredentials(insecure.NewCredentials()),
+		"no certificate":    grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})),
+		"another CA's cert": grpc.WithTransportCredentials(credentials.NewTLS(reloader(t, other).ClientConfig("127.0.0.1"))),
+	}
+	for name, creds := range refusedClients {
+		cc, err := Dial(addr, key, "a", creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = connectorv1.NewConnectorServiceClient(cc).GetConnector(ctx(t), &connectorv1.GetConnectorRequest{})
+		cc.Close()
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: %v, want UNAVAILABLE (no handshake)", name, err)
+		}
+	}
+
+	// Renewal: a new CA, and certificates of it on both sides, written
+	// over the files the running server and pool read.
+	newCA := tlsfilestest.NewCA(t, "renewed ca")
+	for _, files := range []tlsfiles.Files{serverFiles, clientFiles} {
+		cert, k := newCA.Issue(t, "renewed")
+		tlsfilestest.WriteFile(t, files.KeyFile, k)
+		tlsfilestest.WriteFile(t, files.CertFile, cert)
+		tlsfilestest.WriteFile(t, files.ClientCAFile, newCA.PEM)
+	}
+	if err := call(client); err != nil {
+		t.Errorf("after renewal on disk: %v", err)
+	}
+	old := tlsFiles(t, t.TempDir(), ca, "old")
+	if err := call(pool(old)); status.Code(err) != codes.Unavailable {
+		t.Errorf("a client of the replaced CA after renewal: %v, want UNAVAILABLE", err)
+	}
+	if got := len(f.served()); got != 2 {
+		t.Errorf("served %d calls, want 2", got)
 	}
 }

@@ -73,14 +73,57 @@ func New(files Files, interval time.Duration, logger *slog.Logger) (*Reloader, e
 // gets the files' configuration of the moment.
 func (r *Reloader) ServerConfig() *tls.Config {
 	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
+	}
+}
+
+// ClientConfig returns a configuration to dial a peer that serves the same
+// kind of files (mutual TLS between replicas): the certificate is shown as
+// the client certificate, and the peer's certificate must chain to the
+// client CA file's CAs and carry serverName (a DNS name or an IP; empty
+// refuses every peer).
+// Both are what the files hold at each handshake, so a renewed
+// certificate or CA is used without a restart. Without a client CA file
+// every handshake fails.
+func (r *Reloader) ClientConfig(serverName string) *tls.Config {
+	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			r.checkFiles()
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.current, nil
+		ServerName: serverName,
+		// The peer's certificate is verified by VerifyConnection, against
+		// the CAs of the moment: a tls.Config's RootCAs are fixed.
+		InsecureSkipVerify: true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &r.config().Certificates[0], nil
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			roots := r.config().ClientCAs
+			if serverName == "" {
+				return errors.New("tlsfiles: no server name to verify the peer's certificate for")
+			}
+			if roots == nil {
+				return errors.New("tlsfiles: no CA file to verify the peer's certificate with")
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tlsfiles: the peer showed no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+				DNSName: serverName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			return err
 		},
 	}
+}
+
+// config is the files' configuration of the moment, read again if due.
+func (r *Reloader) config() *tls.Config {
+	r.checkFiles()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
 }
 
 // checkFiles reads the files if the last check is an interval old, and
