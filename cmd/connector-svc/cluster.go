@@ -24,6 +24,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/tlsfiles"
 )
 
 // clusterConfig is how this replica takes part in the cluster of replicas
@@ -122,6 +123,7 @@ type replica struct {
 	elector  *cluster.Elector
 	internal net.Listener // nil: this replica takes no forwarded calls
 	pool     *forward.Pool
+	tls      *tlsfiles.Reloader // mutual TLS on the internal hop; nil: plaintext
 	key      []byte
 	older    [][]byte
 	live     atomic.Int64 // live replicas, for the rate limits' shares
@@ -138,6 +140,9 @@ func joinCluster(cfg config, db *store.DB, logger *slog.Logger) (*replica, error
 		return nil, err
 	}
 	if len(keys) > 0 {
+		if r.tls, err = cfg.InternalTLS.load(logger); err != nil {
+			return nil, err
+		}
 		if r.internal, err = net.Listen("tcp", cfg.Cluster.InternalAddr); err != nil {
 			return nil, inUse(fmt.Errorf("listen on INTERNAL_ADDR %s: %w", cfg.Cluster.InternalAddr, err), "INTERNAL_ADDR (-internal-addr)")
 		}
@@ -153,6 +158,7 @@ func joinCluster(cfg config, db *store.DB, logger *slog.Logger) (*replica, error
 			r.internal.Close()
 			return nil, err
 		}
+		cfg.InternalTLS.use(r.pool, r.tls)
 	}
 	ccfg := cluster.Config{ID: cfg.Cluster.ReplicaID, Addr: advertise, TTL: cfg.Cluster.ReplicaTTL, Logger: logger,
 		Settings: settingsFingerprint(cfg, keys), SettingsKey: settingsKey}

@@ -69,6 +69,8 @@ type config struct {
 
 	// Cluster is how this replica takes part among those on one database.
 	Cluster clusterConfig
+	// InternalTLS is mutual TLS on the internal hop between replicas.
+	InternalTLS internalTLSConfig
 
 	// OAuth is how end users authorize the service on MCP servers that
 	// need OAuth, and where their browsers come back to.
@@ -193,6 +195,7 @@ func newFlagSet() (*flag.FlagSet, *config, *flagValues) {
 	tlsFlags(fs, cfg)
 	adminFlags(fs, cfg)
 	clusterFlags(fs, &cfg.Cluster, &v.replicaTTL, &v.reconcile)
+	internalTLSFlags(fs, &cfg.InternalTLS)
 	oauthFlags(fs, &cfg.OAuth, &v.oauthStateTTL, &v.oauthReturnTo, &v.oauthProxies)
 	askBackFlags(fs, &cfg.AskBack)
 	v.conn.register(fs)
@@ -276,6 +279,9 @@ func (cfg *config) readLimits(v *flagValues, otel otelEnv) error {
 		return err
 	}
 	if err := cfg.Cluster.read(v.replicaTTL, v.reconcile); err != nil {
+		return err
+	}
+	if err := cfg.InternalTLS.check(); err != nil {
 		return err
 	}
 	if err := cfg.OAuth.read(v.oauthStateTTL, v.oauthReturnTo, v.oauthProxies); err != nil {

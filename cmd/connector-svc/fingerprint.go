@@ -35,6 +35,9 @@ func sharedSettings(cfg config) map[string]string {
 		"OAUTH_REDIRECT_URL":        cfg.OAuth.RedirectURL,
 		"OAUTH_CLIENT_METADATA_URL": cfg.OAuth.ClientMetadataURL,
 		"OAUTH_RETURN_TO_ALLOWED":   sortedList(cfg.OAuth.ReturnToAllowed),
+		// Whether the internal hop is TLS: a plaintext replica and a TLS
+		// one cannot forward to each other.
+		"INTERNAL_TLS": presence(cfg.InternalTLS.CertFile != ""),
 		// Who may call, and what a call's outcome is wherever it lands.
 		"AUTH":                     string(cfg.Auth),
 		"APPROVAL_TIMEOUT":         cfg.ApprovalTimeout.String(),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,8 +98,8 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 		}})
 	}
 	if s.rep.internal != nil {
-		internal := server.NewInternalGRPCServer(s.srv, append(connOptions(cfg.Conn, false),
-			forward.ServerConfig{Self: s.rep.members.Config().Addr, Key: s.rep.key, Older: s.rep.older}.Options()...)...)
+		internal := server.NewInternalGRPCServer(s.srv, slices.Concat(connOptions(cfg.Conn, false), internalServerCreds(s.rep.tls),
+			forward.ServerConfig{Self: s.rep.members.Config().Addr, Key: s.rep.key, Older: s.rep.older}.Options())...)
 		serving = append(serving, job{"internal listener", func(ctx context.Context) error {
 			return serveGRPC(ctx, internal, s.rep.internal, func() { stopGracefully(internal, cfg.ShutdownGrace) })
 		}})
