@@ -98,12 +98,12 @@ the cluster and flushing metrics. */}}
 
 {{/* Settings the chart sets itself, or that are secrets: never in .Values.config. */}}
 {{- define "connector-svc.reservedSettings" -}}
-{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "OAUTH_REDIRECT_URL" "OAUTH_CALLBACK_ADDR" "OAUTH_CALLBACK_TLS_CERT_FILE" "OAUTH_CALLBACK_TLS_KEY_FILE" "OAUTH_CLIENT_METADATA_URL" "OAUTH_RETURN_TO_ALLOWED" "OAUTH_CALLBACK_TRUSTED_PROXIES" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
+{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "INTERNAL_TLS_CERT_FILE" "INTERNAL_TLS_KEY_FILE" "INTERNAL_TLS_CA_FILE" "INTERNAL_TLS_SERVER_NAME" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "OAUTH_REDIRECT_URL" "OAUTH_CALLBACK_ADDR" "OAUTH_CALLBACK_TLS_CERT_FILE" "OAUTH_CALLBACK_TLS_KEY_FILE" "OAUTH_CLIENT_METADATA_URL" "OAUTH_RETURN_TO_ALLOWED" "OAUTH_CALLBACK_TRUSTED_PROXIES" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
 {{- end -}}
 
 {{/* The value that sets each setting the chart owns, for the message that refuses it in config. */}}
 {{- define "connector-svc.settingValueNames" -}}
-{{- dict "GRPC_ADDR" "ports.grpc" "ADMIN_ADDR" "ports.admin" "INTERNAL_ADDR" "ports.internal" "AUTH" "auth" "SHUTDOWN_GRACE" "shutdownGraceSeconds" "SHUTDOWN_DELAY" "shutdownDelaySeconds" "TLS_CERT_FILE" "tls.existingSecret" "TLS_KEY_FILE" "tls.existingSecret" "TLS_CLIENT_CA_FILE" "tls.clientCA" "LLM_BASE_URL" "llm.baseURL" "LLM_MODEL" "llm.model" "OAUTH_REDIRECT_URL" "oauth.redirectURL" "OAUTH_CALLBACK_ADDR" "ports.oauth" "OAUTH_CALLBACK_TLS_CERT_FILE" "oauth.tls.secretName" "OAUTH_CALLBACK_TLS_KEY_FILE" "oauth.tls.secretName" "OAUTH_CLIENT_METADATA_URL" "oauth.clientMetadataURL" "OAUTH_RETURN_TO_ALLOWED" "oauth.returnToAllowed" "OAUTH_CALLBACK_TRUSTED_PROXIES" "oauth.trustedProxies" | toJson -}}
+{{- dict "GRPC_ADDR" "ports.grpc" "ADMIN_ADDR" "ports.admin" "INTERNAL_ADDR" "ports.internal" "INTERNAL_TLS_CERT_FILE" "internalTLS" "INTERNAL_TLS_KEY_FILE" "internalTLS" "INTERNAL_TLS_CA_FILE" "internalTLS" "INTERNAL_TLS_SERVER_NAME" "internalTLS.serverName" "AUTH" "auth" "SHUTDOWN_GRACE" "shutdownGraceSeconds" "SHUTDOWN_DELAY" "shutdownDelaySeconds" "TLS_CERT_FILE" "tls.existingSecret" "TLS_KEY_FILE" "tls.existingSecret" "TLS_CLIENT_CA_FILE" "tls.clientCA" "LLM_BASE_URL" "llm.baseURL" "LLM_MODEL" "llm.model" "OAUTH_REDIRECT_URL" "oauth.redirectURL" "OAUTH_CALLBACK_ADDR" "ports.oauth" "OAUTH_CALLBACK_TLS_CERT_FILE" "oauth.tls.secretName" "OAUTH_CALLBACK_TLS_KEY_FILE" "oauth.tls.secretName" "OAUTH_CLIENT_METADATA_URL" "oauth.clientMetadataURL" "OAUTH_RETURN_TO_ALLOWED" "oauth.returnToAllowed" "OAUTH_CALLBACK_TRUSTED_PROXIES" "oauth.trustedProxies" | toJson -}}
 {{- end -}}
 
 {{/* Fails on a config key the chart owns or that is a secret; the schema says the same for `helm install`,
@@ -124,6 +124,14 @@ this says it for every path (--set on a schema-less fork, say). */}}
 {{- end -}}
 {{- end -}}
 {{- include "connector-svc.checkOAuth" . -}}
+{{- end -}}
+
+{{/* "true" when the internal hop between replicas is mutual TLS: internalTLS.enabled, or, when that is auto,
+tls.enabled. */}}
+{{- define "connector-svc.internalTLS" -}}
+{{- if eq (toString .Values.internalTLS.enabled) "auto" -}}
+{{- if .Values.tls.enabled -}}true{{- end -}}
+{{- else if .Values.internalTLS.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when the pods serve the OAuth callback: a redirect URL, and oauth.serveCallback. */}}
