@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/cluster"
 )
 
@@ -81,4 +84,62 @@ func TestReplicasKill9TakeoverBeforeTTL(t *testing.T) {
 		}
 		t.Errorf("%s runs processes %v (parents %v) 10s after the takeover, want 1", ofA, pids, parents)
 	}
+}
+
+// TestReplicasCallRightAfterCreate creates connectors through one replica
+// and calls them through the two others at once, with no retry: a replica
+// that finds a connector it has not heard of yet waits for its connect, as
+// the creating replica does. The creating replica lists the new
+// connector's tools within seconds, whoever owns it.
+func TestReplicasCallRightAfterCreate(t *testing.T) {
+	up := newUpstream(t)
+	c := newCluster(t, defaultSettings, "a", "b", "c")
+	c.waitMembers("a", "b", "c")
+	var failed []string
+	const rounds = 12
+	for i := range rounds {
+		id := fmt.Sprintf("h%d", i)
+		kind, conn := "http", httpConnector(id, up.url("/"+id))
+		if i%2 == 1 {
+			kind, conn = "stdio", c.stdioConnector(id)
+		}
+		creator := []string{"a", "b", "c"}[i%3]
+		create(t, c.client(creator), conn)
+		errs := make(chan error, 3)
+		for _, r := range []string{"a", "b", "c"} {
+			go func() {
+				if r == creator { // its catalog is synced by whoever owns it, within seconds
+					var err error
+					poll(5*time.Second, func() bool {
+						var resp *connectorv1.ListToolsResponse
+						resp, err = c.client(r).ListTools(ctxFor(t, 10*time.Second), &connectorv1.ListToolsRequest{WorkspaceId: "acme", ConnectorId: id})
+						if err == nil && len(resp.GetTools()) == 0 {
+							err = fmt.Errorf("no tools listed within 5s")
+						}
+						return err == nil
+					})
+					errs <- errors.Join(err, errorIf(err != nil, "ListTools through %s (the creator) of %s connector %s", r, kind, id))
+					return
+				}
+				err := echo(context.Background(), c.client(r), id, kind)
+				errs <- errors.Join(err, errorIf(err != nil, "CallTool through %s of %s connector %s created through %s", r, kind, id, creator))
+			}()
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				failed = append(failed, err.Error())
+			}
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of %d calls and listings right after CreateConnector failed:\n%s", len(failed), 3*rounds, strings.Join(failed, "\n"))
+	}
+}
+
+// errorIf returns an error of the message when cond holds, else nil.
+func errorIf(cond bool, format string, args ...any) error {
+	if !cond {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
 }

@@ -176,6 +176,21 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 	}
 }
 
+// Learn applies row, a connector's row a call read from the store, unless
+// this replica applied it (or a newer version) already: a connector created
+// or activated a moment ago through another replica, whose notification is
+// still on its way. The call then finds it held and waits for its connect,
+// as on the creating replica, instead of finding it not connected.
+func (l *Connectors) Learn(ctx context.Context, row *store.Connector) {
+	l.mu.Lock()
+	old := l.rows[row.ID]
+	l.mu.Unlock()
+	if old != nil && old.ConfigVersion >= row.ConfigVersion {
+		return
+	}
+	l.Apply(ctx, row)
+}
+
 // place says whether this replica holds a connection for row, and
 // whether it owns it.
 func (l *Connectors) place(row *store.Connector) (hold, owns bool) {
