@@ -156,8 +156,27 @@ func nullJSON(b json.RawMessage) any {
 }
 
 // GetRun returns a workspace's run. Returns ErrRunNotFound.
+//
+// A run held by a replica (resumed and running there, or paused live for
+// input in its memory) whose holder is no longer live (it stopped, or died
+// and the others saw it: internal/cluster) is failed as it is read, as the
+// leader's sweep would fail it once its heartbeat is missed: its caller
+// learns within seconds that it is lost, not after the sweep.
 func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) {
-	r, err := scanRun(db.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM query_runs WHERE workspace_id = $1 AND id = $2`,
+	r, err := scanRun(db.pool.QueryRow(ctx, `
+		WITH lost AS (
+			UPDATE query_runs SET status = 'failed',
+				error = CASE WHEN status = 'running' THEN 'the replica running the resumed run stopped during it'
+					ELSE 'the replica holding the tool call that waited for input stopped during it' END,
+				state = NULL, finished_at = now(), updated_at = now(), version = version + 1
+			WHERE workspace_id = $1 AND id = $2 AND status IN ('running', 'awaiting_input') AND held_by IS NOT NULL
+				AND (expires_at IS NULL OR expires_at > now())
+				AND NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.id = query_runs.held_by AND replicas.expires_at > now())
+			RETURNING `+runColumns+`
+		)
+		SELECT * FROM lost
+		UNION ALL
+		SELECT `+runColumns+` FROM query_runs WHERE workspace_id = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM lost)`,
 		workspaceID, id))
 	if err != nil {
 		return nil, fmt.Errorf("get query run %q: %w", id, translate(err, ErrRunNotFound))
