@@ -14,6 +14,9 @@ import (
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 )
 
+// nameSchema is the form the test server asks the user to fill.
+var nameSchema = map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}
+
 // TestReplicasPausedRunOfAStoppedReplica pauses a query for the user's
 // input on replica a (a live pause: the run waits in a's memory), then
 // stops a, with SIGTERM and with kill -9, and reads the run through b with
@@ -22,9 +25,8 @@ import (
 func TestReplicasPausedRunOfAStoppedReplica(t *testing.T) {
 	m := mcpserver.NewMCPServer("ask", "1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithElicitation())
 	m.AddTool(mcp.NewTool("who", mcp.WithReadOnlyHintAnnotation(true)), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res, err := mcpserver.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
-			Message: "Who are you?", RequestedSchema: map[string]any{"type": "object",
-				"properties": map[string]any{"name": map[string]any{"type": "string"}}}}})
+		req := mcp.ElicitationRequest{Params: mcp.ElicitationParams{Message: "Your name?", RequestedSchema: nameSchema}}
+		res, err := mcpserver.ServerFromContext(ctx).RequestElicitation(ctx, req)
 		if err != nil {
 			return nil, err
 		}
