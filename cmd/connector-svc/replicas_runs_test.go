@@ -90,3 +90,45 @@ func TestReplicasPausedRunOfAStoppedReplica(t *testing.T) {
 		c.restart("a")
 	}
 }
+
+// TestReplicasHealthFreshEverywhere reads a connector's health through the
+// replica that does not own it, with the default HEALTH_INTERVAL (30 s),
+// for longer than an interval: its check time is never older than the
+// interval and a few seconds, as on its owner.
+func TestReplicasHealthFreshEverywhere(t *testing.T) {
+	up := newUpstream(t)
+	c := newCluster(t, defaultSettings, "a", "b")
+	c.waitMembers("a", "b")
+	create(t, c.client("a"), httpConnector("h", up.url("/h")))
+	db := c.db()
+	var own map[string]owner
+	if !poll(20*time.Second, func() bool {
+		var err error
+		own, err = owners(context.Background(), db)
+		return err == nil && own["h"].live
+	}) {
+		t.Fatalf("connector h has no live owner 20s after it was created (owners %v)", own)
+	}
+	other := "a"
+	if own["h"].replica == "a" {
+		other = "b"
+	}
+	const interval, slack = 30 * time.Second, 5 * time.Second
+	var oldest time.Duration
+	end := time.Now().Add(interval + 15*time.Second)
+	for time.Now().Before(end) {
+		r, err := c.client(other).GetConnector(ctxFor(t, 5*time.Second), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "h"})
+		if err != nil {
+			t.Fatalf("GetConnector through %s: %v", other, err)
+		}
+		if ct := r.GetConnector().GetHealth().GetCheckTime(); ct != nil {
+			oldest = max(oldest, time.Since(ct.AsTime()))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("oldest check time seen through %s (not the owner) over %v: %v old", other, interval+15*time.Second, oldest.Round(time.Millisecond))
+	if oldest > interval+slack {
+		t.Errorf("health through %s (not the owner) showed a check %v old, want at most HEALTH_INTERVAL + %v (%v)",
+			other, oldest.Round(time.Millisecond), slack, interval+slack)
+	}
+}

@@ -105,9 +105,6 @@ func setup(t *testing.T, steps ...llmtest.Step) *fixture {
 		Transport: store.TransportStreamableHTTP, Config: cfg})
 	wantNoError(t, err)
 	lv.Apply(runCtx, row)
-	// The runs' holder (the Log's replica) is live: GetRun fails a run held
-	// by a replica that is not.
-	wantNoError(t, f.db.RegisterReplica(runCtx, "r1", "r1:7000", time.Hour))
 	model, err := llm.New(llm.Config{BaseURL: llmtest.New(t, steps...).URL(), APIKey: "k", Model: "fake-model", MaxRetries: 1,
 		BackoffBase: time.Millisecond})
 	wantNoError(t, err)

@@ -25,10 +25,6 @@ func TestHeldRunsStayRunningAbandonedOnesFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The holder is live: a run held by a replica that is not reads as lost.
-	if err := db.RegisterReplica(ctx, "replica-a", "a:7000", time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	exp := time.Now().Add(time.Hour)
 	for _, id := range []string{"held", "abandoned"} {
 		if err := db.SaveRuns(ctx, []*store.Run{{ID: id, WorkspaceID: "ws", ConnectorID: c.ID, ConnectorExternalID: "c",

@@ -210,16 +210,26 @@ func (db *DB) LeaveReplica(ctx context.Context, id string) error {
 }
 
 // ExpireDeadReplicas deletes the replicas whose expiry passed more than
-// grace ago, and with them their connector ownership, and returns how many
-// it deleted. It is the leader's housekeeping; a replica expired for less
+// grace ago, and with them their connector ownership, fails the runs they
+// held (as GetRun reads them), and returns how many it deleted. It is the leader's housekeeping; a replica expired for less
 // than grace keeps its row, so a short pause is not a re-registration.
 // Others took over its connectors already once it stopped being live.
 func (db *DB) ExpireDeadReplicas(ctx context.Context, grace time.Duration) (int64, error) {
-	tag, err := db.pool.Exec(ctx, `DELETE FROM replicas WHERE expires_at < now() - $1::interval`, grace)
+	var n int64
+	err := db.pool.QueryRow(ctx, `
+		WITH gone AS (
+			DELETE FROM replicas WHERE expires_at < now() - $1::interval RETURNING id
+		), lost AS (
+			UPDATE query_runs SET `+failHeldRun+`
+			WHERE held_by IN (SELECT id FROM gone) AND status IN ('running', 'awaiting_input')
+				AND (expires_at IS NULL OR expires_at > now())
+			RETURNING id
+		)
+		SELECT count(*) FROM gone`, grace).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("expire dead replicas: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Leader is the current term of the cluster's leader lease.

@@ -205,10 +205,11 @@ func TestRunsAwaitingInput(t *testing.T) {
 	}
 }
 
-// TestGetRunOfALostHolder: a run held by a replica that is no longer live
+// TestGetRunOfALostHolder: a run held by a replica whose row expired
 // (paused live for input, or resumed and running there) reads FAILED at
 // once, as the sweep would leave it once its heartbeat is missed; one whose
-// holder is live reads as it is.
+// holder is live reads as it is; the leader's deletion of a dead replica
+// fails the runs it held.
 func TestGetRunOfALostHolder(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.NewDB(t)
@@ -233,17 +234,28 @@ func TestGetRunOfALostHolder(t *testing.T) {
 			t.Fatalf("run %s while its holder is live = %+v, %v", id, r, err)
 		}
 	}
-	if err := db.LeaveReplica(ctx, "a"); err != nil {
+	// a's row expires (its connections closed, or its TTL passed).
+	if _, _, err := db.HeartbeatReplica(ctx, "a", -time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]string{"p1": "waited for input stopped", "r1": "running the resumed run stopped"} {
 		r, err := db.GetRun(ctx, "ws1", id)
 		if err != nil || r.Status != store.RunFailed || !strings.Contains(r.Error, want) || r.FinishedAt == nil {
-			t.Errorf("run %s after its holder left = %+v, %v; want failed, %q", id, r, err, want)
+			t.Errorf("run %s after its holder expired = %+v, %v; want failed, %q", id, r, err, want)
 		}
 	}
 	if r, err := db.GetRun(ctx, "ws1", "o1"); err != nil || r.Status != store.RunRunning {
 		t.Errorf("run o1 held by live b = %+v, %v; want running", r, err)
+	}
+	// A run held by a replica the leader deletes, long expired, fails with it.
+	if _, _, err := db.HeartbeatReplica(ctx, "b", -time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.ExpireDeadReplicas(ctx, time.Minute); err != nil || n != 1 {
+		t.Errorf("ExpireDeadReplicas = %d, %v; want b (a expired a moment ago)", n, err)
+	}
+	if r, err := db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Status: store.RunRunning, Limit: 10}); err != nil || len(r) != 0 {
+		t.Errorf("running runs after their holder was deleted = %+v, %v; want none", r, err)
 	}
 	if _, err := db.GetRun(ctx, "ws1", "nope"); !errors.Is(err, store.ErrRunNotFound) {
 		t.Errorf("GetRun of no run = %v, want ErrRunNotFound", err)
