@@ -104,6 +104,7 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 			return serveGRPC(ctx, internal, s.rep.internal, func() { stopGracefully(internal, cfg.ShutdownGrace) })
 		}})
 	}
+	liveStopped := make(chan struct{})
 	drained := []job{
 		// The registry stops once the runs still going on here without
 		// their callers have failed: their tool calls' connections close
@@ -114,11 +115,23 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 			go func() {
 				<-ctx.Done()
 				s.srv.StopLiveRuns(cfg.ShutdownGrace)
+				close(liveStopped)
 				stopRegistry()
 			}()
 			return s.reg.Run(regCtx)
 		}},
-		{"counters and run records", func(ctx context.Context) error { return s.srv.Run(ctx, cfg.ShutdownGrace) }},
+		// The last write of the records waits for those runs: their failure
+		// is part of the drain, committed before the process exits.
+		{"counters and run records", func(ctx context.Context) error {
+			recCtx, stopRecords := context.WithCancel(context.WithoutCancel(ctx))
+			defer stopRecords()
+			go func() {
+				<-ctx.Done()
+				<-liveStopped
+				stopRecords()
+			}()
+			return s.srv.Run(recCtx, cfg.ShutdownGrace)
+		}},
 	}
 	var last []job
 	if admin != nil {

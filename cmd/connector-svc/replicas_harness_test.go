@@ -57,6 +57,10 @@ const (
 	listenerAppName = "connector-svc-listener"
 )
 
+// defaultSettings unsets what the harness lowers, for the tests that run
+// with the service's defaults (REPLICA_TTL 15 s, HEALTH_INTERVAL 30 s).
+var defaultSettings = map[string]string{"REPLICA_TTL": "", "HEALTH_INTERVAL": ""}
+
 // replicaTTL is the membership TTL the tests run with (REPLICA_TTL).
 const replicaTTL = 3 * time.Second
 
@@ -144,7 +148,8 @@ type testCluster struct {
 }
 
 // newCluster starts replicas with the given ids on a fresh database. env
-// adds to (or overrides) the defaults.
+// adds to (or overrides) the defaults; a value "" leaves that setting at the
+// service's default (defaultSettings).
 func newCluster(t testing.TB, env map[string]string, ids ...string) *testCluster {
 	t.Helper()
 	_, stdio := binaries(t)
@@ -198,7 +203,9 @@ func (c *testCluster) start(id string) *replicaProc {
 	cmd := exec.Command(svc)
 	env := os.Environ()
 	for k, v := range c.env {
-		env = append(env, k+"="+v)
+		if v != "" { // "" leaves the setting at its default
+			env = append(env, k+"="+v)
+		}
 	}
 	cmd.Env = append(env, "DATABASE_URL="+c.url, "REPLICA_ID="+id)
 	out := &lockedBuffer{}

@@ -178,6 +178,11 @@ func (s *parts) buildLive() error {
 		// Every replica's call counters reach the row within a second, so
 		// GetConnector on any replica shows the same figures.
 		UsageInterval: time.Second,
+		// Every check's time reaches the row, so GetConnector on a replica
+		// that does not own the connector shows a check no older than
+		// HEALTH_INTERVAL (and the check's own time): one fenced write per
+		// connector per interval, on its owner.
+		HealthSaveInterval: cfg.HealthInterval / 2,
 		// A per-session HTTP session outlives this replica, for another
 		// to adopt; the sessions table says who holds which.
 		DetachSessions:  true,

@@ -181,7 +181,11 @@ func (s *Service) Callable(ctx context.Context, workspaceID, connectorID string)
 		return 0, err
 	}
 	// Active in the store but not held: activated a moment ago by another
-	// request, or its secrets did not open.
+	// request (through another replica: learn of it now, and wait for its
+	// connect), or its secrets did not open.
+	if s.d.Live != nil {
+		s.d.Live.Learn(ctx, c)
+	}
 	if id, ok := s.d.Registry.Lookup(workspaceID, connectorID); ok {
 		return id, nil
 	}

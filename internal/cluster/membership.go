@@ -17,6 +17,10 @@ import (
 // how long a leader's lease lasts after its last renewal.
 const DefaultTTL = 15 * time.Second
 
+// DefaultWatch is how often a replica looks for replicas whose database
+// connections closed (Config.Watch).
+const DefaultWatch = time.Second
+
 // leaveTimeout bounds the last statements at shutdown (leave, resign), run
 // after Run's context ended.
 const leaveTimeout = 5 * time.Second
@@ -35,6 +39,11 @@ type Config struct {
 	// and re-checks its ownership, and how often the elector tries to elect
 	// or renew (with jitter). Default TTL/3.
 	Heartbeat time.Duration
+	// Watch is how often the replica asks Postgres whether another live
+	// replica's listener connection has closed (a kill -9, a crash), and if
+	// so expires it at once, without waiting for its TTL. Default
+	// DefaultWatch; negative never (the TTL alone tells).
+	Watch time.Duration
 	// Logger receives failed rounds and changes of the live set; nil
 	// discards.
 	Logger *slog.Logger
@@ -55,6 +64,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = c.TTL / 3
+	}
+	if c.Watch == 0 {
+		c.Watch = DefaultWatch
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -148,6 +160,12 @@ func (m *Membership) Run(ctx context.Context) error {
 	}
 	ticker := time.NewTicker(m.cfg.Heartbeat)
 	defer ticker.Stop()
+	var watch <-chan time.Time
+	if m.cfg.Watch > 0 {
+		w := time.NewTicker(m.cfg.Watch)
+		defer w.Stop()
+		watch = w.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,9 +173,35 @@ func (m *Membership) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 			m.heartbeat(ctx)
+		case <-watch:
+			m.watch(ctx)
 		case <-m.wake:
 			m.reread(ctx)
 		}
+	}
+}
+
+// watch expires the live replicas whose listener connection Postgres saw
+// close, and re-reads the live set if it did: they died, and their
+// connectors are free to claim now rather than after their TTL. The
+// others hear the member event and re-read too.
+func (m *Membership) watch(ctx context.Context) {
+	m.mu.Lock()
+	skip := m.left || !m.registered
+	m.mu.Unlock()
+	if skip {
+		return
+	}
+	gone, err := m.db.ExpireVanishedReplicas(ctx, m.cfg.ID)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			m.cfg.Logger.WarnContext(ctx, "cluster: looking for replicas whose connections closed failed", slog.Any("error", err))
+		}
+	case len(gone) > 0:
+		m.cfg.Logger.WarnContext(ctx, "cluster: replicas whose database connections closed are no longer live; taking over their connectors",
+			slog.Any("replicas", gone))
+		m.reread(ctx)
 	}
 }
 

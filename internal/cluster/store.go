@@ -16,6 +16,7 @@ type Store interface {
 	LiveReplicas(ctx context.Context) ([]store.Replica, error)
 	SetReplicaSettings(ctx context.Context, id string, settings map[string]string) error
 	LeaveReplica(ctx context.Context, id string) error
+	ExpireVanishedReplicas(ctx context.Context, self string) ([]string, error)
 	ExpireDeadReplicas(ctx context.Context, grace time.Duration) (int64, error)
 
 	ElectLeader(ctx context.Context, id string, ttl time.Duration) (term time.Time, ok bool, err error)

@@ -176,6 +176,31 @@ func (l *Connectors) Apply(ctx context.Context, row *store.Connector) {
 	}
 }
 
+// Learn applies row, a connector's row a call read from the store because
+// the registry does not hold it: a connector created or activated a moment
+// ago through another replica, whose notification is still on its way, or
+// one this replica has just claimed (its re-apply is queued). The call then
+// finds it held and waits for its connect, as on the creating replica,
+// instead of finding it not connected. Apply keeps a newer row applied
+// already, and does nothing when nothing changed.
+func (l *Connectors) Learn(ctx context.Context, row *store.Connector) { l.Apply(ctx, row) }
+
+// LookupOrLearn is Lookup, and for a connector this replica has not
+// applied, the row read from the store, applied now (Learn): a call routed
+// right after the connector was created through another replica goes
+// where its row says, as on the creating replica.
+func (l *Connectors) LookupOrLearn(ctx context.Context, workspaceID, connectorID string) (*store.Connector, bool) {
+	if row, ok := l.Lookup(workspaceID, connectorID); ok {
+		return row, true
+	}
+	row, err := l.db.GetConnector(ctx, workspaceID, connectorID)
+	if err != nil {
+		return nil, false
+	}
+	l.Learn(ctx, row)
+	return l.Lookup(workspaceID, connectorID)
+}
+
 // place says whether this replica holds a connection for row, and
 // whether it owns it.
 func (l *Connectors) place(row *store.Connector) (hold, owns bool) {

@@ -74,7 +74,7 @@ func (p *Placer) Place(ctx context.Context, t Target) (*grpc.ClientConn, error) 
 	if p.router == nil && (t.OwnerOnly || p.check == nil) {
 		return nil, nil
 	}
-	row, ok := p.conns.Lookup(t.WorkspaceID, t.ConnectorID)
+	row, ok := p.conns.LookupOrLearn(ctx, t.WorkspaceID, t.ConnectorID)
 	if !ok || !row.Active {
 		return nil, nil
 	}

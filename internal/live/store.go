@@ -12,6 +12,7 @@ import (
 type Store interface {
 	ActiveConnectors(ctx context.Context) ([]*store.Connector, error)
 	ConnectorByID(ctx context.Context, id int64) (*store.Connector, error)
+	GetConnector(ctx context.Context, workspaceID, externalID string) (*store.Connector, error)
 	ConnectorVersions(ctx context.Context) (map[int64]int64, error)
 	ConnectorTools(ctx context.Context, id int64) ([]*store.Tool, error)
 	SaveHealth(ctx context.Context, id int64, h store.Health) error

@@ -76,6 +76,7 @@ type Listener struct {
 	interval time.Duration
 	logger   *slog.Logger
 	appName  string
+	replica  string // "" unnamed
 	handlers map[string]func(payload string)
 	listened []func()
 	confirms []func(since time.Time)
@@ -92,9 +93,12 @@ func (db *DB) NewListener(interval time.Duration, logger *slog.Logger) *Listener
 }
 
 // Named names the listening connection after replica in pg_stat_activity:
-// ListenerApplicationName + ":" + replica. It returns l.
+// ListenerApplicationName + ":" + replica, and records in replica's row,
+// over that connection, each time it starts listening (listening_since):
+// when the connection closes, the others see the replica gone
+// (ExpireVanishedReplicas). It returns l.
 func (l *Listener) Named(replica string) *Listener {
-	l.appName = ListenerApplicationName + ":" + replica
+	l.appName, l.replica = listenerName(replica), replica
 	return l
 }
 
@@ -165,6 +169,14 @@ func (l *Listener) listen(ctx context.Context, listening func()) error {
 	for ch := range l.handlers {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return fmt.Errorf("listen on %s: %w", ch, err)
+		}
+	}
+	if l.replica != "" {
+		// Over this connection, so that it is known to be up: from now on,
+		// its closing tells the others this replica died
+		// (ExpireVanishedReplicas).
+		if _, err := conn.Exec(ctx, `UPDATE replicas SET listening_since = now() WHERE id = $1`, l.replica); err != nil {
+			return fmt.Errorf("listen for changes: %w", err)
 		}
 	}
 	listening()

@@ -69,18 +69,23 @@ func notify(ev ClusterEvent) string {
 }
 
 // RegisterReplica inserts or refreshes replica id, live for ttl from now,
-// and notifies a member event.
+// and notifies a member event. If the replica's listener (Listener.Named)
+// is connected already, its row says so (listening_since), so that its
+// death is seen at once (ExpireVanishedReplicas); else the listener says so
+// when it starts listening.
 func (db *DB) RegisterReplica(ctx context.Context, id, internalAddr string, ttl time.Duration) error {
 	_, err := db.pool.Exec(ctx, `
 		WITH up AS (
-			INSERT INTO replicas (id, internal_addr, started_at, heartbeat_at, expires_at)
-			VALUES ($1, $2, now(), now(), now() + $3::interval)
+			INSERT INTO replicas (id, internal_addr, started_at, heartbeat_at, expires_at, listening_since)
+			VALUES ($1, $2, now(), now(), now() + $3::interval,
+				(SELECT now() FROM pg_stat_activity WHERE application_name = $4 LIMIT 1))
 			ON CONFLICT (id) DO UPDATE SET internal_addr = EXCLUDED.internal_addr,
-				started_at = now(), heartbeat_at = now(), expires_at = EXCLUDED.expires_at
+				started_at = now(), heartbeat_at = now(), expires_at = EXCLUDED.expires_at,
+				listening_since = EXCLUDED.listening_since
 			RETURNING id
 		)
 		SELECT `+notify(ClusterEvent{Kind: EventMember})+` FROM up`,
-		id, internalAddr, ttl)
+		id, internalAddr, ttl, listenerName(id))
 	if err != nil {
 		return fmt.Errorf("register replica %q: %w", id, err)
 	}
@@ -123,6 +128,42 @@ func (db *DB) HeartbeatReplica(ctx context.Context, id string, ttl time.Duration
 	}
 	return alive, live, nil
 }
+
+// ExpireVanishedReplicas ends at once the life of every live replica but
+// self whose listener was connected since the database server started
+// (listening_since) and is no longer: its process died (kill -9, a crash)
+// or lost the database, and Postgres saw its connection close. Its row
+// expires now (so its connectors are free to claim, and its heartbeat, if
+// it still runs, tells it it was lost) and a member event is notified. Its
+// leader lease, if it led, is left to run out: a leader trusts its lease by
+// its own clock. It returns the ids expired, in order. A replica cut off
+// by a partition keeps its connection open as far as Postgres knows: then
+// only its TTL tells. The statement writes nothing while nobody vanished.
+func (db *DB) ExpireVanishedReplicas(ctx context.Context, self string) ([]string, error) {
+	rows, err := db.pool.Query(ctx, `
+		WITH gone AS (
+			UPDATE replicas r SET expires_at = now()
+			WHERE r.expires_at > now() AND r.id <> $1
+				AND r.listening_since > pg_postmaster_start_time()
+				AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = $2 || r.id)
+			RETURNING r.id
+		), told AS (
+			SELECT id, `+notify(ClusterEvent{Kind: EventMember})+` FROM gone
+		)
+		SELECT id FROM told ORDER BY id`,
+		self, ListenerApplicationName+":")
+	if err != nil {
+		return nil, fmt.Errorf("expire vanished replicas: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("expire vanished replicas: %w", err)
+	}
+	return ids, nil
+}
+
+// listenerName is the application_name of replica id's listener.
+func listenerName(id string) string { return ListenerApplicationName + ":" + id }
 
 // LiveReplicas returns the replicas whose expiry is still ahead, in id
 // order.
@@ -169,16 +210,26 @@ func (db *DB) LeaveReplica(ctx context.Context, id string) error {
 }
 
 // ExpireDeadReplicas deletes the replicas whose expiry passed more than
-// grace ago, and with them their connector ownership, and returns how many
-// it deleted. It is the leader's housekeeping; a replica expired for less
+// grace ago, and with them their connector ownership, fails the runs they
+// held (as GetRun reads them), and returns how many it deleted. It is the leader's housekeeping; a replica expired for less
 // than grace keeps its row, so a short pause is not a re-registration.
 // Others took over its connectors already once it stopped being live.
 func (db *DB) ExpireDeadReplicas(ctx context.Context, grace time.Duration) (int64, error) {
-	tag, err := db.pool.Exec(ctx, `DELETE FROM replicas WHERE expires_at < now() - $1::interval`, grace)
+	var n int64
+	err := db.pool.QueryRow(ctx, `
+		WITH gone AS (
+			DELETE FROM replicas WHERE expires_at < now() - $1::interval RETURNING id
+		), lost AS (
+			UPDATE query_runs SET `+failHeldRun+`
+			WHERE held_by IN (SELECT id FROM gone) AND status IN ('running', 'awaiting_input')
+				AND (expires_at IS NULL OR expires_at > now())
+			RETURNING id
+		)
+		SELECT count(*) FROM gone`, grace).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("expire dead replicas: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Leader is the current term of the cluster's leader lease.

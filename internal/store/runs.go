@@ -156,14 +156,39 @@ func nullJSON(b json.RawMessage) any {
 }
 
 // GetRun returns a workspace's run. Returns ErrRunNotFound.
+//
+// A run held by a replica (resumed and running there, or paused live for
+// input in its memory) whose holder's row has expired (it died, and the
+// others saw its connections close, or its TTL passed: internal/cluster) is
+// failed as it is read, as the leader's sweep would fail it once its
+// heartbeat is missed: its caller learns within seconds that it is lost.
+// A holder that stopped fails its runs itself, and the leader fails those
+// of the expired replicas it deletes (ExpireDeadReplicas).
 func (db *DB) GetRun(ctx context.Context, workspaceID, id string) (*Run, error) {
-	r, err := scanRun(db.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM query_runs WHERE workspace_id = $1 AND id = $2`,
+	r, err := scanRun(db.pool.QueryRow(ctx, `
+		WITH lost AS (
+			UPDATE query_runs SET `+failHeldRun+`
+			WHERE workspace_id = $1 AND id = $2 AND status IN ('running', 'awaiting_input') AND held_by IS NOT NULL
+				AND (expires_at IS NULL OR expires_at > now())
+				AND EXISTS (SELECT 1 FROM replicas WHERE replicas.id = query_runs.held_by AND replicas.expires_at <= now())
+			RETURNING `+runColumns+`
+		)
+		SELECT * FROM lost
+		UNION ALL
+		SELECT `+runColumns+` FROM query_runs WHERE workspace_id = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM lost)`,
 		workspaceID, id))
 	if err != nil {
 		return nil, fmt.Errorf("get query run %q: %w", id, translate(err, ErrRunNotFound))
 	}
 	return r, nil
 }
+
+// failHeldRun is the SET clause that fails a run whose holding replica is
+// gone (GetRun, ExpireDeadReplicas), as the sweep does (ExpireRuns).
+const failHeldRun = `status = 'failed',
+	error = CASE WHEN status = 'running' THEN 'the replica running the resumed run stopped during it'
+		ELSE 'the replica holding the tool call that waited for input stopped during it' END,
+	state = NULL, finished_at = now(), updated_at = now(), version = version + 1`
 
 // ClaimRun marks a paused run running for the one resume that read it at
 // version, with trace, the run's trace with the decisions made, if it is

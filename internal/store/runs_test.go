@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +152,9 @@ func TestRunsAwaitingInput(t *testing.T) {
 	if err := db.SaveRuns(ctx, []*store.Run{durable, live}); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.RegisterReplica(ctx, "replica-a", "a:7000", time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	if r, err := db.GetRun(ctx, "ws1", "l1"); err != nil || r.HeldBy != "replica-a" || r.Status != store.RunAwaitingInput {
 		t.Fatalf("live run = %+v, %v", r, err)
 	}
@@ -198,5 +202,62 @@ func TestRunsAwaitingInput(t *testing.T) {
 	}
 	if r, _ := db.GetRun(ctx, "ws1", "l1"); r.HeldBy != "" || r.Status != store.RunCompleted {
 		t.Errorf("l1 = %+v; want completed, held by nobody", r)
+	}
+}
+
+// TestGetRunOfALostHolder: a run held by a replica whose row expired
+// (paused live for input, or resumed and running there) reads FAILED at
+// once, as the sweep would leave it once its heartbeat is missed; one whose
+// holder is live reads as it is; the leader's deletion of a dead replica
+// fails the runs it held.
+func TestGetRunOfALostHolder(t *testing.T) {
+	ctx := context.Background()
+	db := storetest.NewDB(t)
+	c := mustCreate(t, db, newConnector("ws1", "a"))
+	exp := time.Now().Add(time.Hour)
+	for _, r := range []string{"a", "b"} {
+		if err := db.RegisterReplica(ctx, r, r+":7000", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused := &store.Run{ID: "p1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunAwaitingInput, CreatedAt: time.Now(), ExpiresAt: &exp, HeldBy: "a"}
+	running := &store.Run{ID: "r1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunRunning, CreatedAt: time.Now(), HeldBy: "a"}
+	other := &store.Run{ID: "o1", WorkspaceID: "ws1", ConnectorID: c.ID, ConnectorExternalID: "a", Query: "q", MaxTools: 3,
+		Status: store.RunRunning, CreatedAt: time.Now(), HeldBy: "b"}
+	if err := db.SaveRuns(ctx, []*store.Run{paused, running, other}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p1", "r1"} {
+		if r, err := db.GetRun(ctx, "ws1", id); err != nil || r.Status == store.RunFailed {
+			t.Fatalf("run %s while its holder is live = %+v, %v", id, r, err)
+		}
+	}
+	// a's row expires (its connections closed, or its TTL passed).
+	if _, _, err := db.HeartbeatReplica(ctx, "a", -time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"p1": "waited for input stopped", "r1": "running the resumed run stopped"} {
+		r, err := db.GetRun(ctx, "ws1", id)
+		if err != nil || r.Status != store.RunFailed || !strings.Contains(r.Error, want) || r.FinishedAt == nil {
+			t.Errorf("run %s after its holder expired = %+v, %v; want failed, %q", id, r, err, want)
+		}
+	}
+	if r, err := db.GetRun(ctx, "ws1", "o1"); err != nil || r.Status != store.RunRunning {
+		t.Errorf("run o1 held by live b = %+v, %v; want running", r, err)
+	}
+	// A run held by a replica the leader deletes, long expired, fails with it.
+	if _, _, err := db.HeartbeatReplica(ctx, "b", -time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.ExpireDeadReplicas(ctx, time.Minute); err != nil || n != 1 {
+		t.Errorf("ExpireDeadReplicas = %d, %v; want b (a expired a moment ago)", n, err)
+	}
+	if r, err := db.ListRuns(ctx, store.RunFilter{WorkspaceID: "ws1", Status: store.RunRunning, Limit: 10}); err != nil || len(r) != 0 {
+		t.Errorf("running runs after their holder was deleted = %+v, %v; want none", r, err)
+	}
+	if _, err := db.GetRun(ctx, "ws1", "nope"); !errors.Is(err, store.ErrRunNotFound) {
+		t.Errorf("GetRun of no run = %v, want ErrRunNotFound", err)
 	}
 }
