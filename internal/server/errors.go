@@ -236,6 +236,9 @@ var errorTable = []errorRow{
 	{match: is(oauth.ErrStateInvalid), field: "state"},
 	{match: is(oauth.ErrIssuerMismatch), field: "iss"},
 	{match: is(oauth.ErrReturnToNotAllowed), field: "return_to"},
+	// A step-up that could not help: the server asks for scopes the
+	// token holds. Before IsAuthError, which wraps it.
+	{match: as[*oauth.ScopesHeldError](), code: codes.PermissionDenied, reason: ReasonStepUpLimit},
 	{match: is(oauth.ErrNoGrant), code: codes.NotFound, reason: ReasonAuthorizationMissing,
 		message: text("the user has no authorization of this connector")},
 	// Only a create or update: a dial refused later is the connector being
