@@ -232,7 +232,9 @@ var errorTable = []errorRow{
 		message: prefixed("the connector's server cannot be authorized as the MCP specification asks: ")},
 	// The server's error code and its description, scrubbed of what the
 	// service sent it: the message names both.
-	{match: as[*oauth.AuthServerError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed},
+	// The metadata's error is there with a return_to or without one.
+	{match: as[*oauth.AuthServerError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed,
+		metadata: authServerMetadata},
 	{match: is(oauth.ErrStateInvalid), field: "state"},
 	{match: is(oauth.ErrIssuerMismatch), field: "iss"},
 	{match: is(oauth.ErrReturnToNotAllowed), field: "return_to"},

@@ -60,7 +60,7 @@ func TestAuthorizationErrorRows(t *testing.T) {
 			(&oauth.AuthServerError{Code: "access_denied"}).Error(),
 			map[string]string{"error": "access_denied", "return_to": "https://chat.test/back"}, "", nil},
 		{&oauth.AuthServerError{Code: "access_denied"}, codes.FailedPrecondition, ReasonAuthorizationFailed,
-			(&oauth.AuthServerError{Code: "access_denied"}).Error(), nil, "", nil},
+			(&oauth.AuthServerError{Code: "access_denied"}).Error(), map[string]string{"error": "access_denied"}, "", nil},
 		{&authorizations.WrongWorkspaceError{KeyID: "k1", KeyWorkspaceID: "other"}, codes.PermissionDenied, auth.ReasonWrongWorkspace,
 			`API key k1 is for workspace "other", not the authorization's`, nil, "", nil},
 		{&authorizations.NotOAuthUserError{ConnectorID: "m", Mode: store.AuthClientCredentials}, codes.FailedPrecondition, ReasonNotOAuthUser,

@@ -834,6 +834,21 @@ func TestCompleteAuthorizationWorkspace(t *testing.T) {
 	if msg := status.Convert(err).Message(); strings.Count(msg, "access_denied") != 1 {
 		t.Errorf("refusal message %q names the OAuth error other than once", msg)
 	}
+
+	// Without a return_to, the metadata still names the OAuth error
+	// (issue 27: it was there only with one).
+	state = start("")
+	_, err = f.client.CompleteAuthorization(as(mine), &connectorv1.CompleteAuthorizationRequest{State: state, Error: "access_denied"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonAuthorizationFailed, "")
+	md = nil
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			md = info.GetMetadata()
+		}
+	}
+	if _, has := md["return_to"]; md["error"] != "access_denied" || has {
+		t.Errorf("refusal metadata without a return_to = %v, want error and no return_to", md)
+	}
 }
 
 // RevokeAuthorization: an oauth_user connector's needs the user; a
