@@ -157,7 +157,7 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 		// A per_session connector keeps no connection of its own: list
 		// over a short-lived one.
 		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
-			return ToolChanges{}, unavailable(c.redact.err(err))
+			return ToolChanges{}, retryNext(c.redact.err(err))
 		}
 		defer s.close(c.reg.cfg.CloseGrace)
 	}
@@ -165,7 +165,7 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 	if err != nil {
 		if ctx.Err() == nil && !IsAuthError(err) && (isConnectionBroken(err) || isSessionLost(err)) {
 			c.drop(s, err)
-			return ToolChanges{}, unavailable(c.redact.err(err))
+			return ToolChanges{}, c.unavailable(c.redact.err(err))
 		}
 		return ToolChanges{}, fmt.Errorf("tools/list: %w", c.redact.err(err))
 	}
@@ -297,7 +297,7 @@ func (c *conn) resync(ctx context.Context) error {
 	case s == nil:
 		// A per_session connector keeps no connection of its own.
 		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
-			return unavailable(c.redact.err(err))
+			return retryNext(c.redact.err(err))
 		}
 		defer s.close(c.reg.cfg.CloseGrace)
 	}
@@ -305,7 +305,7 @@ func (c *conn) resync(ctx context.Context) error {
 	if err != nil {
 		if ctx.Err() == nil && !IsAuthError(err) && (isConnectionBroken(err) || isSessionLost(err)) {
 			c.drop(s, err)
-			return unavailable(c.redact.err(err))
+			return c.unavailable(c.redact.err(err))
 		}
 		return fmt.Errorf("tools/list: %w", c.redact.err(err))
 	}

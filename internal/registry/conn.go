@@ -154,10 +154,10 @@ func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
 			if closed := c.closedCause(); closed != nil {
 				return nil, 0, nil, closed
 			}
-			return nil, 0, nil, unavailable(err)
+			return nil, 0, nil, c.unavailable(err)
 		}
 	}
-	return nil, 0, nil, unavailable(errors.New("the connection was lost again right after it was made"))
+	return nil, 0, nil, c.unavailable(errors.New("the connection was lost again right after it was made"))
 }
 
 // joinable says whether a call to c, which is down, waits for a connect
@@ -182,20 +182,38 @@ func (c *conn) downError(now time.Time, started bool) error {
 	if !c.lostAt.IsZero() {
 		last = "connection lost " + ago(now, c.lostAt)
 	}
-	var next string
+	return unavailable(fmt.Errorf("%s: %s; %s", last, c.health.LastError, c.nextAttempt(now, started)))
+}
+
+// nextAttempt says when the next connect attempt of c is, for an error
+// message: every UNAVAILABLE says it. started says the caller starts one
+// now. c.mu must be held.
+func (c *conn) nextAttempt(now time.Time, started bool) string {
 	switch {
 	case started:
-		next = "a new attempt starts now"
+		return "a new attempt starts now"
 	case c.connecting:
-		next = "a new attempt has been under way for " + roundFor(now.Sub(c.lastTry))
-	default:
-		at := c.nextTry
-		if probe := c.lastTry.Add(c.reg.cfg.ProbeAfter); probe.Before(at) {
-			at = probe // a call after it starts the attempt
-		}
-		next = "next attempt in " + roundFor(at.Sub(now))
+		return "a new attempt has been under way for " + roundFor(now.Sub(c.lastTry))
+	case !c.down():
+		return "the connector is connected again: the call may be retried now"
 	}
-	return unavailable(fmt.Errorf("%s: %s; %s", last, c.health.LastError, next))
+	at := c.nextTry
+	if probe := c.lastTry.Add(c.reg.cfg.ProbeAfter); probe.Before(at) {
+		at = probe // a call after it starts the attempt
+	}
+	return "next attempt in " + roundFor(at.Sub(now))
+}
+
+// unavailable wraps cause as ErrUnavailable, saying when the next connect
+// attempt is (see nextAttempt).
+func (c *conn) unavailable(cause error) error {
+	c.mu.RLock()
+	closed, next := c.closed, c.nextAttempt(time.Now(), false)
+	c.mu.RUnlock()
+	if closed {
+		return unavailable(cause)
+	}
+	return unavailable(fmt.Errorf("%w; %s", cause, next))
 }
 
 // ago says how long before now t was, for an error message.

@@ -101,6 +101,13 @@ func unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
 
+// retryNext wraps cause as ErrUnavailable for a connection that the next
+// call opens afresh (a session's, or a per_session connector's listing):
+// its next attempt is that call's.
+func retryNext(cause error) error {
+	return unavailable(fmt.Errorf("%w; next attempt with the next call, at once", cause))
+}
+
 // isSessionLost reports whether err means the server no longer knows our
 // session, so the request never ran and re-initializing on the same client
 // then retrying is safe. mcp-go reports an HTTP 404 as ErrSessionTerminated;

@@ -117,5 +117,9 @@ func (c *conn) setOwner(owner bool) {
 func (c *conn) snapshot() Health {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.health
+	h := c.health
+	if c.down() && !c.connecting && !c.closed && h.State != StateConnecting {
+		h.NextAttemptAt = c.nextTry
+	}
+	return h
 }

@@ -184,6 +184,9 @@ func liveHealthToProto(h registry.Health) *connectorv1.ConnectorHealth {
 		p.CheckTime = timestamppb.New(h.CheckedAt)
 		p.Latency = durationpb.New(h.Latency)
 	}
+	if !h.NextAttemptAt.IsZero() {
+		p.NextAttemptTime = timestamppb.New(h.NextAttemptAt)
+	}
 	return p
 }
 
