@@ -62,6 +62,11 @@ type conn struct {
 	// gave no answer in time (see errNoAnswer): a connect to it is likely
 	// to hang too, so calls do not wait for one.
 	silent bool
+	// refused says the last failure was a refusal: a connection refused,
+	// or a gateway's 502, 503 or 504 for the server behind it. It costs
+	// the server nothing and tells nothing of the next attempt, so calls
+	// retry it sooner (see probeAfter).
+	refused bool
 	// lostAt is when the live session was lost, if the connector went
 	// down that way and no connect attempt has failed since; zero
 	// otherwise. It names the last failure in the errors calls get.
@@ -169,8 +174,22 @@ func (c *conn) joinable(now time.Time) (join, start bool) {
 	case c.connecting:
 		return !c.silent, false
 	}
-	due := !now.Before(c.nextTry) || now.Sub(c.lastTry) >= c.reg.cfg.ProbeAfter
+	due := !now.Before(c.nextTry) || now.Sub(c.lastTry) >= c.probeAfter()
 	return due && !c.silent, due
+}
+
+// refusedProbeAfter is how old a refused connect attempt must be for a
+// call to try again (ProbeAfter, if shorter): a refusal is answered in a
+// round trip, and a server restarting behind a gateway is back in moments.
+const refusedProbeAfter = 250 * time.Millisecond
+
+// probeAfter is how old the last connect attempt must be for a call to a
+// down connector to start one. c.mu must be held.
+func (c *conn) probeAfter() time.Duration {
+	if c.refused {
+		return min(c.reg.cfg.ProbeAfter, refusedProbeAfter)
+	}
+	return c.reg.cfg.ProbeAfter
 }
 
 // downError is what a call to c, which is down, gets when it does not
@@ -198,7 +217,7 @@ func (c *conn) nextAttempt(now time.Time, started bool) string {
 		return "the connector is connected again: the call may be retried now"
 	}
 	at := c.nextTry
-	if probe := c.lastTry.Add(c.reg.cfg.ProbeAfter); probe.Before(at) {
+	if probe := c.lastTry.Add(c.probeAfter()); probe.Before(at) {
 		at = probe // a call after it starts the attempt
 	}
 	return "next attempt in " + roundFor(at.Sub(now))

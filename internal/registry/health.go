@@ -14,6 +14,7 @@ import (
 // setDown records the connector as down with cause. c.mu must be held.
 func (c *conn) setDown(cause error) {
 	c.silent = errors.Is(cause, errNoAnswer)
+	c.refused = !c.silent && isRefusal(cause)
 	c.health.State = StateDegraded
 	if c.failures >= c.reg.cfg.ErrorAfter {
 		c.health.State = StateError
