@@ -31,7 +31,9 @@ func TestRefreshReportsAChangeASyncAppliedFirst(t *testing.T) {
 		}
 	})
 	m := server.NewMCPServer("t", "1.0", server.WithToolCapabilities(false), server.WithHooks(hooks))
-	noop := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("ok"), nil }
+	noop := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("ok"), nil
+	}
 	m.AddTool(mcp.NewTool("keep"), noop)
 	m.AddTool(mcp.NewTool("sleep"), noop)
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(m))
