@@ -159,6 +159,16 @@ func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
 			if closed := c.closedCause(); closed != nil {
 				return nil, 0, nil, closed
 			}
+			if ctx.Err() == nil {
+				// The attempt this call joined failed: said as any
+				// failed attempt is, with when the next one is.
+				c.mu.RLock()
+				down, downErr := c.down() && !c.connecting, c.downError(time.Now(), false)
+				c.mu.RUnlock()
+				if down {
+					return nil, 0, nil, downErr
+				}
+			}
 			return nil, 0, nil, c.unavailable(err)
 		}
 	}
