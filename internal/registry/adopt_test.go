@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/testsupport"
@@ -227,5 +228,44 @@ func TestAdoptRefusesWhatCannotBeAdopted(t *testing.T) {
 	}
 	if !reg.Adopt(1, "alice", h) {
 		t.Error("a per-session streamable-HTTP connector refused a classic handle")
+	}
+}
+
+// An adopted session keeps the open time of the caller session, from the
+// replica that opened it, in ListSessions (issue 27: it was reset to the
+// adoption's).
+func TestAdoptedSessionKeepsItsOpenTime(t *testing.T) {
+	srv := newMCPServer(t, counterServer)
+	cfgA := testConfig()
+	cfgA.DetachSessions = true
+	a, stopA := startStoppable(t, newSource(perSessionHTTP(srv.url())), cfgA)
+	count(t, a)
+	h, ok := a.SessionHandle(1, "alice")
+	if !ok {
+		t.Fatal("no handle on A")
+	}
+	stopA()
+	opened := time.Now().Add(-time.Hour).Round(time.Millisecond)
+	h.OpenedAt = opened
+
+	b := run(t, newSource(perSessionHTTP(srv.url())), testConfig())
+	if err := b.Ready(ctxT(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Adopt(1, "alice", h) {
+		t.Fatal("B refused to adopt the session")
+	}
+	if got, _ := count(t, b); got != "2" {
+		t.Fatalf("count on B = %q, want 2", got)
+	}
+	infos, err := b.Sessions(1)
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("Sessions on B = %+v, %v", infos, err)
+	}
+	if !infos[0].OpenedAt.Equal(opened) {
+		t.Errorf("the adopted session opened at %v, want %v (when the caller session was opened)", infos[0].OpenedAt, opened)
+	}
+	if got, ok := b.SessionHandle(1, "alice"); !ok || !got.OpenedAt.IsZero() || got.MCPSessionID != h.MCPSessionID {
+		t.Errorf("SessionHandle on B = %+v, %v", got, ok)
 	}
 }
