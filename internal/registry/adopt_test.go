@@ -144,10 +144,10 @@ func TestAdoptedSessionContinuesOnAnotherRegistry(t *testing.T) {
 	}
 }
 
-// An adopted session the server no longer knows (404) is replaced by a
-// new one: the call runs, and reports the restart; the next does not.
-func TestAdoptedSessionTheServerForgotRestarts(t *testing.T) {
-	srv := newMCPServer(t, counterServer)
+// detachedAfterOneCount runs a registry that counts once in session alice
+// on srv and shuts down detaching it, and returns its handle.
+func detachedAfterOneCount(t *testing.T, srv *mcpServer) registry.SessionHandle {
+	t.Helper()
 	cfgA := testConfig()
 	cfgA.DetachSessions = true
 	a, stopA := startStoppable(t, newSource(perSessionHTTP(srv.url())), cfgA)
@@ -157,6 +157,14 @@ func TestAdoptedSessionTheServerForgotRestarts(t *testing.T) {
 		t.Fatal("no handle on A")
 	}
 	stopA()
+	return h
+}
+
+// An adopted session the server no longer knows (404) is replaced by a
+// new one: the call runs, and reports the restart; the next does not.
+func TestAdoptedSessionTheServerForgotRestarts(t *testing.T) {
+	srv := newMCPServer(t, counterServer)
+	h := detachedAfterOneCount(t, srv)
 	srv.expireSessions()
 
 	var hooksB sessionHooks
@@ -236,15 +244,7 @@ func TestAdoptRefusesWhatCannotBeAdopted(t *testing.T) {
 // adoption's).
 func TestAdoptedSessionKeepsItsOpenTime(t *testing.T) {
 	srv := newMCPServer(t, counterServer)
-	cfgA := testConfig()
-	cfgA.DetachSessions = true
-	a, stopA := startStoppable(t, newSource(perSessionHTTP(srv.url())), cfgA)
-	count(t, a)
-	h, ok := a.SessionHandle(1, "alice")
-	if !ok {
-		t.Fatal("no handle on A")
-	}
-	stopA()
+	h := detachedAfterOneCount(t, srv)
 	opened := time.Now().Add(-time.Hour).Round(time.Millisecond)
 	h.OpenedAt = opened
 
