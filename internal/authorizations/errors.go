@@ -42,16 +42,16 @@ func (e *UserRequiredError) Error() string {
 }
 
 // StepUpLimitError: the connector's server keeps asking a user for more
-// scopes; MaxStepUps authorizations for more scopes were started within
-// Window.
+// scopes; MaxAuthorizations authorizations (the first and MaxStepUps
+// step-ups) were started within Window.
 type StepUpLimitError struct {
 	Scopes []string // what it asks for now
 	Window time.Duration
 }
 
 func (e *StepUpLimitError) Error() string {
-	return fmt.Sprintf("the MCP server keeps asking for more scopes (now %s): %d authorizations for more scopes within %s; "+
-		"the connector's auth.scopes may need them from the start", strings.Join(e.Scopes, " "), MaxStepUps, e.Window)
+	return fmt.Sprintf("the MCP server keeps asking for more scopes (now %s): %d authorizations within %s, the first and %d for more scopes; "+
+		"the connector's auth.scopes may need them from the start", strings.Join(e.Scopes, " "), MaxAuthorizations, e.Window, MaxStepUps)
 }
 
 // OwnAuthorizationError: a connector that authorizes with its own identity

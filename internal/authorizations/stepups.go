@@ -5,9 +5,16 @@ import (
 	"time"
 )
 
+// MaxAuthorizations is how many authorizations a server may have a user of
+// a connector go through within the OAuth window: the one that gave the
+// token it refused, and MaxStepUps for more scopes (step-ups).
+const MaxAuthorizations = 3
+
 // MaxStepUps is how many authorizations for more scopes (step-ups) a user
-// of a connector may start within the OAuth window.
-const MaxStepUps = 3
+// of a connector may start within the OAuth window: a step-up follows the
+// authorization whose token the server refused, which counts as one of
+// MaxAuthorizations.
+const MaxStepUps = MaxAuthorizations - 1
 
 // stepUps counts the step-ups of each user of each connector within the
 // OAuth window, so that a server that keeps asking for more scopes is

@@ -81,7 +81,9 @@ func (s *Sessions) Route(ctx context.Context, row *store.Connector, sessionID st
 		return nil, nil
 	}
 	// Taken over from a replica that stopped or died.
-	if h, ok := s.openHandle(row.ID, sessionID, claim.SealedHandle); ok && s.reg.Adopt(row.ID, sessionID, h) {
+	h, ok := s.openHandle(row.ID, sessionID, claim.SealedHandle)
+	h.OpenedAt = claim.OpenedAt // ListSessions keeps the session's open time
+	if ok && s.reg.Adopt(row.ID, sessionID, h) {
 		s.logger.InfoContext(ctx, "session adopted", append(ConnectorAttrs(row), slog.String("from_replica", claim.Previous))...)
 		return nil, nil
 	}

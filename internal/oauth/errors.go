@@ -24,6 +24,20 @@ var (
 	ErrNoGrant = errors.New("no authorization of this connector by this user")
 )
 
+// ScopesHeldError means the server refused a token for insufficient_scope
+// naming only scopes the token holds (or none): a step-up would ask for
+// what the user granted already, and the server would refuse the new
+// token the same way, so no authorization is started.
+type ScopesHeldError struct{ Scopes []string }
+
+func (e *ScopesHeldError) Error() string {
+	if len(e.Scopes) == 0 {
+		return "the MCP server refused the token for insufficient scope without naming a scope: authorizing again would not help"
+	}
+	return fmt.Sprintf("the MCP server refused the token for insufficient scope, naming only scopes it holds (%s): "+
+		"authorizing again would not help; the server's scope configuration is at fault", strings.Join(e.Scopes, " "))
+}
+
 // DiscoveryError means the connector's server cannot be authorized as the
 // MCP specification asks: no usable protected resource metadata or
 // authorization server metadata, no PKCE S256, no way to register, or a

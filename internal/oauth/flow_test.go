@@ -296,6 +296,34 @@ func TestStepUp(t *testing.T) {
 	}
 }
 
+// A server that refuses a token for insufficient_scope naming only scopes
+// the token holds gets no step-up: authorizing again would ask for the
+// same and be refused the same (the conformance suite's
+// auth/scope-retry-limit issued such URLs). The call fails, saying so,
+// and no authorization starts.
+func TestStepUpForHeldScopes(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	as := oauthtest.Start(t, oauthtest.Options{StepUpScope: "mcp:tools"})
+	m := e.manager(nil)
+	c := e.connector("ws", "files", as.MCPURL, ModeUser)
+	e.authorize(ctx, m, as, c, "alice")
+	before := as.Counts()
+	_, err := e.call(ctx, m, c, "alice", "admin_action")
+	var held *ScopesHeldError
+	if !errors.As(err, &held) || !slices.Equal(held.Scopes, []string{"mcp:tools"}) {
+		t.Fatalf("a challenge for held scopes = %v, want a ScopesHeldError naming mcp:tools", err)
+	}
+	var re *RequiredError
+	if errors.As(err, &re) {
+		t.Errorf("a challenge for held scopes asks for an authorization: %v", re)
+	}
+	if after := as.Counts(); after.Forbidden403 != before.Forbidden403+1 || after.Authorizations != before.Authorizations {
+		t.Errorf("counts %+v -> %+v: want one 403 and no authorization", before, after)
+	}
+	e.mustWhoami(ctx, m, c, "alice")
+}
+
 // Revoking revokes both tokens at the server and deletes them; calls then
 // need an authorization.
 func TestRevoke(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,11 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp.StatusCode == http.StatusForbidden {
 		if ch := bearerChallenge(resp.Header); ch.err == "insufficient_scope" {
 			drain(resp)
+			if !slices.ContainsFunc(ch.scope, func(s string) bool { return !slices.Contains(tok.scopes, s) }) {
+				// Authorizing again would ask for what the token has:
+				// the server would refuse the next token the same way.
+				return nil, &ScopesHeldError{Scopes: ch.scope}
+			}
 			return nil, &RequiredError{ConnectorID: t.c.ID, UserID: t.user, Reason: ReasonInsufficientScope,
 				Scopes: union(tok.scopes, ch.scope)}
 		}

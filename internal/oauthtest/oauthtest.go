@@ -101,6 +101,11 @@ type Options struct {
 	// ChallengeScope is the scope of the 401 challenge, and what an
 	// authorization request without scope is granted; default mcp:tools.
 	ChallengeScope string
+	// StepUpScope is the scope of the 403 insufficient_scope challenge
+	// admin_action answers a token without admin; default ChallengeScope
+	// and admin. A scope the token holds makes a server that asks for what
+	// it has already.
+	StepUpScope string
 
 	// Observe, if set, sees every request either server gets before it is
 	// handled, with the name of its endpoint: "metadata", "prm",

@@ -118,7 +118,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			if callsTool(body, "admin_action") {
-				s.challenge(w, http.StatusForbidden, "insufficient_scope", "admin_action needs scope admin.", s.opts.ChallengeScope+" "+AdminScope)
+				scope := s.opts.StepUpScope
+				if scope == "" {
+					scope = s.opts.ChallengeScope + " " + AdminScope
+				}
+				s.challenge(w, http.StatusForbidden, "insufficient_scope", "admin_action needs scope admin.", scope)
 				return
 			}
 		}

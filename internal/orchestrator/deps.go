@@ -42,6 +42,10 @@ type CallOptions struct {
 	// TaskID, when set, receives the id of the task the call ran as, if
 	// its server ran it as one.
 	TaskID *string
+	// Restarted, when set, is set to true if the call ran on a new MCP
+	// session in place of the one the caller's session had (see
+	// Result.SessionRestarted).
+	Restarted *bool
 }
 
 // Progress is one progress update that a server sent for a running tool

@@ -144,11 +144,16 @@ type Result struct {
 	ToolsTotal   int
 	ToolsOffered []string
 	Narrowed     bool
-	Steps        []Step
-	Plan         []PlannedTool
-	Contexts     []Context
-	Usage        Usage
-	Duration     time.Duration
+	// SessionRestarted: a tool call of the run ran on a new MCP session in
+	// place of the one the caller's session had (a per_session connector
+	// whose server forgot it, say), and what the server kept for it is
+	// gone.
+	SessionRestarted bool `json:",omitempty"`
+	Steps            []Step
+	Plan             []PlannedTool
+	Contexts         []Context
+	Usage            Usage
+	Duration         time.Duration
 	// Pending are the calls a paused run (StatusAwaitingApproval) waits
 	// on, and State what Resume needs to go on with it.
 	Pending []PendingCall

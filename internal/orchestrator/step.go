@@ -264,11 +264,17 @@ func (r *run) runCall(ctx context.Context, index int, call Call, opts CallOption
 	}
 	start := time.Now()
 	var taskID string
-	opts.TaskID = &taskID
+	var restarted bool
+	opts.TaskID, opts.Restarted = &taskID, &restarted
 	if err == nil {
 		res, err = r.agent.tools.CallTool(ctx, r.conn.ID, call.Tool, call.Arguments, opts)
 	}
 	call.Duration = time.Since(start)
+	if restarted {
+		r.mu.Lock()
+		r.res.SessionRestarted = true
+		r.mu.Unlock()
+	}
 	if taskID != "" {
 		call.TaskID = taskID
 	}

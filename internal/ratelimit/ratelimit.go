@@ -5,9 +5,11 @@
 // call without one is refused (Allow). A query or a resume takes one to
 // start the same way; then each of its tool calls takes one more through
 // its gate (Throttle), waiting for it when the bucket is empty, unless the
-// wait would outlast the run's deadline: then the call runs at once and
-// the bucket goes into debt. So a query that was admitted finishes, and
-// what comes after it waits for the bucket to refill.
+// wait would leave the run less than a margin of its deadline (Margin): then
+// the call runs at once and the bucket goes into debt. So a query that was
+// admitted finishes (the margin is the time its tool call and the model's
+// answer to it still need), and what comes after it waits for the bucket
+// to refill.
 //
 // With M live replicas, each enforces its share of a limit in memory:
 // rate/M per second and a burst of burst/M (rounded down), so that, with
@@ -178,8 +180,8 @@ func (l *Limiter) Allow(ctx context.Context, id int64, lim Limit) bool {
 
 // Throttle returns the gate of a query's tool calls on connector id with
 // limit lim, nil without a limit: each call through it takes a token,
-// waiting while the wait ends before ctx's deadline, and in debt past
-// that. The gate returns ctx's error if ctx ends while it waits.
+// waiting while the wait leaves Margin of ctx's deadline, and in debt
+// past that. The gate returns ctx's error if ctx ends while it waits.
 func (l *Limiter) Throttle(id int64, lim Limit) func(context.Context) error {
 	if lim.PerSecond <= 0 {
 		l.Forget(id)
@@ -205,7 +207,7 @@ func (l *Limiter) waitLocal(ctx context.Context, local *rate.Limiter) error {
 	now := l.cfg.Now()
 	r := local.ReserveN(now, 1)
 	wait := r.DelayFrom(now)
-	if deadline, ok := ctx.Deadline(); wait == 0 || (ok && time.Until(deadline) < wait) {
+	if wait == 0 || inDebt(ctx, wait) {
 		return nil
 	}
 	if err := sleep(ctx, wait); err != nil {
@@ -213,6 +215,33 @@ func (l *Limiter) waitLocal(ctx context.Context, local *rate.Limiter) error {
 		return err
 	}
 	return nil
+}
+
+// MinMargin and MarginShare are the margin a gate's wait leaves before the
+// run's deadline: a quarter of what is left of the run when the call
+// reaches the gate, and at least 5 s. A wait that would leave less runs the
+// call at once, in debt: waiting to the edge of the deadline would leave
+// the call and the model's next answer no time, and the admitted query
+// would end DEADLINE_EXCEEDED instead of finishing.
+const (
+	MinMargin   = 5 * time.Second
+	MarginShare = 4
+)
+
+// Margin is the time a gate's wait must leave of left, what remains before
+// a run's deadline.
+func Margin(left time.Duration) time.Duration { return max(MinMargin, left/MarginShare) }
+
+// inDebt reports whether a call must run at once, in debt, rather than
+// wait: when the wait would leave less than Margin of ctx's deadline.
+// Without a deadline, a call waits.
+func inDebt(ctx context.Context, wait time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	left := time.Until(deadline)
+	return left-wait < Margin(left)
 }
 
 // exactTimeout bounds one read or write of a shared bucket in a gate.
@@ -248,7 +277,7 @@ func (l *Limiter) waitExact(ctx context.Context, id int64, lim Limit) (done bool
 			return l.exactFailedWhile(ctx, id, err)
 		}
 		wait := max(time.Duration((1-tokens)/lim.PerSecond*float64(time.Second)), time.Millisecond)
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		if inDebt(ctx, wait) {
 			if _, err := l.cfg.Exact.OweRateToken(db, id, lim.PerSecond, lim.burst(), l.cfg.Now()); err != nil {
 				l.exactFailed(ctx, id, err) // the call runs anyway: it would have in debt
 			}

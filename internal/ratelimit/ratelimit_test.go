@@ -231,6 +231,39 @@ func TestThrottle(t *testing.T) {
 	}
 }
 
+// TestThrottleLeavesMargin: a tool call whose token would come before the
+// run's deadline but leave it too little of it (issue 27: at 0.05/s a wait
+// of 59 s out of 60 ended the admitted query DEADLINE_EXCEEDED) runs at
+// once, in debt, and the run keeps the time it had.
+func TestThrottleLeavesMargin(t *testing.T) {
+	db := storetest.NewDB(t)
+	id := connector(t, db)
+	for _, c := range []struct {
+		name string
+		m    int
+	}{{"share", 1}, {"exact", 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			lim := ratelimit.Limit{PerSecond: 1.0 / 3, Burst: 1} // the next token in 3 s
+			l := ratelimit.New(ratelimit.Config{Replicas: func() int { return c.m }, Exact: db})
+			if !l.Allow(ctx(t), id, lim) {
+				t.Fatal("the first call was refused")
+			}
+			run, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			defer cancel()
+			if err := l.Throttle(id, lim)(run); err != nil {
+				t.Fatal(err)
+			}
+			deadline, _ := run.Deadline()
+			if left := time.Until(deadline); left < 2*time.Second {
+				t.Errorf("the gate left the run %v of its 4 s; want the call run in debt at once, not a wait to the edge of the deadline", left.Round(time.Millisecond))
+			}
+			if l.Allow(ctx(t), id, lim) {
+				t.Error("a call right after one in debt was allowed")
+			}
+		})
+	}
+}
+
 // failing is an Exact whose database is down.
 type failing struct{ calls atomic.Int32 }
 

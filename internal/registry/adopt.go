@@ -6,6 +6,7 @@ package registry
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -22,6 +23,10 @@ import (
 type SessionHandle struct {
 	MCPSessionID    string
 	ProtocolVersion string
+	// OpenedAt, if set, is when the caller session was first opened, on
+	// whichever replica: an adopted session keeps it in ListSessions. Only
+	// Adopt reads it; SessionHandle leaves it unset.
+	OpenedAt time.Time
 }
 
 // adoptable reports whether h names a session another replica can attach
@@ -102,6 +107,10 @@ func (r *Registry) Adopt(id int64, sessionID string, h SessionHandle) bool {
 		cur, ok := sc.sess.handle()
 		return ok && cur.MCPSessionID == h.MCPSessionID
 	}
+	if !h.OpenedAt.IsZero() && h.OpenedAt.Before(sc.opened) {
+		sc.opened = h.OpenedAt
+	}
+	h.OpenedAt = time.Time{} // the handle as the session's own
 	sc.adopt, sc.had = &h, true
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/testsupport"
@@ -143,10 +144,10 @@ func TestAdoptedSessionContinuesOnAnotherRegistry(t *testing.T) {
 	}
 }
 
-// An adopted session the server no longer knows (404) is replaced by a
-// new one: the call runs, and reports the restart; the next does not.
-func TestAdoptedSessionTheServerForgotRestarts(t *testing.T) {
-	srv := newMCPServer(t, counterServer)
+// detachedAfterOneCount runs a registry that counts once in session alice
+// on srv and shuts down detaching it, and returns its handle.
+func detachedAfterOneCount(t *testing.T, srv *mcpServer) registry.SessionHandle {
+	t.Helper()
 	cfgA := testConfig()
 	cfgA.DetachSessions = true
 	a, stopA := startStoppable(t, newSource(perSessionHTTP(srv.url())), cfgA)
@@ -156,6 +157,14 @@ func TestAdoptedSessionTheServerForgotRestarts(t *testing.T) {
 		t.Fatal("no handle on A")
 	}
 	stopA()
+	return h
+}
+
+// An adopted session the server no longer knows (404) is replaced by a
+// new one: the call runs, and reports the restart; the next does not.
+func TestAdoptedSessionTheServerForgotRestarts(t *testing.T) {
+	srv := newMCPServer(t, counterServer)
+	h := detachedAfterOneCount(t, srv)
 	srv.expireSessions()
 
 	var hooksB sessionHooks
@@ -227,5 +236,36 @@ func TestAdoptRefusesWhatCannotBeAdopted(t *testing.T) {
 	}
 	if !reg.Adopt(1, "alice", h) {
 		t.Error("a per-session streamable-HTTP connector refused a classic handle")
+	}
+}
+
+// An adopted session keeps the open time of the caller session, from the
+// replica that opened it, in ListSessions (issue 27: it was reset to the
+// adoption's).
+func TestAdoptedSessionKeepsItsOpenTime(t *testing.T) {
+	srv := newMCPServer(t, counterServer)
+	h := detachedAfterOneCount(t, srv)
+	opened := time.Now().Add(-time.Hour).Round(time.Millisecond)
+	h.OpenedAt = opened
+
+	b := run(t, newSource(perSessionHTTP(srv.url())), testConfig())
+	if err := b.Ready(ctxT(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Adopt(1, "alice", h) {
+		t.Fatal("B refused to adopt the session")
+	}
+	if got, _ := count(t, b); got != "2" {
+		t.Fatalf("count on B = %q, want 2", got)
+	}
+	infos, err := b.Sessions(1)
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("Sessions on B = %+v, %v", infos, err)
+	}
+	if !infos[0].OpenedAt.Equal(opened) {
+		t.Errorf("the adopted session opened at %v, want %v (when the caller session was opened)", infos[0].OpenedAt, opened)
+	}
+	if got, ok := b.SessionHandle(1, "alice"); !ok || !got.OpenedAt.IsZero() || got.MCPSessionID != h.MCPSessionID {
+		t.Errorf("SessionHandle on B = %+v, %v", got, ok)
 	}
 }

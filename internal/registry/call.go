@@ -165,7 +165,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 		// The request was refused for its session and never ran: mend the
 		// session and run it again, whatever the tool.
 		if s, err = c.renewSession(ctx, s, gen, epoch); err != nil {
-			return nil, unavailable(err)
+			return nil, c.unavailable(err)
 		}
 		c.reg.logger.Debug("retrying call on the renewed session", append(c.logAttrs(), slog.String("tool", name))...)
 		return callTool(ctx, s, name, args, opts)
@@ -177,7 +177,7 @@ func (c *conn) call(ctx context.Context, name string, args map[string]any, opts 
 	if !retrySafe(tool) {
 		c.reg.logger.Debug("call broke mid-flight; not retried: the tool is not read-only or idempotent",
 			append(c.logAttrs(), slog.String("tool", name))...)
-		return nil, unavailable(err)
+		return nil, c.unavailable(err)
 	}
 	c.reg.logger.Debug("call broke mid-flight; retrying on a new connection: the tool is read-only or idempotent",
 		append(c.logAttrs(), slog.String("tool", name))...)

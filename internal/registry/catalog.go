@@ -139,9 +139,13 @@ func (c *conn) listTools(ctx context.Context, s *session, gen uint64) (*mcp.List
 	return list, err
 }
 
-// refresh lists the tools now and syncs the catalog.
+// refresh lists the tools now and syncs the catalog. What it reports
+// changed is what changed since the catalog it started from, the source's
+// diff included: a concurrent sync (a list_changed notification's, a
+// health check's) that applied the change first leaves the source's diff
+// empty, and the caller who asked is told all the same.
 func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
-	s, gen, _, err := c.ready(ctx)
+	s, gen, before, err := c.ready(ctx)
 	if err != nil {
 		return ToolChanges{}, err
 	}
@@ -157,7 +161,7 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 		// A per_session connector keeps no connection of its own: list
 		// over a short-lived one.
 		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
-			return ToolChanges{}, unavailable(c.redact.err(err))
+			return ToolChanges{}, retryNext(c.redact.err(err))
 		}
 		defer s.close(c.reg.cfg.CloseGrace)
 	}
@@ -165,7 +169,7 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 	if err != nil {
 		if ctx.Err() == nil && !IsAuthError(err) && (isConnectionBroken(err) || isSessionLost(err)) {
 			c.drop(s, err)
-			return ToolChanges{}, unavailable(c.redact.err(err))
+			return ToolChanges{}, c.unavailable(c.redact.err(err))
 		}
 		return ToolChanges{}, fmt.Errorf("tools/list: %w", c.redact.err(err))
 	}
@@ -173,7 +177,49 @@ func (c *conn) refresh(ctx context.Context) (ToolChanges, error) {
 	c.mu.Lock()
 	c.publishCatalog(cat, seq)
 	c.mu.Unlock()
+	if err == nil && before != nil && cat != nil {
+		changes = changes.with(diffTools(before.tools, cat.tools))
+	}
 	return changes, err
+}
+
+// diffTools is what changed from the tools before to those after, both
+// sorted by name.
+func diffTools(before, after []mcp.Tool) (added, removed, changed []string) {
+	i, j := 0, 0
+	for i < len(before) || j < len(after) {
+		switch {
+		case j == len(after) || i < len(before) && before[i].Name < after[j].Name:
+			removed = append(removed, before[i].Name)
+			i++
+		case i == len(before) || after[j].Name < before[i].Name:
+			added = append(added, after[j].Name)
+			j++
+		default:
+			if !reflect.DeepEqual(before[i], after[j]) {
+				changed = append(changed, after[j].Name)
+			}
+			i++
+			j++
+		}
+	}
+	return added, removed, changed
+}
+
+// with is t with the names of added, removed and changed tools it does
+// not list yet, each list sorted.
+func (t ToolChanges) with(added, removed, changed []string) ToolChanges {
+	merge := func(have, more []string) []string {
+		for _, n := range more {
+			if !slices.Contains(have, n) {
+				have = append(have, n)
+			}
+		}
+		slices.Sort(have)
+		return have
+	}
+	t.Added, t.Removed, t.Changed = merge(t.Added, added), merge(t.Removed, removed), merge(t.Changed, changed)
+	return t
 }
 
 // syncCatalog builds the catalog of the listed tools and, if they changed
@@ -297,7 +343,7 @@ func (c *conn) resync(ctx context.Context) error {
 	case s == nil:
 		// A per_session connector keeps no connection of its own.
 		if s, _, err = c.openBare(ctx, c.spec, c.hc); err != nil {
-			return unavailable(c.redact.err(err))
+			return retryNext(c.redact.err(err))
 		}
 		defer s.close(c.reg.cfg.CloseGrace)
 	}
@@ -305,7 +351,7 @@ func (c *conn) resync(ctx context.Context) error {
 	if err != nil {
 		if ctx.Err() == nil && !IsAuthError(err) && (isConnectionBroken(err) || isSessionLost(err)) {
 			c.drop(s, err)
-			return unavailable(c.redact.err(err))
+			return c.unavailable(c.redact.err(err))
 		}
 		return fmt.Errorf("tools/list: %w", c.redact.err(err))
 	}

@@ -20,7 +20,7 @@ type Config struct {
 	HealthTimeout   time.Duration // bound on one check; 10s
 	Concurrency     int           // connects and checks running at once; 16
 	BackoffBase     time.Duration // first reconnect delay (full jitter); 1s
-	BackoffMax      time.Duration // reconnect delay cap; 5m
+	BackoffMax      time.Duration // reconnect delay cap; 30s, so a connector nobody calls is back within 30 s of its server
 	ErrorAfter      int           // consecutive failures before StateError; 3
 	ProbeAfter      time.Duration // a call to a down connector reconnects now if the last try is older (the fail-fast window); 3s
 	ProbeTimeout    time.Duration // bound on the probe after a call timed out; 3s
@@ -110,7 +110,7 @@ func (c *Config) setDefaults() {
 	def(&c.HealthInterval, 30*time.Second)
 	def(&c.HealthTimeout, 10*time.Second)
 	def(&c.BackoffBase, time.Second)
-	def(&c.BackoffMax, 5*time.Minute)
+	def(&c.BackoffMax, 30*time.Second)
 	def(&c.DiscoverTimeout, time.Second)
 	def(&c.CloseGrace, 2*time.Second)
 	def(&c.UsageInterval, 5*time.Second)

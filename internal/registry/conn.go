@@ -62,6 +62,11 @@ type conn struct {
 	// gave no answer in time (see errNoAnswer): a connect to it is likely
 	// to hang too, so calls do not wait for one.
 	silent bool
+	// refused says the last failure was a refusal: a connection refused,
+	// or a gateway's 502, 503 or 504 for the server behind it. It costs
+	// the server nothing and tells nothing of the next attempt, so calls
+	// retry it sooner (see probeAfter).
+	refused bool
 	// lostAt is when the live session was lost, if the connector went
 	// down that way and no connect attempt has failed since; zero
 	// otherwise. It names the last failure in the errors calls get.
@@ -154,10 +159,20 @@ func (c *conn) ready(ctx context.Context) (*session, uint64, *catalog, error) {
 			if closed := c.closedCause(); closed != nil {
 				return nil, 0, nil, closed
 			}
-			return nil, 0, nil, unavailable(err)
+			if ctx.Err() == nil {
+				// The attempt this call joined failed: said as any
+				// failed attempt is, with when the next one is.
+				c.mu.RLock()
+				down, downErr := c.down() && !c.connecting, c.downError(time.Now(), false)
+				c.mu.RUnlock()
+				if down {
+					return nil, 0, nil, downErr
+				}
+			}
+			return nil, 0, nil, c.unavailable(err)
 		}
 	}
-	return nil, 0, nil, unavailable(errors.New("the connection was lost again right after it was made"))
+	return nil, 0, nil, c.unavailable(errors.New("the connection was lost again right after it was made"))
 }
 
 // joinable says whether a call to c, which is down, waits for a connect
@@ -169,8 +184,22 @@ func (c *conn) joinable(now time.Time) (join, start bool) {
 	case c.connecting:
 		return !c.silent, false
 	}
-	due := !now.Before(c.nextTry) || now.Sub(c.lastTry) >= c.reg.cfg.ProbeAfter
+	due := !now.Before(c.nextTry) || now.Sub(c.lastTry) >= c.probeAfter()
 	return due && !c.silent, due
+}
+
+// refusedProbeAfter is how old a refused connect attempt must be for a
+// call to try again (ProbeAfter, if shorter): a refusal is answered in a
+// round trip, and a server restarting behind a gateway is back in moments.
+const refusedProbeAfter = 250 * time.Millisecond
+
+// probeAfter is how old the last connect attempt must be for a call to a
+// down connector to start one. c.mu must be held.
+func (c *conn) probeAfter() time.Duration {
+	if c.refused {
+		return min(c.reg.cfg.ProbeAfter, refusedProbeAfter)
+	}
+	return c.reg.cfg.ProbeAfter
 }
 
 // downError is what a call to c, which is down, gets when it does not
@@ -182,20 +211,38 @@ func (c *conn) downError(now time.Time, started bool) error {
 	if !c.lostAt.IsZero() {
 		last = "connection lost " + ago(now, c.lostAt)
 	}
-	var next string
+	return unavailable(fmt.Errorf("%s: %s; %s", last, c.health.LastError, c.nextAttempt(now, started)))
+}
+
+// nextAttempt says when the next connect attempt of c is, for an error
+// message: every UNAVAILABLE says it. started says the caller starts one
+// now. c.mu must be held.
+func (c *conn) nextAttempt(now time.Time, started bool) string {
 	switch {
 	case started:
-		next = "a new attempt starts now"
+		return "a new attempt starts now"
 	case c.connecting:
-		next = "a new attempt has been under way for " + roundFor(now.Sub(c.lastTry))
-	default:
-		at := c.nextTry
-		if probe := c.lastTry.Add(c.reg.cfg.ProbeAfter); probe.Before(at) {
-			at = probe // a call after it starts the attempt
-		}
-		next = "next attempt in " + roundFor(at.Sub(now))
+		return "a new attempt has been under way for " + roundFor(now.Sub(c.lastTry))
+	case !c.down():
+		return "the connector is connected again: the call may be retried now"
 	}
-	return unavailable(fmt.Errorf("%s: %s; %s", last, c.health.LastError, next))
+	at := c.nextTry
+	if probe := c.lastTry.Add(c.probeAfter()); probe.Before(at) {
+		at = probe // a call after it starts the attempt
+	}
+	return "next attempt in " + roundFor(at.Sub(now))
+}
+
+// unavailable wraps cause as ErrUnavailable, saying when the next connect
+// attempt is (see nextAttempt).
+func (c *conn) unavailable(cause error) error {
+	c.mu.RLock()
+	closed, next := c.closed, c.nextAttempt(time.Now(), false)
+	c.mu.RUnlock()
+	if closed {
+		return unavailable(cause)
+	}
+	return unavailable(fmt.Errorf("%w; %s", cause, next))
 }
 
 // ago says how long before now t was, for an error message.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -99,6 +101,29 @@ func unavailable(cause error) error {
 		return ErrUnavailable
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
+
+// gatewayStatus matches mcp-go's words for an HTTP answer of 502, 503 or
+// 504: "unexpected status code: 502" (the SSE stream's GET), "request
+// failed with status 503: ..." (a POST).
+var gatewayStatus = regexp.MustCompile(`(unexpected status code: |request failed with status )50[234]\b`)
+
+// isRefusal reports whether err is a refused connection, or a gateway's
+// 502, 503 or 504, which stands for one: the server behind it is not
+// there now (restarting, say). mcp-go's errors carry only text.
+func isRefusal(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection refused") || gatewayStatus.MatchString(msg)
+}
+
+// retryNext wraps cause as ErrUnavailable for a connection that the next
+// call opens afresh (a session's, or a per_session connector's listing):
+// its next attempt is that call's.
+func retryNext(cause error) error {
+	return unavailable(fmt.Errorf("%w; next attempt with the next call, at once", cause))
 }
 
 // isSessionLost reports whether err means the server no longer knows our

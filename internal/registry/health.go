@@ -14,6 +14,7 @@ import (
 // setDown records the connector as down with cause. c.mu must be held.
 func (c *conn) setDown(cause error) {
 	c.silent = errors.Is(cause, errNoAnswer)
+	c.refused = !c.silent && isRefusal(cause)
 	c.health.State = StateDegraded
 	if c.failures >= c.reg.cfg.ErrorAfter {
 		c.health.State = StateError
@@ -117,5 +118,9 @@ func (c *conn) setOwner(owner bool) {
 func (c *conn) snapshot() Health {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.health
+	h := c.health
+	if c.down() && !c.connecting && !c.closed && h.State != StateConnecting {
+		h.NextAttemptAt = c.nextTry
+	}
+	return h
 }

@@ -202,7 +202,7 @@ func (sc *sessConn) call(ctx context.Context, name string, args map[string]any, 
 				slog.String("session_id", sc.id), slog.String("tool", name))...)
 		case isSessionLost(err), isConnectionBroken(err):
 			sc.dropConn(s, err)
-			return nil, unavailable(err)
+			return nil, retryNext(err)
 		default:
 			return nil, err
 		}
@@ -229,13 +229,13 @@ func (sc *sessConn) current(ctx context.Context) (*session, error) {
 				return nil, r.Err
 			}
 			if r.Err != nil {
-				return nil, unavailable(r.Err)
+				return nil, retryNext(r.Err)
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	return nil, unavailable(errors.New("the session's connection was lost again right after it was made"))
+	return nil, retryNext(errors.New("the session's connection was lost again right after it was made"))
 }
 
 // closedErr is why a call cannot use the closed session: its connector

@@ -61,6 +61,10 @@ type Health struct {
 	Latency         time.Duration
 	CheckedAt       time.Time
 	ProtocolVersion string
+	// NextAttemptAt is when the next connect attempt is due, while the
+	// connector is down and none is under way; zero otherwise. A call
+	// after the last attempt + ProbeAfter starts one sooner.
+	NextAttemptAt time.Time
 }
 
 // Usage are counter increments since the last report.

@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/protobuf/proto"
@@ -127,6 +129,9 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 	}
 	if resp, done, err := forwardUnary(ctx, s, s.toOwner(req.GetWorkspaceId(), req.GetConnectorId()), req,
 		connectorv1.ConnectorServiceClient.RefreshTools); done {
+		if err == nil {
+			s.refreshedElsewhere(ctx, req.GetWorkspaceId(), req.GetConnectorId(), resp)
+		}
 		return resp, err
 	}
 	c, err := s.calls.ActiveConnector(ctx, req.GetWorkspaceId(), req.GetConnectorId())
@@ -146,6 +151,30 @@ func (s *Server) RefreshTools(ctx context.Context, req *connectorv1.RefreshTools
 		resp.Tools = append(resp.Tools, toolToProto(t, c.Config.ApprovalPolicy))
 	}
 	return resp, nil
+}
+
+// refreshedElsewhere makes this replica's catalog show what the owner's
+// RefreshTools reported changed before the answer goes back: a call
+// through this replica right after it must see it (read-your-writes), not
+// wait for the owner's notification. A connector this replica holds no
+// connection of (a stdio one's owner holds it) has nothing to re-list.
+func (s *Server) refreshedElsewhere(ctx context.Context, workspaceID, connectorID string, resp *connectorv1.RefreshToolsResponse) {
+	if len(resp.GetAdded())+len(resp.GetRemoved())+len(resp.GetChanged()) == 0 {
+		return
+	}
+	id, ok := s.reg.Lookup(workspaceID, connectorID)
+	if !ok {
+		return
+	}
+	if local, err := s.reg.Tools(id); err != nil || len(local) == 0 {
+		return // not connected yet: its connect lists the tools
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.reg.Resync(rctx, id); err != nil {
+		s.logger.WarnContext(ctx, "re-list tools after the owner's refresh", slog.String("connector_id", connectorID),
+			slog.String("error", err.Error()))
+	}
 }
 
 // CheckConnector implements connector.v1.ConnectorService. An inactive
@@ -183,6 +212,9 @@ func liveHealthToProto(h registry.Health) *connectorv1.ConnectorHealth {
 	if !h.CheckedAt.IsZero() {
 		p.CheckTime = timestamppb.New(h.CheckedAt)
 		p.Latency = durationpb.New(h.Latency)
+	}
+	if !h.NextAttemptAt.IsZero() {
+		p.NextAttemptTime = timestamppb.New(h.NextAttemptAt)
 	}
 	return p
 }

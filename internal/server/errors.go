@@ -232,10 +232,15 @@ var errorTable = []errorRow{
 		message: prefixed("the connector's server cannot be authorized as the MCP specification asks: ")},
 	// The server's error code and its description, scrubbed of what the
 	// service sent it: the message names both.
-	{match: as[*oauth.AuthServerError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed},
+	// The metadata's error is there with a return_to or without one.
+	{match: as[*oauth.AuthServerError](), code: codes.FailedPrecondition, reason: ReasonAuthorizationFailed,
+		metadata: authServerMetadata},
 	{match: is(oauth.ErrStateInvalid), field: "state"},
 	{match: is(oauth.ErrIssuerMismatch), field: "iss"},
 	{match: is(oauth.ErrReturnToNotAllowed), field: "return_to"},
+	// A step-up that could not help: the server asks for scopes the
+	// token holds. Before IsAuthError, which wraps it.
+	{match: as[*oauth.ScopesHeldError](), code: codes.PermissionDenied, reason: ReasonStepUpLimit},
 	{match: is(oauth.ErrNoGrant), code: codes.NotFound, reason: ReasonAuthorizationMissing,
 		message: text("the user has no authorization of this connector")},
 	// Only a create or update: a dial refused later is the connector being

@@ -221,6 +221,14 @@ func refusedMetadata(err error) map[string]string {
 	return map[string]string{"error": e.Code, "return_to": e.ReturnTo}
 }
 
+// authServerMetadata is the ErrorInfo metadata of an *oauth.AuthServerError
+// without a return_to: the server's error code.
+func authServerMetadata(err error) map[string]string {
+	var e *oauth.AuthServerError
+	errors.As(err, &e)
+	return map[string]string{"error": e.Code}
+}
+
 // notOAuthUserMessage is the message of an
 // *authorizations.NotOAuthUserError, in the API's auth mode names.
 func notOAuthUserMessage(err error) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/authorizations"
 	"github.com/connector-svc/connector-svc/internal/oauth"
+	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
 
@@ -50,14 +51,16 @@ func TestAuthorizationErrorRows(t *testing.T) {
 			ReasonAuthorizationFailed, "the connector's own authorization failed (the user has not authorized this connector): " +
 				"check its auth.client_id and auth.client_secret", nil, "", nil},
 		{&authorizations.StepUpLimitError{Scopes: []string{"a", "b"}, Window: 10 * time.Minute}, codes.PermissionDenied, ReasonStepUpLimit,
-			"the MCP server keeps asking for more scopes (now a b): 3 authorizations for more scopes within 10m0s; " +
+			"the MCP server keeps asking for more scopes (now a b): 3 authorizations within 10m0s, the first and 2 for more scopes; " +
 				"the connector's auth.scopes may need them from the start", nil, "", nil},
+		{&registry.AuthError{Err: &oauth.ScopesHeldError{Scopes: []string{"a"}}}, codes.PermissionDenied, ReasonStepUpLimit,
+			(&oauth.ScopesHeldError{Scopes: []string{"a"}}).Error(), nil, "", nil},
 		{&authorizations.RefusedError{Code: "access_denied", ReturnTo: "https://chat.test/back",
 			Err: &oauth.AuthServerError{Code: "access_denied"}}, codes.FailedPrecondition, ReasonAuthorizationFailed,
 			(&oauth.AuthServerError{Code: "access_denied"}).Error(),
 			map[string]string{"error": "access_denied", "return_to": "https://chat.test/back"}, "", nil},
 		{&oauth.AuthServerError{Code: "access_denied"}, codes.FailedPrecondition, ReasonAuthorizationFailed,
-			(&oauth.AuthServerError{Code: "access_denied"}).Error(), nil, "", nil},
+			(&oauth.AuthServerError{Code: "access_denied"}).Error(), map[string]string{"error": "access_denied"}, "", nil},
 		{&authorizations.WrongWorkspaceError{KeyID: "k1", KeyWorkspaceID: "other"}, codes.PermissionDenied, auth.ReasonWrongWorkspace,
 			`API key k1 is for workspace "other", not the authorization's`, nil, "", nil},
 		{&authorizations.NotOAuthUserError{ConnectorID: "m", Mode: store.AuthClientCredentials}, codes.FailedPrecondition, ReasonNotOAuthUser,

@@ -519,8 +519,9 @@ func TestOAuthUserCallsAndAuthorizations(t *testing.T) {
 	}
 }
 
-// A server that asks for more scopes gets a step-up authorization, at
-// most three times within the window.
+// A server that asks for more scopes gets a step-up authorization, twice
+// within the window: with the authorization that gave the token it
+// refused, three in all (the conformance suite's auth/scope-retry-limit).
 func TestOAuthStepUp(t *testing.T) {
 	fake := newFakeOAuth()
 	f := setup(t, options{oauth: fake})
@@ -538,7 +539,7 @@ func TestOAuthStepUp(t *testing.T) {
 		_, err := f.client.CallTool(ctx(t), &connectorv1.CallToolRequest{WorkspaceId: "ws", ConnectorId: "p", ToolName: "admin_action", UserId: "alice"})
 		return err
 	}
-	for i := range 3 {
+	for i := range 2 {
 		ar := authorizationRequired(t, admin())
 		if ar.GetReason() != oauth.ReasonInsufficientScope || !slices.Equal(ar.GetScopes(), []string{"admin", "read"}) {
 			t.Fatalf("step-up %d: %v", i, ar)
@@ -832,6 +833,21 @@ func TestCompleteAuthorizationWorkspace(t *testing.T) {
 	}
 	if msg := status.Convert(err).Message(); strings.Count(msg, "access_denied") != 1 {
 		t.Errorf("refusal message %q names the OAuth error other than once", msg)
+	}
+
+	// Without a return_to, the metadata still names the OAuth error
+	// (issue 27: it was there only with one).
+	state = start("")
+	_, err = f.client.CompleteAuthorization(as(mine), &connectorv1.CompleteAuthorizationRequest{State: state, Error: "access_denied"})
+	wantStatus(t, err, codes.FailedPrecondition, server.ReasonAuthorizationFailed, "")
+	md = nil
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			md = info.GetMetadata()
+		}
+	}
+	if _, has := md["return_to"]; md["error"] != "access_denied" || has {
+		t.Errorf("refusal metadata without a return_to = %v, want error and no return_to", md)
 	}
 }
 

@@ -146,14 +146,15 @@ var queryStatuses = map[orchestrator.Status]connectorv1.QueryStatus{
 // as connectorID. Its contexts are cut to what the response has room for.
 func (s *Server) resultToProto(connectorID, name string, r *orchestrator.Result) *connectorv1.QueryResult {
 	p := &connectorv1.QueryResult{
-		Status:        queryStatuses[r.Status],
-		Answer:        r.Answer,
-		ConnectorId:   connectorID,
-		ConnectorName: name,
-		ToolsUsed:     r.ToolsUsed,
-		ToolsTotal:    int32(r.ToolsTotal),
-		ToolsOffered:  r.ToolsOffered,
-		Narrowed:      r.Narrowed,
+		Status:           queryStatuses[r.Status],
+		Answer:           r.Answer,
+		ConnectorId:      connectorID,
+		ConnectorName:    name,
+		ToolsUsed:        r.ToolsUsed,
+		ToolsTotal:       int32(r.ToolsTotal),
+		ToolsOffered:     r.ToolsOffered,
+		Narrowed:         r.Narrowed,
+		SessionRestarted: r.SessionRestarted,
 		Usage: &connectorv1.TokenUsage{PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
 			TotalTokens: r.Usage.TotalTokens},
 		Duration: durationpb.New(r.Duration),

@@ -19,7 +19,8 @@ type ToolCaller struct{ Registry *registry.Registry }
 
 // CallTool implements orchestrator.ToolCaller.
 func (t ToolCaller) CallTool(ctx context.Context, id int64, name string, args map[string]any, opts orchestrator.CallOptions) (*mcp.CallToolResult, error) {
-	ro := registry.CallOptions{Session: opts.Session, UserID: opts.UserID, Retry: opts.Retry, TaskID: opts.TaskID}
+	ro := registry.CallOptions{Session: opts.Session, UserID: opts.UserID, Retry: opts.Retry, TaskID: opts.TaskID,
+		Restarted: opts.Restarted}
 	if fn := opts.Progress; fn != nil {
 		ro.Progress = func(p registry.Progress) { fn(orchestrator.Progress(p)) }
 	}

@@ -23,6 +23,9 @@ type SessionClaim struct {
 	// session it recorded, if any.
 	Previous     string
 	SealedHandle []byte
+	// OpenedAt is when the caller's session was first opened, on
+	// whichever replica: a session taken over keeps it.
+	OpenedAt time.Time
 }
 
 // ClaimSession makes replica the owner of a caller's session of connector
@@ -36,10 +39,11 @@ func (db *DB) ClaimSession(ctx context.Context, id int64, sessionID, workspaceID
 		var owner, addr *string
 		var live bool
 		var sealed []byte
+		var opened time.Time
 		err := db.pool.QueryRow(ctx, `
-			SELECT s.replica_id, r.internal_addr, coalesce(r.expires_at > now(), false), s.sealed_handle
+			SELECT s.replica_id, r.internal_addr, coalesce(r.expires_at > now(), false), s.sealed_handle, s.opened_at
 			FROM sessions s LEFT JOIN replicas r ON r.id = s.replica_id
-			WHERE s.connector_id = $1 AND s.session_id = $2`, id, sessionID).Scan(&owner, &addr, &live, &sealed)
+			WHERE s.connector_id = $1 AND s.session_id = $2`, id, sessionID).Scan(&owner, &addr, &live, &sealed, &opened)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			tag, err := db.pool.Exec(ctx, `
@@ -75,7 +79,7 @@ func (db *DB) ClaimSession(ctx context.Context, id int64, sessionID, workspaceID
 			return SessionClaim{}, fmt.Errorf("take over session: %w", err)
 		}
 		if tag.RowsAffected() == 1 {
-			return SessionClaim{Owner: replica, Previous: cmpOr(deref(owner), "(left)"), SealedHandle: sealed}, nil
+			return SessionClaim{Owner: replica, Previous: cmpOr(deref(owner), "(left)"), SealedHandle: sealed, OpenedAt: opened}, nil
 		}
 	}
 	return SessionClaim{}, errors.New("claim session: lost three races in a row")

@@ -716,6 +716,11 @@ type ConnectorHealth struct {
 	CheckTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
 	// MCP protocol version negotiated with the server.
 	ProtocolVersion string `protobuf:"bytes,5,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// While the connector is down and no attempt is under way: when the
+	// service next tries to connect on its own (at most 30 s after the last
+	// attempt). A call made 3 s or more after the last attempt tries at once.
+	// Shown by the replica that owns the connector.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -783,6 +788,13 @@ func (x *ConnectorHealth) GetProtocolVersion() string {
 		return x.ProtocolVersion
 	}
 	return ""
+}
+
+func (x *ConnectorHealth) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
 }
 
 // ConnectorCounters are usage counters kept per connector.
@@ -1844,7 +1856,7 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
 	"\tRateLimit\x12.\n" +
 	"\x13requests_per_second\x18\x01 \x01(\x01R\x11requestsPerSecond\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\xff\x01\n" +
+	"\x05burst\x18\x02 \x01(\x05R\x05burst\"\xc7\x02\n" +
 	"\x0fConnectorHealth\x122\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1c.connector.v1.ConnectorStateR\x05state\x12\x1d\n" +
 	"\n" +
@@ -1852,7 +1864,8 @@ const file_connector_v1_connector_proto_rawDesc = "" +
 	"\alatency\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\alatency\x129\n" +
 	"\n" +
 	"check_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\x12)\n" +
-	"\x10protocol_version\x18\x05 \x01(\tR\x0fprotocolVersion\"\xd4\x03\n" +
+	"\x10protocol_version\x18\x05 \x01(\tR\x0fprotocolVersion\x12F\n" +
+	"\x11next_attempt_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\"\xd4\x03\n" +
 	"\x11ConnectorCounters\x12\x1d\n" +
 	"\n" +
 	"call_count\x18\x01 \x01(\x03R\tcallCount\x12\x1f\n" +
@@ -2052,39 +2065,40 @@ var file_connector_v1_connector_proto_depIdxs = []int32{
 	1,  // 2: connector.v1.ConnectorHealth.state:type_name -> connector.v1.ConnectorState
 	22, // 3: connector.v1.ConnectorHealth.latency:type_name -> google.protobuf.Duration
 	23, // 4: connector.v1.ConnectorHealth.check_time:type_name -> google.protobuf.Timestamp
-	23, // 5: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
-	0,  // 6: connector.v1.Connector.transport:type_name -> connector.v1.Transport
-	8,  // 7: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
-	9,  // 8: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
-	22, // 9: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	22, // 10: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
-	2,  // 11: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
-	10, // 12: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
-	11, // 13: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
-	12, // 14: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
-	23, // 15: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
-	23, // 16: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 17: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
-	3,  // 18: connector.v1.Connector.approval_policy:type_name -> connector.v1.ApprovalPolicy
-	15, // 19: connector.v1.Connector.auth:type_name -> connector.v1.AuthConfig
-	14, // 20: connector.v1.Connector.sampling:type_name -> connector.v1.SamplingConfig
-	6,  // 21: connector.v1.SamplingConfig.policy:type_name -> connector.v1.SamplingPolicy
-	7,  // 22: connector.v1.AuthConfig.mode:type_name -> connector.v1.AuthMode
-	23, // 23: connector.v1.Authorization.expire_time:type_name -> google.protobuf.Timestamp
-	23, // 24: connector.v1.Authorization.create_time:type_name -> google.protobuf.Timestamp
-	23, // 25: connector.v1.Authorization.update_time:type_name -> google.protobuf.Timestamp
-	23, // 26: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	23, // 27: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
-	1,  // 28: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
-	24, // 29: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	18, // 30: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
-	23, // 31: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
-	4,  // 32: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	23, // 5: connector.v1.ConnectorHealth.next_attempt_time:type_name -> google.protobuf.Timestamp
+	23, // 6: connector.v1.ConnectorCounters.last_used_time:type_name -> google.protobuf.Timestamp
+	0,  // 7: connector.v1.Connector.transport:type_name -> connector.v1.Transport
+	8,  // 8: connector.v1.Connector.stdio:type_name -> connector.v1.StdioConfig
+	9,  // 9: connector.v1.Connector.http:type_name -> connector.v1.HttpConfig
+	22, // 10: connector.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	22, // 11: connector.v1.Connector.call_timeout:type_name -> google.protobuf.Duration
+	2,  // 12: connector.v1.Connector.session_mode:type_name -> connector.v1.SessionMode
+	10, // 13: connector.v1.Connector.rate_limit:type_name -> connector.v1.RateLimit
+	11, // 14: connector.v1.Connector.health:type_name -> connector.v1.ConnectorHealth
+	12, // 15: connector.v1.Connector.counters:type_name -> connector.v1.ConnectorCounters
+	23, // 16: connector.v1.Connector.create_time:type_name -> google.protobuf.Timestamp
+	23, // 17: connector.v1.Connector.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 18: connector.v1.Connector.protocol_preference:type_name -> connector.v1.ProtocolPreference
+	3,  // 19: connector.v1.Connector.approval_policy:type_name -> connector.v1.ApprovalPolicy
+	15, // 20: connector.v1.Connector.auth:type_name -> connector.v1.AuthConfig
+	14, // 21: connector.v1.Connector.sampling:type_name -> connector.v1.SamplingConfig
+	6,  // 22: connector.v1.SamplingConfig.policy:type_name -> connector.v1.SamplingPolicy
+	7,  // 23: connector.v1.AuthConfig.mode:type_name -> connector.v1.AuthMode
+	23, // 24: connector.v1.Authorization.expire_time:type_name -> google.protobuf.Timestamp
+	23, // 25: connector.v1.Authorization.create_time:type_name -> google.protobuf.Timestamp
+	23, // 26: connector.v1.Authorization.update_time:type_name -> google.protobuf.Timestamp
+	23, // 27: connector.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	23, // 28: connector.v1.Session.last_used_time:type_name -> google.protobuf.Timestamp
+	1,  // 29: connector.v1.Session.state:type_name -> connector.v1.ConnectorState
+	24, // 30: connector.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	18, // 31: connector.v1.Tool.annotations:type_name -> connector.v1.ToolAnnotations
+	23, // 32: connector.v1.Tool.sync_time:type_name -> google.protobuf.Timestamp
+	4,  // 33: connector.v1.Tool.approval_override:type_name -> connector.v1.ApprovalOverride
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_proto_init() }

@@ -854,7 +854,11 @@ type UpdateConnectorRequest struct {
 	// stdio.args, stdio.env, http, http.url, http.headers, connect_timeout,
 	// call_timeout, session_mode, model, rate_limit, disable_new_tools,
 	// narrow_tools_above, protocol_preference, approval_policy, auth,
-	// auth.mode, auth.client_id, auth.client_secret, auth.scopes.
+	// auth.mode, auth.client_id, auth.client_secret, auth.scopes,
+	// elicitation, sampling, sampling.enabled, sampling.policy,
+	// sampling.max_tokens_per_request, sampling.max_requests_per_run,
+	// sampling.max_tokens_per_run, sampling.max_requests_per_minute,
+	// sampling.max_tokens_per_minute.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

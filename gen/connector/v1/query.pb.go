@@ -1392,8 +1392,12 @@ type QueryResult struct {
 	Authorization *AuthorizationRequired `protobuf:"bytes,17,opt,name=authorization,proto3" json:"authorization,omitempty"`
 	// AWAITING_INPUT: what the server asks the user, one answer each.
 	InputRequests []*InputRequest `protobuf:"bytes,18,rep,name=input_requests,json=inputRequests,proto3" json:"input_requests,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a per_session connector: a tool call of the run ran on a new MCP
+	// session, not the one the caller's session had, and whatever state the
+	// server kept for it is gone (as CallToolResponse.session_restarted).
+	SessionRestarted bool `protobuf:"varint,19,opt,name=session_restarted,json=sessionRestarted,proto3" json:"session_restarted,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *QueryResult) Reset() {
@@ -1550,6 +1554,13 @@ func (x *QueryResult) GetInputRequests() []*InputRequest {
 		return x.InputRequests
 	}
 	return nil
+}
+
+func (x *QueryResult) GetSessionRestarted() bool {
+	if x != nil {
+		return x.SessionRestarted
+	}
+	return false
 }
 
 // InputRequest is what an MCP server asks the user in the middle of a tool
@@ -2662,7 +2673,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xbd\x06\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"\xea\x06\n" +
 	"\vQueryResult\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.connector.v1.QueryStatusR\x06status\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12!\n" +
@@ -2685,7 +2696,8 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\vexpire_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12I\n" +
 	"\rauthorization\x18\x11 \x01(\v2#.connector.v1.AuthorizationRequiredR\rauthorization\x12A\n" +
-	"\x0einput_requests\x18\x12 \x03(\v2\x1a.connector.v1.InputRequestR\rinputRequests\"\xa8\x04\n" +
+	"\x0einput_requests\x18\x12 \x03(\v2\x1a.connector.v1.InputRequestR\rinputRequests\x12+\n" +
+	"\x11session_restarted\x18\x13 \x01(\bR\x10sessionRestarted\"\xa8\x04\n" +
 	"\fInputRequest\x12\x19\n" +
 	"\binput_id\x18\x01 \x01(\tR\ainputId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x16\n" +

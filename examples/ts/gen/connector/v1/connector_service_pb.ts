@@ -431,7 +431,11 @@ export type UpdateConnectorRequest = Message<"connector.v1.UpdateConnectorReques
    * stdio.args, stdio.env, http, http.url, http.headers, connect_timeout,
    * call_timeout, session_mode, model, rate_limit, disable_new_tools,
    * narrow_tools_above, protocol_preference, approval_policy, auth,
-   * auth.mode, auth.client_id, auth.client_secret, auth.scopes.
+   * auth.mode, auth.client_id, auth.client_secret, auth.scopes,
+   * elicitation, sampling, sampling.enabled, sampling.policy,
+   * sampling.max_tokens_per_request, sampling.max_requests_per_run,
+   * sampling.max_tokens_per_run, sampling.max_requests_per_minute,
+   * sampling.max_tokens_per_minute.
    *
    * @generated from field: google.protobuf.FieldMask update_mask = 3;
    */
