@@ -6,7 +6,9 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -148,31 +150,47 @@ func (s *session) relateTask(ctx context.Context, taskID string) {
 
 // route finds who answers a server request that came with ctx: the Asker
 // ctx carries, or, where server requests do not carry their call's
-// context (stdio), that of a call in flight on the session: the one
-// running as task (the request's related task), if any, else the one that
-// started first (a server asks in the middle of a call, and the oldest
-// has waited longest). callCtx is the call's context, nil if no call was
-// found; a nil Asker means nobody can answer.
-func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call ask.Call, callCtx context.Context) {
+// context (stdio, the GET stream), that of a call in flight on the
+// session: the one running as task (the request's related task), if
+// any. Else, over stdio, the one that started first (a server asks in the
+// middle of a call, and the oldest has waited longest); on the GET stream
+// the session's only call, or none: a request that names no call while
+// several run is refused (errUnroutable) rather than given to the wrong
+// user's call. callCtx is the call's context, nil if no call was found; a
+// nil Asker means nobody can answer.
+func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call ask.Call, callCtx context.Context, err error) {
 	if asker, call, ok := ask.From(ctx); ok {
-		return asker, call, ctx
+		return asker, call, ctx, nil
 	}
-	if a.byContext {
-		return nil, ask.Call{}, nil
+	onGET := ctx.Value(onGETStream{}) != nil
+	if a.byContext && !onGET {
+		return nil, ask.Call{}, nil, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.calls) == 0 {
-		return nil, ask.Call{}, nil
-	}
-	in := a.calls[0]
 	for _, c := range a.calls {
 		if task != "" && c.task == task {
-			in = c
-			break
+			return c.a, c.call, c.ctx, nil
 		}
 	}
-	return in.a, in.call, in.ctx
+	switch {
+	case onGET && len(a.calls) != 1:
+		return nil, ask.Call{}, nil, errUnroutable(len(a.calls))
+	case len(a.calls) == 0:
+		return nil, ask.Call{}, nil, nil
+	}
+	in := a.calls[0]
+	return in.a, in.call, in.ctx, nil
+}
+
+// errUnroutable is the error a server sees for a request on the GET
+// stream that names no call while n calls run on its session.
+func errUnroutable(n int) error {
+	msg := "the client has no call open on this session to route the request to"
+	if n > 1 {
+		msg = fmt.Sprintf("the request names no call (no related task) and %d calls are open on this session; refused", n)
+	}
+	return &requestError{code: mcp.INVALID_REQUEST, msg: msg}
 }
 
 // relatedTask is the task a server request's _meta names, if any.
@@ -199,7 +217,11 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	asker, call, callCtx := a.route(ctx, relatedTask(req.Params.Meta))
+	asker, call, callCtx, err := a.route(ctx, relatedTask(req.Params.Meta))
+	if err != nil {
+		a.refuse(string(mcp.MethodElicitationCreate), err)
+		return nil, err
+	}
 	if asker == nil {
 		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
 			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
@@ -251,13 +273,22 @@ func earliest(a, b time.Time) time.Time {
 type samplingHandler struct{ a *asks }
 
 func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	// mcp-go drops a sampling request's _meta: no related task here.
-	asker, call, callCtx := h.a.route(ctx, "")
+	// mcp-go drops a sampling request's _meta: no related task here, but
+	// the GET stream's reader keeps it (see asks.serve).
+	return h.a.createMessage(ctx, req, "")
+}
+
+func (a *asks) createMessage(ctx context.Context, req mcp.CreateMessageRequest, task string) (*mcp.CreateMessageResult, error) {
+	asker, call, callCtx, err := a.route(ctx, task)
+	if err != nil {
+		a.refuse(string(mcp.MethodSamplingCreateMessage), err)
+		return nil, err
+	}
 	resume, callerDeadline := pauseCall(callCtx)
 	defer resume()
 	// A request put to the user for approval, and the model's answer,
 	// must come while the server (and the transport) still wait.
-	ctx, cancelWait := context.WithDeadline(ctx, h.a.answerDeadline(callerDeadline))
+	ctx, cancelWait := context.WithDeadline(ctx, a.answerDeadline(callerDeadline))
 	defer cancelWait()
 	if callCtx != nil && callCtx != ctx {
 		var cancel context.CancelFunc
@@ -265,7 +296,7 @@ func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessag
 		defer cancel()
 		defer context.AfterFunc(callCtx, cancel)()
 	}
-	return h.a.c.sample(ctx, asker, call, req)
+	return a.c.sample(ctx, asker, call, req)
 }
 
 // errNoSampling is what a sampling request gets when the service has no
@@ -288,4 +319,56 @@ func awaitsInput(err error) bool {
 	var ir *ask.InputRequiredError
 	var ur *ask.URLRequiredError
 	return errors.As(err, &ir) || errors.As(err, &ur)
+}
+
+// refuse logs and counts a server request refused because it could not
+// be routed to a call.
+func (a *asks) refuse(method string, err error) {
+	a.c.reg.logger.Warn("the server asked for "+method+" on the GET stream, and no call could take it; answered with an error",
+		append(a.c.logAttrs(), slog.String("method", method), slog.String("reason", err.Error()))...)
+	a.c.reg.metrics.refused(a.c, method)
+}
+
+// serve answers a server request that came outside mcp-go's client (the
+// GET stream): elicitation and sampling through the same handlers, a
+// ping with nothing; anything else is -32601.
+func (a *asks) serve(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	var meta struct {
+		Meta *mcp.Meta `json:"_meta,omitempty"`
+	}
+	_ = json.Unmarshal(params, &meta)
+	task := relatedTask(meta.Meta)
+	switch method {
+	case string(mcp.MethodPing):
+		return map[string]any{}, nil
+	case string(mcp.MethodElicitationCreate):
+		if !a.elicit {
+			break
+		}
+		var req mcp.ElicitationRequest
+		if err := json.Unmarshal(params, &req.Params); err != nil {
+			return nil, &requestError{code: mcp.INVALID_PARAMS, msg: "invalid elicitation params: " + err.Error()}
+		}
+		if req.Params.Meta == nil {
+			req.Params.Meta = meta.Meta
+		}
+		return elicitHandler{a}.Elicit(ctx, req)
+	case string(mcp.MethodSamplingCreateMessage):
+		if !a.sample {
+			break
+		}
+		var req mcp.CreateMessageRequest
+		if err := json.Unmarshal(params, &req.CreateMessageParams); err != nil {
+			return nil, &requestError{code: mcp.INVALID_PARAMS, msg: "invalid sampling params: " + err.Error()}
+		}
+		for i := range req.Messages {
+			content, err := mcp.ParseSamplingContent(req.Messages[i].Content)
+			if err != nil {
+				return nil, &requestError{code: mcp.INVALID_PARAMS, msg: fmt.Sprintf("invalid sampling params: message %d: %v", i, err)}
+			}
+			req.Messages[i].Content = content
+		}
+		return a.createMessage(ctx, req, task)
+	}
+	return nil, &requestError{code: mcp.METHOD_NOT_FOUND, msg: "method not supported by the client: " + method}
 }

@@ -33,6 +33,7 @@ type session struct {
 	client *client.Client
 	proc   *stdio.Process // stdio only
 	cancel context.CancelFunc
+	life   context.Context // ended by cancel: bounds the session's own streams (see listen)
 	opened time.Time
 	end    *httppool.SessionEnd // HTTP only: ends the session; see markDead
 	// version is the protocol version negotiated (or adopted: see attach).
@@ -67,7 +68,7 @@ type session struct {
 func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration,
 	maxMessage int, logger *slog.Logger, m *metrics, attach SessionHandle) (*session, error) {
 	ctx, cancel := context.WithCancel(life)
-	s := &session{cancel: cancel, opened: time.Now()}
+	s := &session{cancel: cancel, life: ctx, opened: time.Now()}
 	var tr transport.Interface
 	switch spec.Transport {
 	case TransportStdio:
