@@ -28,7 +28,11 @@ func defaults(schema map[string]any) map[string]any {
 // DefaultedFields names, sorted, the fields of a form's schema that have
 // a default; nil if none.
 func DefaultedFields(schema map[string]any) []string {
-	return slices.Sorted(maps.Keys(defaults(schema)))
+	d := defaults(schema)
+	if len(d) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(d))
 }
 
 // WithDefaults is content with every field of schema that it leaves out

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +50,7 @@ type asks struct {
 
 	mu    sync.Mutex
 	calls []*inflight // oldest first
+	next  uint64      // numbers the calls' own tokens (newToken)
 }
 
 // inflight is a call running on the session.
@@ -57,6 +59,9 @@ type inflight struct {
 	a    ask.Asker       // nil: the call has nobody to ask
 	call ask.Call
 	task string // the id of the task the call runs as, once known
+	// token is the progress token the call's request carries: a server
+	// request whose _meta names it belongs to the call.
+	token string
 }
 
 // newAsks returns what a session of spec declares and serves, or nil.
@@ -135,7 +140,26 @@ func (a *asks) track(ctx context.Context) func() {
 // got) runs as task taskID: a server request that names the task (its
 // _meta's related-task) goes to that call.
 func (s *session) relateTask(ctx context.Context, taskID string) {
-	a := s.asks
+	s.asks.relate(ctx, func(in *inflight) { in.task = taskID })
+}
+
+// relateToken records that the request of the call made under ctx
+// carries progress token token: a server request whose _meta names that
+// token goes to that call.
+func (s *session) relateToken(ctx context.Context, token string) {
+	s.asks.relate(ctx, func(in *inflight) { in.token = token })
+}
+
+// newToken is a progress token for a call that asked for no progress,
+// by which a server may name the call in its requests.
+func (a *asks) newToken() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.next++
+	return "connector-svc-call-" + strconv.FormatUint(a.next, 10)
+}
+
+func (a *asks) relate(ctx context.Context, set func(*inflight)) {
 	if a == nil {
 		return
 	}
@@ -143,22 +167,42 @@ func (s *session) relateTask(ctx context.Context, taskID string) {
 	defer a.mu.Unlock()
 	for _, in := range a.calls {
 		if in.ctx == ctx {
-			in.task = taskID
+			set(in)
 		}
 	}
+}
+
+// related is what a server request names of the call it belongs to: the
+// task the call runs as, the progress token of its request.
+type related struct{ task, token string }
+
+// relatedOf reads it from a request's _meta.
+func relatedOf(meta *mcp.Meta) related {
+	if meta == nil {
+		return related{}
+	}
+	r := related{task: relatedTask(meta)}
+	switch t := meta.ProgressToken.(type) {
+	case string:
+		r.token = t
+	case nil:
+	default:
+		r.token = fmt.Sprint(t)
+	}
+	return r
 }
 
 // route finds who answers a server request that came with ctx: the Asker
 // ctx carries, or, where server requests do not carry their call's
 // context (stdio, the GET stream), that of a call in flight on the
-// session: the one running as task (the request's related task), if
-// any. Else, over stdio, the one that started first (a server asks in the
+// session: the one running as the task the request's _meta names, or
+// whose request carries the progress token it names, if any. Else, over stdio, the one that started first (a server asks in the
 // middle of a call, and the oldest has waited longest); on the GET stream
 // the session's only call, or none: a request that names no call while
 // several run is refused (errUnroutable) rather than given to the wrong
 // user's call. callCtx is the call's context, nil if no call was found; a
 // nil Asker means nobody can answer.
-func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call ask.Call, callCtx context.Context, err error) {
+func (a *asks) route(ctx context.Context, rel related) (asker ask.Asker, call ask.Call, callCtx context.Context, err error) {
 	if asker, call, ok := ask.From(ctx); ok {
 		return asker, call, ctx, nil
 	}
@@ -169,7 +213,7 @@ func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call as
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, c := range a.calls {
-		if task != "" && c.task == task {
+		if (rel.task != "" && c.task == rel.task) || (rel.token != "" && c.token == rel.token) {
 			return c.a, c.call, c.ctx, nil
 		}
 	}
@@ -217,7 +261,7 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	asker, call, callCtx, err := a.route(ctx, relatedTask(req.Params.Meta))
+	asker, call, callCtx, err := a.route(ctx, relatedOf(req.Params.Meta))
 	if err != nil {
 		a.refuse(string(mcp.MethodElicitationCreate), err)
 		return nil, err
@@ -275,11 +319,11 @@ type samplingHandler struct{ a *asks }
 func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	// mcp-go drops a sampling request's _meta: no related task here, but
 	// the GET stream's reader keeps it (see asks.serve).
-	return h.a.createMessage(ctx, req, "")
+	return h.a.createMessage(ctx, req, related{})
 }
 
-func (a *asks) createMessage(ctx context.Context, req mcp.CreateMessageRequest, task string) (*mcp.CreateMessageResult, error) {
-	asker, call, callCtx, err := a.route(ctx, task)
+func (a *asks) createMessage(ctx context.Context, req mcp.CreateMessageRequest, rel related) (*mcp.CreateMessageResult, error) {
+	asker, call, callCtx, err := a.route(ctx, rel)
 	if err != nil {
 		a.refuse(string(mcp.MethodSamplingCreateMessage), err)
 		return nil, err
@@ -337,7 +381,7 @@ func (a *asks) serve(ctx context.Context, method string, params json.RawMessage)
 		Meta *mcp.Meta `json:"_meta,omitempty"`
 	}
 	_ = json.Unmarshal(params, &meta)
-	task := relatedTask(meta.Meta)
+	rel := relatedOf(meta.Meta)
 	switch method {
 	case string(mcp.MethodPing):
 		return map[string]any{}, nil
@@ -368,7 +412,7 @@ func (a *asks) serve(ctx context.Context, method string, params json.RawMessage)
 			}
 			req.Messages[i].Content = content
 		}
-		return a.createMessage(ctx, req, task)
+		return a.createMessage(ctx, req, rel)
 	}
 	return nil, &requestError{code: mcp.METHOD_NOT_FOUND, msg: "method not supported by the client: " + method}
 }

@@ -22,7 +22,7 @@ func (nopAsker) Sampled(ask.Call, ask.SamplingRecord) {}
 func TestAsksRouteOnStdio(t *testing.T) {
 	a := &asks{elicit: true}
 	s := &session{asks: a}
-	if asker, _, callCtx, _ := a.route(context.Background(), ""); asker != nil || callCtx != nil {
+	if asker, _, callCtx, _ := a.route(context.Background(), related{}); asker != nil || callCtx != nil {
 		t.Fatalf("no call in flight routed to %v", asker)
 	}
 	first, second := nopAsker{"first"}, nopAsker{"second"}
@@ -32,20 +32,20 @@ func TestAsksRouteOnStdio(t *testing.T) {
 	done2 := a.track(ctx2)
 	defer done2()
 	s.relateTask(ctx2, "task-2")
-	if asker, call, _, _ := a.route(context.Background(), ""); asker != first || call.ID != "1" {
+	if asker, call, _, _ := a.route(context.Background(), related{}); asker != first || call.ID != "1" {
 		t.Errorf("routed to %v %+v, want the first call", asker, call)
 	}
-	if asker, call, callCtx, _ := a.route(context.Background(), relatedTask(mcp.WithRelatedTask("task-2"))); asker != second || call.ID != "2" || callCtx != ctx2 {
+	if asker, call, callCtx, _ := a.route(context.Background(), relatedOf(mcp.WithRelatedTask("task-2"))); asker != second || call.ID != "2" || callCtx != ctx2 {
 		t.Errorf("routed to %v %+v, want the call of task-2", asker, call)
 	}
 	done1()
-	if asker, _, _, _ := a.route(context.Background(), ""); asker != second {
+	if asker, _, _, _ := a.route(context.Background(), related{}); asker != second {
 		t.Errorf("routed to %v after the first call ended, want the second", asker)
 	}
 	// Over streamable HTTP a request without an Asker in its context
 	// belongs to a call without one.
 	a.byContext = true
-	if asker, _, _, _ := a.route(context.Background(), ""); asker != nil {
+	if asker, _, _, _ := a.route(context.Background(), related{}); asker != nil {
 		t.Errorf("streamable HTTP routed a request to %v", asker)
 	}
 }

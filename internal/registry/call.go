@@ -277,11 +277,19 @@ func sendCall(ctx context.Context, s *session, name string, args map[string]any,
 		return s.client.CallTool(ctx, req)
 	}
 	if opts.Progress == nil {
+		if s.asks != nil {
+			// A token of its own lets a server name the call its requests
+			// belong to (see asks.route); its progress goes nowhere.
+			token := s.asks.newToken()
+			req.Params.Meta = &mcp.Meta{ProgressToken: token}
+			s.relateToken(ctx, token)
+		}
 		return send()
 	}
 	token, q := s.progress.Add()
 	defer s.progress.Remove(token)
 	req.Params.Meta = &mcp.Meta{ProgressToken: token}
+	s.relateToken(ctx, token)
 	return progress.Call(q, opts.Progress, send)
 }
 
