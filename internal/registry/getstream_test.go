@@ -24,10 +24,12 @@ import (
 // context), beside asktools' tools, which ask on the call's own stream:
 //   - getask: elicits asktools.Schema on the GET stream, says the answer;
 //   - getsample: samples, says the completion;
+//   - gettask: a task tool that elicits as getask does, from its task;
 //   - getsample2: like getsample, once two calls of it are open.
 func getStreamServer(t testing.TB) string {
 	t.Helper()
-	m := server.NewMCPServer("getstream", "1.0", server.WithToolCapabilities(true), server.WithElicitation())
+	m := server.NewMCPServer("getstream", "1.0", server.WithToolCapabilities(true), server.WithElicitation(),
+		server.WithTaskCapabilities(true, true, true))
 	asktools.Add(m)
 	say := func(v any, err error) (*mcp.CallToolResult, error) {
 		if err != nil {
@@ -61,6 +63,18 @@ func getStreamServer(t testing.TB) string {
 	m.AddTool(mcp.NewTool("getsample"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return sample(ctx)
 	})
+	m.AddTaskTool(mcp.NewTool("gettask", mcp.WithTaskSupport(mcp.TaskSupportRequired)),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
+			// The task runs after the request that created it has been
+			// answered: its question goes on the GET stream.
+			res, err := m.RequestElicitation(context.WithoutCancel(ctx), mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+				Message: "Who confirms?", RequestedSchema: asktools.Schema}})
+			if err != nil {
+				return nil, err
+			}
+			b, _ := json.Marshal(map[string]any{"action": res.Action, "content": res.Content})
+			return &mcp.CreateTaskResult{Content: []mcp.Content{mcp.NewTextContent(string(b))}}, nil
+		})
 	var open atomic.Int32
 	both := make(chan struct{})
 	m.AddTool(mcp.NewTool("getsample2"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -96,7 +110,7 @@ func callWithin(t *testing.T, reg *registry.Registry, a ask.Asker, tool string, 
 	return text(t, res)
 }
 
-// TestAsksOnTheGETStream: a server's elicitation and sampling requests
+// TestAsksOnTheGETStream: a server's elicitation, sampling and task requests
 // reach the call's Asker whether they come on the standalone GET stream or
 // on the call's own stream, on 2025-11-25 sessions, per-session (one
 // user's connection: elicitation and sampling) and shared (sampling).
@@ -123,8 +137,9 @@ func TestAsksOnTheGETStream(t *testing.T) {
 			}
 			if tc.elicit {
 				for tool, want := range map[string]string{
-					"getask": `{"action":"accept","content":{"name":"Ada"}}`, // GET stream
-					"ask":    `action=accept content={"name":"Ada"}`,         // the call's stream
+					"getask":  `{"action":"accept","content":{"name":"Ada"}}`, // GET stream
+					"gettask": `{"action":"accept","content":{"name":"Ada"}}`, // GET stream, from a task
+					"ask":     `action=accept content={"name":"Ada"}`,         // the call's stream
 				} {
 					a := &fakeAsker{answer: answer}
 					if got := callWithin(t, reg, a, tool, tc.opts); got != want {
