@@ -25,7 +25,7 @@ import (
 //   - getask: elicits asktools.Schema on the GET stream, says the answer;
 //   - getsample: samples, says the completion;
 //   - gettask: a task tool that elicits as getask does, from its task;
-//   - getsample2: like getsample, once two calls of it are open.
+//   - getsample2: like getsample, while two calls of it are open.
 func getStreamServer(t testing.TB) string {
 	t.Helper()
 	m := server.NewMCPServer("getstream", "1.0", server.WithToolCapabilities(true), server.WithElicitation(),
@@ -75,18 +75,28 @@ func getStreamServer(t testing.TB) string {
 			b, _ := json.Marshal(map[string]any{"action": res.Action, "content": res.Content})
 			return &mcp.CreateTaskResult{Content: []mcp.Content{mcp.NewTextContent(string(b))}}, nil
 		})
-	var open atomic.Int32
-	both := make(chan struct{})
-	m.AddTool(mcp.NewTool("getsample2"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if open.Add(1) == 2 {
-			close(both)
+	// getsample2's two calls meet before they sample, and again before
+	// they answer, so that both stay open while either asks.
+	var open, sampled atomic.Int32
+	both, bothSampled := make(chan struct{}), make(chan struct{})
+	meet := func(n *atomic.Int32, ch chan struct{}) bool {
+		if n.Add(1) == 2 {
+			close(ch)
 		}
 		select {
-		case <-both:
+		case <-ch:
+			return true
 		case <-time.After(10 * time.Second):
+			return false
+		}
+	}
+	m.AddTool(mcp.NewTool("getsample2"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if !meet(&open, both) {
 			return mcp.NewToolResultText("error: the other call never came"), nil
 		}
-		return sample(ctx)
+		res, err := sample(ctx)
+		meet(&sampled, bothSampled)
+		return res, err
 	})
 	hs := httptest.NewServer(server.NewStreamableHTTPServer(m))
 	t.Cleanup(hs.Close)
