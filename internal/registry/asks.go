@@ -62,6 +62,9 @@ type inflight struct {
 	// token is the progress token the call's request carries: a server
 	// request whose _meta names it belongs to the call.
 	token string
+	// asking counts the server requests put to the call and not yet
+	// answered (guarded by asks.mu).
+	asking int
 }
 
 // newAsks returns what a session of spec declares and serves, or nil.
@@ -196,35 +199,63 @@ func relatedOf(meta *mcp.Meta) related {
 // ctx carries, or, where server requests do not carry their call's
 // context (stdio, the GET stream), that of a call in flight on the
 // session: the one running as the task the request's _meta names, or
-// whose request carries the progress token it names, if any. Else, over stdio, the one that started first (a server asks in the
-// middle of a call, and the oldest has waited longest); on the GET stream
+// whose request carries the progress token it names, if any. Else, over
+// stdio, the one that started first and is not asking already (see
+// routeAsking); on the GET stream
 // the session's only call, or none: a request that names no call while
 // several run is refused (errUnroutable) rather than given to the wrong
 // user's call. callCtx is the call's context, nil if no call was found; a
 // nil Asker means nobody can answer.
 func (a *asks) route(ctx context.Context, rel related) (asker ask.Asker, call ask.Call, callCtx context.Context, err error) {
+	asker, call, callCtx, release, err := a.routeAsking(ctx, rel)
+	release()
+	return asker, call, callCtx, err
+}
+
+// routeAsking is route, for a request about to be put to the call found:
+// until release, that call counts as asking, and a request that names no
+// call goes to the oldest call not asking already (a server's call waits
+// on one question at a time: the second question is another call's).
+func (a *asks) routeAsking(ctx context.Context, rel related) (asker ask.Asker, call ask.Call, callCtx context.Context, release func(), err error) {
+	release = func() {}
 	if asker, call, ok := ask.From(ctx); ok {
-		return asker, call, ctx, nil
+		return asker, call, ctx, release, nil
 	}
 	onGET := ctx.Value(onGETStream{}) != nil
 	if a.byContext && !onGET {
-		return nil, ask.Call{}, nil, nil
+		return nil, ask.Call{}, nil, release, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	var in *inflight
 	for _, c := range a.calls {
 		if (rel.task != "" && c.task == rel.task) || (rel.token != "" && c.token == rel.token) {
-			return c.a, c.call, c.ctx, nil
+			in = c
+			break
 		}
 	}
 	switch {
+	case in != nil:
 	case onGET && len(a.calls) != 1:
-		return nil, ask.Call{}, nil, errUnroutable(len(a.calls))
+		return nil, ask.Call{}, nil, release, errUnroutable(len(a.calls))
 	case len(a.calls) == 0:
-		return nil, ask.Call{}, nil, nil
+		return nil, ask.Call{}, nil, release, nil
+	default:
+		in = a.calls[0]
+		for _, c := range a.calls {
+			if c.asking == 0 {
+				in = c
+				break
+			}
+		}
 	}
-	in := a.calls[0]
-	return in.a, in.call, in.ctx, nil
+	in.asking++
+	release = func() {
+		a.mu.Lock()
+		in.asking--
+		a.mu.Unlock()
+	}
+	return in.a, in.call, in.ctx, release, nil
 }
 
 // errUnroutable is the error a server sees for a request on the GET
@@ -261,7 +292,8 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	asker, call, callCtx, err := a.route(ctx, relatedOf(req.Params.Meta))
+	asker, call, callCtx, release, err := a.routeAsking(ctx, relatedOf(req.Params.Meta))
+	defer release()
 	if err != nil {
 		a.refuse(string(mcp.MethodElicitationCreate), err)
 		return nil, err
@@ -323,7 +355,8 @@ func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessag
 }
 
 func (a *asks) createMessage(ctx context.Context, req mcp.CreateMessageRequest, rel related) (*mcp.CreateMessageResult, error) {
-	asker, call, callCtx, err := a.route(ctx, rel)
+	asker, call, callCtx, release, err := a.routeAsking(ctx, rel)
+	defer release()
 	if err != nil {
 		a.refuse(string(mcp.MethodSamplingCreateMessage), err)
 		return nil, err

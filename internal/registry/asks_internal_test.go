@@ -49,3 +49,32 @@ func TestAsksRouteOnStdio(t *testing.T) {
 		t.Errorf("streamable HTTP routed a request to %v", asker)
 	}
 }
+
+// Over stdio, a request that names no call goes to the oldest call not
+// asking already: while the first call's question waits, the next one is
+// the second call's (each used to go to the first call, whose run got
+// every question of its session while the others never paused).
+func TestAsksRouteSpreadsUnnamedRequests(t *testing.T) {
+	a := &asks{elicit: true}
+	first, second := nopAsker{"first"}, nopAsker{"second"}
+	defer a.track(ask.With(context.Background(), first, ask.Call{ID: "1"}))()
+	defer a.track(ask.With(context.Background(), second, ask.Call{ID: "2"}))()
+	asker1, _, _, release1, _ := a.routeAsking(context.Background(), related{})
+	asker2, _, _, release2, _ := a.routeAsking(context.Background(), related{})
+	if asker1 != first || asker2 != second {
+		t.Errorf("two questions went to %v and %v, want the first call's, then the second's", asker1, asker2)
+	}
+	release1()
+	if asker3, _, _, release3, _ := a.routeAsking(context.Background(), related{}); asker3 != first {
+		t.Errorf("once the first call's question is answered, the next went to %v, want the first call", asker3)
+	} else {
+		release3()
+	}
+	release2()
+	// A request naming a call goes there, asking or not.
+	_, _, _, release4, _ := a.routeAsking(context.Background(), related{})
+	defer release4()
+	if asker, _, _, _ := a.route(context.Background(), related{}); asker != second {
+		t.Errorf("routed to %v while the first asks, want the second", asker)
+	}
+}
