@@ -65,9 +65,12 @@ func getStreamServer(t testing.TB) string {
 	})
 	m.AddTaskTool(mcp.NewTool("gettask", mcp.WithTaskSupport(mcp.TaskSupportRequired)),
 		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
-			// The task runs after the request that created it has been
-			// answered: its question goes on the GET stream.
-			res, err := m.RequestElicitation(context.WithoutCancel(ctx), mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+			// Its question goes on the GET stream (the context of the
+			// request that created the task could still hold that request's
+			// stream, ending as the task is created).
+			gctx, cancel := context.WithTimeout(m.WithContext(context.Background(), server.ClientSessionFromContext(ctx)), 10*time.Second)
+			defer cancel()
+			res, err := m.RequestElicitation(gctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
 				Message: "Who confirms?", RequestedSchema: asktools.Schema}})
 			if err != nil {
 				return nil, err
