@@ -258,6 +258,7 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 // flight, to which the server's requests may be routed (see asks.route).
 func callTool(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	defer s.asks.track(ctx)()
+	defer s.get.enter(ctx)()
 	if opts.asTask {
 		res, err := tasks.Call(ctx, s.taskSession(), name, args, tasks.Options{Progress: opts.Progress, TaskID: opts.TaskID})
 		return res, elicit.URLRequired(msglimit.AsTooLarge(err))

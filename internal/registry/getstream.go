@@ -22,6 +22,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -37,19 +38,80 @@ type onGETStream struct{}
 // after it ended or failed.
 const getRetry = time.Second
 
-// listen opens the GET stream of s, a session of spec initialized at
+// getLinger is how long the stream stays open after the session's last
+// call ended, so that calls in a row do not each open it again.
+const getLinger = 2 * time.Second
+
+// getConnectWait bounds how long a call waits, before it is sent, for the
+// stream to open: a server that asks at once must find it open.
+const getConnectWait = time.Second
+
+// listen prepares the GET stream of s, a session of spec initialized at
 // version, when a server's requests may come on it: a classic
-// streamable-HTTP session that declares elicitation or sampling. It reads
-// until the session ends, opening it again after a break; a server that
-// does not offer it (405) or no longer knows the session (404) ends it.
+// streamable-HTTP session that declares elicitation or sampling. The
+// stream is open while calls run on the session (and getLinger after):
+// a request there needs an open call to go to anyway, and a stream held
+// open for good would keep a server (or a test's) from shutting down
+// gracefully. A server that does not offer it (405) or no longer knows the
+// session (404) is not asked again.
 func (s *session) listen(c *conn, spec Spec, hc *http.Client) {
 	h, ok := s.client.GetTransport().(*transport.StreamableHTTP)
 	if !ok || s.asks == nil || spec.Transport != TransportStreamableHTTP || mcp.IsModernProtocol(s.version) ||
 		h.GetSessionId() == "" {
 		return
 	}
-	g := &getStream{s: s, c: c, url: spec.URL, headers: spec.Headers, hc: hc, session: h.GetSessionId()}
-	go g.run(s.life)
+	s.get = &getStream{s: s, c: c, url: spec.URL, headers: spec.Headers, hc: hc, session: h.GetSessionId()}
+}
+
+// enter counts a call on the session, opening the stream if it is not,
+// and waits up to getConnectWait (or ctx) for it to be open; the returned
+// func ends the call. A nil g does nothing.
+func (g *getStream) enter(ctx context.Context) func() {
+	if g == nil {
+		return func() {}
+	}
+	g.mu.Lock()
+	g.calls++
+	if g.linger != nil {
+		g.linger.Stop()
+		g.linger = nil
+	}
+	if g.cancel == nil && !g.stopped {
+		rctx, cancel := context.WithCancel(g.s.life)
+		g.cancel, g.open = cancel, make(chan struct{})
+		go g.run(rctx, g.open)
+	}
+	open := g.open
+	g.mu.Unlock()
+	if open != nil {
+		t := time.NewTimer(getConnectWait)
+		select {
+		case <-open:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return g.leave
+}
+
+// leave ends a call counted by enter: the last one closes the stream
+// after getLinger.
+func (g *getStream) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls--
+	if g.calls > 0 || g.cancel == nil {
+		return
+	}
+	g.linger = time.AfterFunc(getLinger, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.calls == 0 && g.cancel != nil {
+			g.cancel()
+			g.cancel, g.open = nil, nil
+		}
+	})
 }
 
 type getStream struct {
@@ -59,21 +121,37 @@ type getStream struct {
 	headers map[string]string
 	hc      *http.Client
 	session string
+
+	mu      sync.Mutex
+	calls   int
+	cancel  context.CancelFunc // ends the reader; nil when none runs
+	open    chan struct{}      // closed once the reader's stream is open (or it gave up)
+	linger  *time.Timer
+	stopped bool // the server does not offer the stream
 }
 
 // errStop ends the reader for good.
 var errStop = errors.New("the server does not offer the GET stream on this session")
 
-func (g *getStream) run(ctx context.Context) {
+// run reads the stream until ctx ends, opening it again after a break;
+// open is closed once it is open, or once it cannot be.
+func (g *getStream) run(ctx context.Context, open chan struct{}) {
+	var once sync.Once
+	opened := func() { once.Do(func() { close(open) }) }
+	defer opened()
 	for ctx.Err() == nil {
-		err := g.read(ctx)
+		err := g.read(ctx, opened)
 		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, errStop) {
 			g.c.reg.logger.Debug("no standalone GET stream", append(g.c.logAttrs(), slog.String("error", err.Error()))...)
+			g.mu.Lock()
+			g.stopped = true
+			g.mu.Unlock()
 			return
 		}
+		opened() // a call does not wait for a stream that failed
 		select {
 		case <-ctx.Done():
 			return
@@ -96,8 +174,9 @@ func (g *getStream) request(ctx context.Context, method string, body io.Reader) 
 	return req, nil
 }
 
-// read opens the stream once and reads it to its end.
-func (g *getStream) read(ctx context.Context) error {
+// read opens the stream once and reads it to its end, calling opened
+// once it is open.
+func (g *getStream) read(ctx context.Context, opened func()) error {
 	req, err := g.request(ctx, http.MethodGet, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errStop, err)
@@ -117,6 +196,7 @@ func (g *getStream) read(ctx context.Context) error {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		return fmt.Errorf("%w (content type %q)", errStop, mt)
 	}
+	opened()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var data []string

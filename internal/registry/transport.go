@@ -46,6 +46,9 @@ type session struct {
 	// asks serves the server's requests (elicitation, sampling); nil when
 	// the session declares neither.
 	asks *asks
+	// get is the standalone GET stream a server may ask on (see
+	// getstream.go); nil when the session does not read it.
+	get *getStream
 
 	mu       sync.Mutex
 	calls    int           // calls running on the session
