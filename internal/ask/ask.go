@@ -36,6 +36,9 @@ type Input struct {
 	Message string
 	// Schema is a form's requested schema, as the server sent it.
 	Schema map[string]any `json:",omitempty"`
+	// Defaulted names the form's fields whose schema gives a default
+	// (SEP-1034): an accept that leaves one out sends its default.
+	Defaulted []string `json:",omitempty"`
 	// URL is where a URL-mode input sends the user (never fetched here);
 	// ElicitationID is the server's id for it (classic protocol).
 	URL           string `json:",omitempty"`

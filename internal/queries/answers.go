@@ -23,8 +23,8 @@ type Answer struct {
 
 // CheckAnswer checks a, an answer to in, and returns it as the server
 // gets it, with the violations named under field: an action; a form's
-// accepted content valid against its requested schema; no content
-// otherwise. A direct call's answers are checked so too.
+// accepted content, with the defaults of the fields it leaves out, valid
+// against its requested schema; no content otherwise. A direct call's answers are checked so too.
 func CheckAnswer(field string, in ask.Input, a Answer) (ask.Answer, []Violation) {
 	var v violations
 	ans := ask.Answer{Action: a.Action}
@@ -38,7 +38,10 @@ func CheckAnswer(field string, in ask.Input, a Answer) (ask.Answer, []Violation)
 	case a.Content != nil && (ans.Action != ask.Accept || in.Mode != ask.ModeForm):
 		v.add(field+".content", "only with INPUT_ACTION_ACCEPT of a form (INPUT_MODE_FORM)")
 	case ans.Action == ask.Accept && in.Mode == ask.ModeForm:
-		ans.Content = a.Content
+		// Fields left out take their schema's defaults (SEP-1034), here
+		// where every path to the server (live, durable retry, direct
+		// call) passes, so the record shows what the server got.
+		ans.Content = ask.WithDefaults(in.Schema, a.Content)
 		if ans.Content == nil {
 			ans.Content = map[string]any{}
 		}

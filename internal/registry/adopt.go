@@ -127,6 +127,7 @@ func (c *conn) attach(spec Spec, hc *http.Client, h SessionHandle) (*session, er
 		return nil, err
 	}
 	s.end, s.version, s.asks = end, h.ProtocolVersion, asks
+	s.listen(c, spec, own) // the GET stream, where a server may ask (getstream.go)
 	return s, nil
 }
 

@@ -6,9 +6,12 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -47,6 +50,7 @@ type asks struct {
 
 	mu    sync.Mutex
 	calls []*inflight // oldest first
+	next  uint64      // numbers the calls' own tokens (newToken)
 }
 
 // inflight is a call running on the session.
@@ -55,6 +59,12 @@ type inflight struct {
 	a    ask.Asker       // nil: the call has nobody to ask
 	call ask.Call
 	task string // the id of the task the call runs as, once known
+	// token is the progress token the call's request carries: a server
+	// request whose _meta names it belongs to the call.
+	token string
+	// asking counts the server requests put to the call and not yet
+	// answered (guarded by asks.mu).
+	asking int
 }
 
 // newAsks returns what a session of spec declares and serves, or nil.
@@ -133,7 +143,26 @@ func (a *asks) track(ctx context.Context) func() {
 // got) runs as task taskID: a server request that names the task (its
 // _meta's related-task) goes to that call.
 func (s *session) relateTask(ctx context.Context, taskID string) {
-	a := s.asks
+	s.asks.relate(ctx, func(in *inflight) { in.task = taskID })
+}
+
+// relateToken records that the request of the call made under ctx
+// carries progress token token: a server request whose _meta names that
+// token goes to that call.
+func (s *session) relateToken(ctx context.Context, token string) {
+	s.asks.relate(ctx, func(in *inflight) { in.token = token })
+}
+
+// newToken is a progress token for a call that asked for no progress,
+// by which a server may name the call in its requests.
+func (a *asks) newToken() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.next++
+	return "connector-svc-call-" + strconv.FormatUint(a.next, 10)
+}
+
+func (a *asks) relate(ctx context.Context, set func(*inflight)) {
 	if a == nil {
 		return
 	}
@@ -141,38 +170,102 @@ func (s *session) relateTask(ctx context.Context, taskID string) {
 	defer a.mu.Unlock()
 	for _, in := range a.calls {
 		if in.ctx == ctx {
-			in.task = taskID
+			set(in)
 		}
 	}
 }
 
+// related is what a server request names of the call it belongs to: the
+// task the call runs as, the progress token of its request.
+type related struct{ task, token string }
+
+// relatedOf reads it from a request's _meta.
+func relatedOf(meta *mcp.Meta) related {
+	if meta == nil {
+		return related{}
+	}
+	r := related{task: relatedTask(meta)}
+	switch t := meta.ProgressToken.(type) {
+	case string:
+		r.token = t
+	case nil:
+	default:
+		r.token = fmt.Sprint(t)
+	}
+	return r
+}
+
 // route finds who answers a server request that came with ctx: the Asker
 // ctx carries, or, where server requests do not carry their call's
-// context (stdio), that of a call in flight on the session: the one
-// running as task (the request's related task), if any, else the one that
-// started first (a server asks in the middle of a call, and the oldest
-// has waited longest). callCtx is the call's context, nil if no call was
-// found; a nil Asker means nobody can answer.
-func (a *asks) route(ctx context.Context, task string) (asker ask.Asker, call ask.Call, callCtx context.Context) {
+// context (stdio, the GET stream), that of a call in flight on the
+// session: the one running as the task the request's _meta names, or
+// whose request carries the progress token it names, if any. Else, over
+// stdio, the one that started first and is not asking already (see
+// routeAsking); on the GET stream
+// the session's only call, or none: a request that names no call while
+// several run is refused (errUnroutable) rather than given to the wrong
+// user's call. callCtx is the call's context, nil if no call was found; a
+// nil Asker means nobody can answer.
+func (a *asks) route(ctx context.Context, rel related) (asker ask.Asker, call ask.Call, callCtx context.Context, err error) {
+	asker, call, callCtx, release, err := a.routeAsking(ctx, rel)
+	release()
+	return asker, call, callCtx, err
+}
+
+// routeAsking is route, for a request about to be put to the call found:
+// until release, that call counts as asking, and a request that names no
+// call goes to the oldest call not asking already (a server's call waits
+// on one question at a time: the second question is another call's).
+func (a *asks) routeAsking(ctx context.Context, rel related) (asker ask.Asker, call ask.Call, callCtx context.Context, release func(), err error) {
+	release = func() {}
 	if asker, call, ok := ask.From(ctx); ok {
-		return asker, call, ctx
+		return asker, call, ctx, release, nil
 	}
-	if a.byContext {
-		return nil, ask.Call{}, nil
+	onGET := ctx.Value(onGETStream{}) != nil
+	if a.byContext && !onGET {
+		return nil, ask.Call{}, nil, release, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.calls) == 0 {
-		return nil, ask.Call{}, nil
-	}
-	in := a.calls[0]
+	var in *inflight
 	for _, c := range a.calls {
-		if task != "" && c.task == task {
+		if (rel.task != "" && c.task == rel.task) || (rel.token != "" && c.token == rel.token) {
 			in = c
 			break
 		}
 	}
-	return in.a, in.call, in.ctx
+	switch {
+	case in != nil:
+	case onGET && len(a.calls) != 1:
+		return nil, ask.Call{}, nil, release, errUnroutable(len(a.calls))
+	case len(a.calls) == 0:
+		return nil, ask.Call{}, nil, release, nil
+	default:
+		in = a.calls[0]
+		for _, c := range a.calls {
+			if c.asking == 0 {
+				in = c
+				break
+			}
+		}
+	}
+	in.asking++
+	release = func() {
+		a.mu.Lock()
+		in.asking--
+		a.mu.Unlock()
+	}
+	return in.a, in.call, in.ctx, release, nil
+}
+
+// errUnroutable is the error a server sees for a request on the GET
+// stream that names no call while n calls run on its session.
+func errUnroutable(n int) error {
+	msg := "the client has no call open on this session to route the request to"
+	if n > 1 {
+		msg = fmt.Sprintf("the request names no call (no related task) and %d calls are open on this session; refused", n)
+	}
+	return &requestError{code: mcp.INVALID_REQUEST, msg: msg}
 }
 
 // relatedTask is the task a server request's _meta names, if any.
@@ -199,7 +292,12 @@ func (h elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 	if err != nil {
 		return nil, err
 	}
-	asker, call, callCtx := a.route(ctx, relatedTask(req.Params.Meta))
+	asker, call, callCtx, release, err := a.routeAsking(ctx, relatedOf(req.Params.Meta))
+	defer release()
+	if err != nil {
+		a.refuse(string(mcp.MethodElicitationCreate), err)
+		return nil, err
+	}
 	if asker == nil {
 		a.c.reg.logger.Debug("server asked for the user's input on a call that has nobody to ask; answering cancel",
 			append(a.c.logAttrs(), slog.String("mode", in.Mode))...)
@@ -251,13 +349,23 @@ func earliest(a, b time.Time) time.Time {
 type samplingHandler struct{ a *asks }
 
 func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	// mcp-go drops a sampling request's _meta: no related task here.
-	asker, call, callCtx := h.a.route(ctx, "")
+	// mcp-go drops a sampling request's _meta: no related task here, but
+	// the GET stream's reader keeps it (see asks.serve).
+	return h.a.createMessage(ctx, req, related{})
+}
+
+func (a *asks) createMessage(ctx context.Context, req mcp.CreateMessageRequest, rel related) (*mcp.CreateMessageResult, error) {
+	asker, call, callCtx, release, err := a.routeAsking(ctx, rel)
+	defer release()
+	if err != nil {
+		a.refuse(string(mcp.MethodSamplingCreateMessage), err)
+		return nil, err
+	}
 	resume, callerDeadline := pauseCall(callCtx)
 	defer resume()
 	// A request put to the user for approval, and the model's answer,
 	// must come while the server (and the transport) still wait.
-	ctx, cancelWait := context.WithDeadline(ctx, h.a.answerDeadline(callerDeadline))
+	ctx, cancelWait := context.WithDeadline(ctx, a.answerDeadline(callerDeadline))
 	defer cancelWait()
 	if callCtx != nil && callCtx != ctx {
 		var cancel context.CancelFunc
@@ -265,7 +373,7 @@ func (h samplingHandler) CreateMessage(ctx context.Context, req mcp.CreateMessag
 		defer cancel()
 		defer context.AfterFunc(callCtx, cancel)()
 	}
-	return h.a.c.sample(ctx, asker, call, req)
+	return a.c.sample(ctx, asker, call, req)
 }
 
 // errNoSampling is what a sampling request gets when the service has no
@@ -288,4 +396,56 @@ func awaitsInput(err error) bool {
 	var ir *ask.InputRequiredError
 	var ur *ask.URLRequiredError
 	return errors.As(err, &ir) || errors.As(err, &ur)
+}
+
+// refuse logs and counts a server request refused because it could not
+// be routed to a call.
+func (a *asks) refuse(method string, err error) {
+	a.c.reg.logger.Warn("the server asked for "+method+" on the GET stream, and no call could take it; answered with an error",
+		append(a.c.logAttrs(), slog.String("method", method), slog.String("reason", err.Error()))...)
+	a.c.reg.metrics.refused(a.c, method)
+}
+
+// serve answers a server request that came outside mcp-go's client (the
+// GET stream): elicitation and sampling through the same handlers, a
+// ping with nothing; anything else is -32601.
+func (a *asks) serve(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	var meta struct {
+		Meta *mcp.Meta `json:"_meta,omitempty"`
+	}
+	_ = json.Unmarshal(params, &meta)
+	rel := relatedOf(meta.Meta)
+	switch method {
+	case string(mcp.MethodPing):
+		return map[string]any{}, nil
+	case string(mcp.MethodElicitationCreate):
+		if !a.elicit {
+			break
+		}
+		var req mcp.ElicitationRequest
+		if err := json.Unmarshal(params, &req.Params); err != nil {
+			return nil, &requestError{code: mcp.INVALID_PARAMS, msg: "invalid elicitation params: " + err.Error()}
+		}
+		if req.Params.Meta == nil {
+			req.Params.Meta = meta.Meta
+		}
+		return elicitHandler{a}.Elicit(ctx, req)
+	case string(mcp.MethodSamplingCreateMessage):
+		if !a.sample {
+			break
+		}
+		var req mcp.CreateMessageRequest
+		if err := json.Unmarshal(params, &req.CreateMessageParams); err != nil {
+			return nil, &requestError{code: mcp.INVALID_PARAMS, msg: "invalid sampling params: " + err.Error()}
+		}
+		for i := range req.Messages {
+			content, err := mcp.ParseSamplingContent(req.Messages[i].Content)
+			if err != nil {
+				return nil, &requestError{code: mcp.INVALID_PARAMS, msg: fmt.Sprintf("invalid sampling params: message %d: %v", i, err)}
+			}
+			req.Messages[i].Content = content
+		}
+		return a.createMessage(ctx, req, rel)
+	}
+	return nil, &requestError{code: mcp.METHOD_NOT_FOUND, msg: "method not supported by the client: " + method}
 }

@@ -258,6 +258,7 @@ func (c *conn) renewSession(ctx context.Context, s *session, gen, epoch uint64) 
 // flight, to which the server's requests may be routed (see asks.route).
 func callTool(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
 	defer s.asks.track(ctx)()
+	defer s.get.enter(ctx)()
 	if opts.asTask {
 		res, err := tasks.Call(ctx, s.taskSession(), name, args, tasks.Options{Progress: opts.Progress, TaskID: opts.TaskID})
 		return res, elicit.URLRequired(msglimit.AsTooLarge(err))
@@ -277,11 +278,19 @@ func sendCall(ctx context.Context, s *session, name string, args map[string]any,
 		return s.client.CallTool(ctx, req)
 	}
 	if opts.Progress == nil {
+		if s.asks != nil {
+			// A token of its own lets a server name the call its requests
+			// belong to (see asks.route); its progress goes nowhere.
+			token := s.asks.newToken()
+			req.Params.Meta = &mcp.Meta{ProgressToken: token}
+			s.relateToken(ctx, token)
+		}
 		return send()
 	}
 	token, q := s.progress.Add()
 	defer s.progress.Remove(token)
 	req.Params.Meta = &mcp.Meta{ProgressToken: token}
+	s.relateToken(ctx, token)
 	return progress.Call(q, opts.Progress, send)
 }
 

@@ -426,6 +426,7 @@ func (c *conn) openAs(ctx context.Context, spec Spec, hc *http.Client, classic b
 		return nil, "", s.withStderr(transportHint(spec.Transport, fmt.Errorf("initialize: %w", err), false))
 	}
 	s.version = res.ProtocolVersion
+	s.listen(c, spec, own) // the GET stream, where a server may ask (getstream.go)
 	return s, res.ProtocolVersion, nil
 }
 

@@ -33,6 +33,7 @@ type session struct {
 	client *client.Client
 	proc   *stdio.Process // stdio only
 	cancel context.CancelFunc
+	life   context.Context // ended by cancel: bounds the session's own streams (see listen)
 	opened time.Time
 	end    *httppool.SessionEnd // HTTP only: ends the session; see markDead
 	// version is the protocol version negotiated (or adopted: see attach).
@@ -45,6 +46,9 @@ type session struct {
 	// asks serves the server's requests (elicitation, sampling); nil when
 	// the session declares neither.
 	asks *asks
+	// get is the standalone GET stream a server may ask on (see
+	// getstream.go); nil when the session does not read it.
+	get *getStream
 
 	mu       sync.Mutex
 	calls    int           // calls running on the session
@@ -67,7 +71,7 @@ type session struct {
 func newSession(life context.Context, spec Spec, hc *http.Client, opts []client.ClientOption, startTimeout time.Duration,
 	maxMessage int, logger *slog.Logger, m *metrics, attach SessionHandle) (*session, error) {
 	ctx, cancel := context.WithCancel(life)
-	s := &session{cancel: cancel, opened: time.Now()}
+	s := &session{cancel: cancel, life: ctx, opened: time.Now()}
 	var tr transport.Interface
 	switch spec.Transport {
 	case TransportStdio:

@@ -27,6 +27,7 @@ func InputOf(p mcp.ElicitationParams) (ask.Input, error) {
 			return ask.Input{}, errors.New("invalid elicitation params: requestedSchema is not an object")
 		}
 		in.Schema = schema
+		in.Defaulted = ask.DefaultedFields(schema)
 	case mcp.ElicitationModeURL:
 		in.Mode = ask.ModeURL
 		in.URL, in.ElicitationID = p.URL, p.ElicitationID

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -37,6 +38,9 @@ const URL = "https://auth.example.com/login?state=abc"
 //   - both: samples ("s") and elicits ("who") in one round;
 //   - busy: asks for nothing once (a busy server's "retry later"), then
 //     answers, on the sessionless protocol;
+//   - hold: waits ms milliseconds (classic protocol);
+//   - askmine: elicits Schema with the progress token of its call's
+//     request in the request's _meta, naming the call (classic protocol);
 //   - needurl: fails with -32042 (URL elicitation required) on the classic
 //     protocol.
 func Add(s *server.MCPServer) {
@@ -84,6 +88,25 @@ func Add(s *server.MCPServer) {
 			return mcp.NewToolResultText("done after a busy round"), nil
 		}
 		return server.NewInputRequestBuilder("busy-1").ToolResult(), nil
+	})
+	s.AddTool(mcp.NewTool("hold", mcp.WithNumber("ms", mcp.Required())),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select {
+			case <-time.After(time.Duration(req.GetFloat("ms", 0)) * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return mcp.NewToolResultText("held"), nil
+		})
+	s.AddTool(mcp.NewTool("askmine"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		p := mcp.ElicitationParams{Message: "Who are you?", RequestedSchema: Schema}
+		if m := req.Params.Meta; m != nil && m.ProgressToken != nil {
+			p.Meta = &mcp.Meta{ProgressToken: m.ProgressToken}
+		}
+		res, err := s.RequestElicitation(ctx, mcp.ElicitationRequest{Params: p})
+		if err != nil {
+			return mcp.NewToolResultText("error: " + err.Error()), nil
+		}
+		return mcp.NewToolResultText(answer(res)), nil
 	})
 	s.AddTool(mcp.NewTool("needurl"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return nil, mcp.URLElicitationRequiredError{Elicitations: []mcp.ElicitationParams{{
