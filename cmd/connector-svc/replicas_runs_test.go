@@ -113,22 +113,32 @@ func TestReplicasHealthFreshEverywhere(t *testing.T) {
 	if own["h"].replica == "a" {
 		other = "b"
 	}
+	// The owner's own check times are the measure: on a loaded machine a
+	// check can start late on the owner too, and what must not happen is
+	// the other replica lagging behind it (on main it showed a check 45 s
+	// old and growing, written every 10 min).
 	const interval, slack = 30 * time.Second, 5 * time.Second
-	var oldest time.Duration
-	end := time.Now().Add(interval + 15*time.Second)
-	for time.Now().Before(end) {
-		r, err := c.client(other).GetConnector(ctxFor(t, 5*time.Second), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "h"})
+	age := func(id string) time.Duration {
+		r, err := c.client(id).GetConnector(ctxFor(t, 5*time.Second), &connectorv1.GetConnectorRequest{WorkspaceId: "acme", ConnectorId: "h"})
 		if err != nil {
-			t.Fatalf("GetConnector through %s: %v", other, err)
+			t.Fatalf("GetConnector through %s: %v", id, err)
 		}
 		if ct := r.GetConnector().GetHealth().GetCheckTime(); ct != nil {
-			oldest = max(oldest, time.Since(ct.AsTime()))
+			return time.Since(ct.AsTime())
 		}
+		return 0
+	}
+	var oldest, ownerOldest time.Duration
+	end := time.Now().Add(interval + 15*time.Second)
+	for time.Now().Before(end) {
+		ownerOldest = max(ownerOldest, age(own["h"].replica))
+		oldest = max(oldest, age(other))
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Logf("oldest check time seen through %s (not the owner) over %v: %v old", other, interval+15*time.Second, oldest.Round(time.Millisecond))
-	if oldest > interval+slack {
-		t.Errorf("health through %s (not the owner) showed a check %v old, want at most HEALTH_INTERVAL + %v (%v)",
-			other, oldest.Round(time.Millisecond), slack, interval+slack)
+	t.Logf("oldest check time seen over %v: through %s (not the owner) %v old, through the owner %v old", interval+15*time.Second,
+		other, oldest.Round(time.Millisecond), ownerOldest.Round(time.Millisecond))
+	if limit := max(interval, ownerOldest) + slack; oldest > limit {
+		t.Errorf("health through %s (not the owner) showed a check %v old, want at most the owner's oldest (%v) or HEALTH_INTERVAL, + %v",
+			other, oldest.Round(time.Millisecond), ownerOldest.Round(time.Millisecond), slack)
 	}
 }

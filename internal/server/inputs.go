@@ -50,7 +50,7 @@ var inputActions = map[string]connectorv1.InputAction{
 func inputToProto(connectorID, name string, in orchestrator.Input) *connectorv1.InputRequest {
 	p := &connectorv1.InputRequest{
 		InputId: in.ID, ConnectorId: connectorID, Server: name, CallId: in.CallID, Tool: in.Tool, StepIndex: int32(in.Step),
-		Mode: inputModes[in.Mode], Message: in.Message, RequestedSchema: toStruct(in.Schema), Url: in.URL, Durable: in.Durable,
+		Mode: inputModes[in.Mode], Message: in.Message, RequestedSchema: toStruct(in.Schema), DefaultedFields: in.Defaulted, Url: in.URL, Durable: in.Durable,
 	}
 	if u, err := url.Parse(in.URL); err == nil && in.URL != "" {
 		p.UrlHost = u.Hostname()

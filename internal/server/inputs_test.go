@@ -35,11 +35,22 @@ var askSchema = map[string]any{
 	"required": []any{"name"},
 }
 
+// askDefaultsSchema is a form whose "lang" has a default (SEP-1034).
+var askDefaultsSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"name": map[string]any{"type": "string"},
+		"lang": map[string]any{"type": "string", "default": "en"},
+	},
+	"required": []any{"name"},
+}
+
 // askMCP is a real mcp-go server over streamable HTTP whose tools ask
 // back, on either protocol generation (mcp-go sends an input request as
 // elicitation/create to a classic client, as input_required to a
 // sessionless one):
 //   - ask: elicits askSchema as "who", and says the answer it got;
+//   - askdefaults: the same with askDefaultsSchema;
 //   - needurl: fails with -32042 (a URL to open) the first time, and
 //     answers "granted" after.
 type askMCP struct {
@@ -67,6 +78,18 @@ func newAskMCPB(t testing.TB) *askMCP {
 		}
 		return mcpserver.NewInputRequestBuilder("state-ask").Elicit("who", mcp.ElicitationParams{
 			Message: "Who are you?", RequestedSchema: askSchema}).ToolResult(), nil
+	})
+	m.AddTool(mcp.NewTool("askdefaults", mcp.WithDescription("Asks who you are, in a form with a default")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if ans := mcpserver.ElicitationResponse(req.Params.InputResponses, "who"); ans != nil {
+			b, _ := json.Marshal(ans.Content)
+			got := fmt.Sprintf("action=%s content=%s", ans.Action, b)
+			a.mu.Lock()
+			a.answers = append(a.answers, got)
+			a.mu.Unlock()
+			return mcp.NewToolResultText(got), nil
+		}
+		return mcpserver.NewInputRequestBuilder("state-askdefaults").Elicit("who", mcp.ElicitationParams{
+			Message: "Who are you?", RequestedSchema: askDefaultsSchema}).ToolResult(), nil
 	})
 	m.AddTool(mcp.NewTool("needurl", mcp.WithDescription("Needs a login first")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		a.mu.Lock()
@@ -638,5 +661,29 @@ func TestStopLiveRunsFailsPausedRuns(t *testing.T) {
 	_, err := f.answer(t, res.GetRunId(), accept(res.GetInputRequests()[0].GetInputId(), map[string]any{"name": "late"}))
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("an answer after the stop: %v; want FAILED_PRECONDITION", err)
+	}
+}
+
+// TestQueryInputFormDefaults checks SEP-1034 end to end: the input request
+// names the fields with a default, and an accept that leaves them out
+// reaches the server with the schema's defaults filled in.
+func TestQueryInputFormDefaults(t *testing.T) {
+	f, _, srv := inputFixture(t, connectorv1.ProtocolPreference_PROTOCOL_PREFERENCE_CLASSIC, options{},
+		llmtest.CallTools(llmtest.Call{Tool: "askdefaults", Args: `{}`}), llmtest.Answer("You are Ada."))
+	res := f.awaitingInput(t)
+	in := res.GetInputRequests()[0]
+	if got := in.GetDefaultedFields(); len(got) != 1 || got[0] != "lang" {
+		t.Fatalf("input request's defaulted_fields = %v, want [lang]", got)
+	}
+	done, err := f.answer(t, res.GetRunId(), accept(in.GetInputId(), map[string]any{"name": "Ada"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.GetStatus() != connectorv1.QueryStatus_QUERY_STATUS_COMPLETED {
+		t.Fatalf("resumed = %v; want COMPLETED", done)
+	}
+	want := `action=accept content={"lang":"en","name":"Ada"}`
+	if got := srv.got(); len(got) != 1 || got[0] != want {
+		t.Errorf("the server got %v, want [%s]", got, want)
 	}
 }

@@ -1595,9 +1595,13 @@ type InputRequest struct {
 	// The pause outlives the tool call: the call is retried with the answer.
 	Durable bool `protobuf:"varint,14,opt,name=durable,proto3" json:"durable,omitempty"`
 	// Output only, in records: how it was answered.
-	Answer        *InputAnswer `protobuf:"bytes,15,opt,name=answer,proto3" json:"answer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Answer *InputAnswer `protobuf:"bytes,15,opt,name=answer,proto3" json:"answer,omitempty"`
+	// FORM: the fields whose schema gives a default. An accept may leave
+	// them out: the service fills them in from the schema before the server
+	// gets the answer.
+	DefaultedFields []string `protobuf:"bytes,16,rep,name=defaulted_fields,json=defaultedFields,proto3" json:"defaulted_fields,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *InputRequest) Reset() {
@@ -1731,6 +1735,13 @@ func (x *InputRequest) GetDurable() bool {
 func (x *InputRequest) GetAnswer() *InputAnswer {
 	if x != nil {
 		return x.Answer
+	}
+	return nil
+}
+
+func (x *InputRequest) GetDefaultedFields() []string {
+	if x != nil {
+		return x.DefaultedFields
 	}
 	return nil
 }
@@ -2697,7 +2708,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"expireTime\x12I\n" +
 	"\rauthorization\x18\x11 \x01(\v2#.connector.v1.AuthorizationRequiredR\rauthorization\x12A\n" +
 	"\x0einput_requests\x18\x12 \x03(\v2\x1a.connector.v1.InputRequestR\rinputRequests\x12+\n" +
-	"\x11session_restarted\x18\x13 \x01(\bR\x10sessionRestarted\"\xa8\x04\n" +
+	"\x11session_restarted\x18\x13 \x01(\bR\x10sessionRestarted\"\xd3\x04\n" +
 	"\fInputRequest\x12\x19\n" +
 	"\binput_id\x18\x01 \x01(\tR\ainputId\x12!\n" +
 	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x16\n" +
@@ -2715,7 +2726,8 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\bsampling\x18\f \x01(\v2\x1d.connector.v1.SamplingRequestR\bsampling\x126\n" +
 	"\bdeadline\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x18\n" +
 	"\adurable\x18\x0e \x01(\bR\adurable\x121\n" +
-	"\x06answer\x18\x0f \x01(\v2\x19.connector.v1.InputAnswerR\x06answer\"\xe6\x01\n" +
+	"\x06answer\x18\x0f \x01(\v2\x19.connector.v1.InputAnswerR\x06answer\x12)\n" +
+	"\x10defaulted_fields\x18\x10 \x03(\tR\x0fdefaultedFields\"\xe6\x01\n" +
 	"\vInputAnswer\x12\x19\n" +
 	"\binput_id\x18\x01 \x01(\tR\ainputId\x121\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x19.connector.v1.InputActionR\x06action\x121\n" +
