@@ -67,30 +67,9 @@ func newAskMCPB(t testing.TB) *askMCP {
 	t.Helper()
 	a := &askMCP{}
 	m := mcpserver.NewMCPServer("asks", "1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithElicitation())
-	m.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks who you are")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if ans := mcpserver.ElicitationResponse(req.Params.InputResponses, "who"); ans != nil {
-			b, _ := json.Marshal(ans.Content)
-			got := fmt.Sprintf("action=%s content=%s", ans.Action, b)
-			a.mu.Lock()
-			a.answers = append(a.answers, got)
-			a.mu.Unlock()
-			return mcp.NewToolResultText(got), nil
-		}
-		return mcpserver.NewInputRequestBuilder("state-ask").Elicit("who", mcp.ElicitationParams{
-			Message: "Who are you?", RequestedSchema: askSchema}).ToolResult(), nil
-	})
-	m.AddTool(mcp.NewTool("askdefaults", mcp.WithDescription("Asks who you are, in a form with a default")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if ans := mcpserver.ElicitationResponse(req.Params.InputResponses, "who"); ans != nil {
-			b, _ := json.Marshal(ans.Content)
-			got := fmt.Sprintf("action=%s content=%s", ans.Action, b)
-			a.mu.Lock()
-			a.answers = append(a.answers, got)
-			a.mu.Unlock()
-			return mcp.NewToolResultText(got), nil
-		}
-		return mcpserver.NewInputRequestBuilder("state-askdefaults").Elicit("who", mcp.ElicitationParams{
-			Message: "Who are you?", RequestedSchema: askDefaultsSchema}).ToolResult(), nil
-	})
+	m.AddTool(mcp.NewTool("ask", mcp.WithDescription("Asks who you are")), a.asker("state-ask", askSchema))
+	m.AddTool(mcp.NewTool("askdefaults", mcp.WithDescription("Asks who you are, in a form with a default")),
+		a.asker("state-askdefaults", askDefaultsSchema))
 	m.AddTool(mcp.NewTool("needurl", mcp.WithDescription("Needs a login first")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		a.mu.Lock()
 		a.urlHits++
@@ -120,6 +99,22 @@ func newAskMCPB(t testing.TB) *askMCP {
 	t.Cleanup(hs.Close)
 	a.url = hs.URL + "/mcp"
 	return a
+}
+
+// asker is a tool that elicits schema as "who" and says the answer it got.
+func (a *askMCP) asker(state string, schema map[string]any) mcpserver.ToolHandlerFunc {
+	return func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if ans := mcpserver.ElicitationResponse(req.Params.InputResponses, "who"); ans != nil {
+			b, _ := json.Marshal(ans.Content)
+			got := fmt.Sprintf("action=%s content=%s", ans.Action, b)
+			a.mu.Lock()
+			a.answers = append(a.answers, got)
+			a.mu.Unlock()
+			return mcp.NewToolResultText(got), nil
+		}
+		return mcpserver.NewInputRequestBuilder(state).Elicit("who", mcp.ElicitationParams{
+			Message: "Who are you?", RequestedSchema: schema}).ToolResult(), nil
+	}
 }
 
 func (a *askMCP) got() []string {
