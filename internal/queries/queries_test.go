@@ -88,6 +88,7 @@ func ctx(t *testing.T) context.Context { t.Helper(); return t.Context() }
 type fixture struct {
 	svc   *queries.Service
 	db    *store.DB
+	log   *runs.Log // running: it writes the finished runs
 	wiped atomic.Int32
 }
 
@@ -113,8 +114,13 @@ func setup(t *testing.T, steps ...llmtest.Step) *fixture {
 	asks := &pending.Table{}
 	lookup := calls.New(calls.Deps{Registry: reg, Live: lv, Store: f.db, Limits: calls.Limits{Limiter: ratelimit.New(ratelimit.Config{})}, Counters: counters,
 		Asks: asks})
+	f.log = runs.NewLog(f.db, runs.Config{Replica: "r1", Logger: logger})
+	logCtx, stopLog := context.WithCancel(context.Background())
+	logDone := make(chan error, 1)
+	go func() { logDone <- f.log.Run(logCtx) }()
+	t.Cleanup(func() { stopLog(); <-logDone })
 	f.svc = queries.New(queries.Deps{Agent: orchestrator.New(model, toolCaller{reg}, orchestrator.Config{}, logger), Registry: reg,
-		Live: lv, Connectors: lookup, Runs: f.db, Log: runs.NewLog(f.db, runs.Config{Replica: "r1", Logger: logger}),
+		Live: lv, Connectors: lookup, Runs: f.db, Log: f.log,
 		Counters: counters, Limits: noLimits{}, Asks: asks, QueryTimeout: 30 * time.Second,
 		ApprovalTimeout: time.Hour, Logger: logger})
 	// READY: a call goes through.
@@ -139,10 +145,17 @@ func (f *fixture) start(t *testing.T, query string, emit func(orchestrator.Event
 	return out
 }
 
-// wantStored checks run id's row is status.
+// wantStored checks run id reads status, here and on another replica.
 func (f *fixture) wantStored(t *testing.T, id, status string) {
 	t.Helper()
-	run, err := f.db.GetRun(ctx(t), "ws", id)
+	run, err := f.log.GetRun(ctx(t), "ws", id) // what GetQueryRun reads
+	wantNoError(t, err)
+	if run.Status != status {
+		t.Errorf("run %s reads %s, want %s", id, run.Status, status)
+	}
+	// And another replica, which reads the store (waiting for the row of a
+	// run finished a moment ago).
+	run, err = runs.NewLog(f.db, runs.Config{Replica: "r2"}).GetRun(ctx(t), "ws", id)
 	wantNoError(t, err)
 	if run.Status != status {
 		t.Errorf("run %s is stored %s, want %s", id, run.Status, status)
@@ -161,7 +174,7 @@ func lastCall(t *testing.T, res *orchestrator.Result) orchestrator.Call {
 
 // A query runs the model and its tool calls to an answer: the outcome
 // carries the run and the connector, the events reach the caller, and the
-// run's row is written before the caller hears of it.
+// run is readable, here and on every replica, once the caller hears of it.
 func TestQueryCompletes(t *testing.T) {
 	f := setup(t, llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"pong"}`}), llmtest.Answer("It said pong."))
 	var mu sync.Mutex

@@ -90,25 +90,68 @@ func RecordLive(base *store.Run, name string, snapshot *orchestrator.Result, exp
 	return &rec, nil
 }
 
-// Keep records a run. A run whose id its caller gets (one that ended with
-// a result or paused, and every resumed one) is written before the caller
-// hears of it, so GetQueryRun finds it at once, on every replica. A paused
+// Keep records a run. A run whose id its caller gets is readable at once,
+// on every replica: a paused run and every resumed one is written before
+// the caller hears of it; a new run that finished is queued, written at
+// once by Run, and read from memory by this replica's GetRun (and waited
+// for by the others') until then. A paused
 // run (for approval or authorization) that cannot be written fails (it
 // could never be resumed); a finished
 // one is queued for the background writer instead, and its caller still
 // gets the answer. A new run that failed gives its caller no id: it is
 // queued.
 func (l *Log) Keep(ctx context.Context, rec *store.Run, resumed bool) error {
+	wasPaused := l.finishPause(rec)
 	if rec.Status == store.RunFailed && !resumed {
 		l.Add(rec)
 		return nil
 	}
+	if !wasPaused && l.queueFinished(rec, resumed) {
+		return nil
+	}
 	err := l.Save(ctx, rec)
+	if err == nil && rec.Status == store.RunAwaitingInput && rec.HeldBy != "" && l.db != nil {
+		l.mu.Lock()
+		l.paused[rec.ID] = struct{}{}
+		l.mu.Unlock()
+	}
 	if err != nil && rec.Status != store.RunAwaitingApproval && rec.Status != store.RunAwaitingAuthorization &&
 		rec.Status != store.RunAwaitingInput {
 		l.Add(rec)
 	}
 	return err
+}
+
+// finishPause forgets a live pause of rec's run (paused for input, held
+// here) once rec ends it, and says whether there was one.
+func (l *Log) finishPause(rec *store.Run) bool {
+	if rec.FinishedAt == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.paused[rec.ID]
+	delete(l.paused, rec.ID)
+	return ok
+}
+
+// queueFinished queues a new run that finished and whose row was never
+// written as paused: its caller gets the answer without waiting for the
+// write, GetRun reads it from memory here until Run has written it (at
+// once), and other replicas wait for the row.
+func (l *Log) queueFinished(rec *store.Run, resumed bool) bool {
+	if rec.FinishedAt == nil || resumed || l.db == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = append(l.pending, rec)
+	l.unwritten[rec.ID] = rec
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // TraceJSON is the trace of a run of the connector named name.

@@ -9,9 +9,12 @@ package runs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -41,6 +44,7 @@ type LogStore interface {
 	SaveRuns(ctx context.Context, runs []*store.Run) error
 	SaveRunsAsyncCommit(ctx context.Context, runs []*store.Run) error
 	TouchRuns(ctx context.Context, replica string, ids []string) (int64, error)
+	GetRun(ctx context.Context, workspaceID, id string) (*store.Run, error)
 }
 
 // Log writes run records. A server without a store (as some tests build
@@ -52,6 +56,11 @@ type Log struct {
 	mu      sync.Mutex
 	pending []*store.Run
 	held    map[string]int // running runs this replica holds: how many holds each
+	// unwritten holds the finished runs whose callers have their ids and
+	// whose rows are not written yet: GetRun reads them here.
+	unwritten map[string]*store.Run
+	kick      chan struct{}       // a finished run was queued: write now
+	paused    map[string]struct{} // runs paused live for input here, their rows written: not finished yet
 }
 
 // NewLog returns a Log on db; Run writes what it queues.
@@ -62,7 +71,8 @@ func NewLog(db *store.DB, cfg Config) *Log {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Log{cfg: cfg, held: map[string]int{}}
+	l := &Log{cfg: cfg, held: map[string]int{}, unwritten: map[string]*store.Run{}, kick: make(chan struct{}, 1),
+		paused: map[string]struct{}{}}
 	if db != nil { // a nil *store.DB must stay a nil LogStore
 		l.db = db
 	}
@@ -126,6 +136,8 @@ func (l *Log) Run(ctx context.Context) error {
 			return nil
 		case <-flush.C:
 			l.flush(ctx)
+		case <-l.kick:
+			l.flush(ctx)
 		case <-beat.C:
 			l.heartbeat(ctx)
 		}
@@ -147,12 +159,59 @@ func (l *Log) flush(ctx context.Context) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := l.db.SaveRuns(wctx, batch)
 	cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err != nil {
 		l.cfg.Logger.Error("write query runs; kept for the next try", slog.Int("runs", len(batch)), slog.String("error", err.Error()))
-		l.mu.Lock()
 		l.pending = append(batch, l.pending...)
-		l.mu.Unlock()
+		return
 	}
+	for _, r := range batch {
+		if l.unwritten[r.ID] == r {
+			delete(l.unwritten, r.ID)
+		}
+	}
+}
+
+// freshFor is how long after its id was made GetRun waits for a run the
+// store does not have: a finished run is written by its replica's Log
+// within milliseconds of its answer (FlushInterval when writes fail).
+const freshFor = 3 * time.Second
+
+// GetRun reads run id of workspace workspaceID: a finished run of this
+// replica's that is still on its way to the store from memory, else the
+// store's row. A run the store does not have whose id was made less than
+// freshFor ago may be on its way from another replica: GetRun waits for
+// it, so that a run id its caller got reads at once on every replica.
+func (l *Log) GetRun(ctx context.Context, workspaceID, id string) (*store.Run, error) {
+	l.mu.Lock()
+	r := l.unwritten[id]
+	l.mu.Unlock()
+	if r != nil && r.WorkspaceID == workspaceID {
+		c := *r
+		return &c, nil
+	}
+	for {
+		run, err := l.db.GetRun(ctx, workspaceID, id)
+		if !errors.Is(err, store.ErrRunNotFound) || !madeWithin(id, freshFor) {
+			return run, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// madeWithin says whether id is a UUIDv7 (NewID) made less than d ago.
+func madeWithin(id string, d time.Duration) bool {
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		return false
+	}
+	sec, nsec := u.Time().UnixTime()
+	return time.Since(time.Unix(sec, nsec)) < d
 }
 
 func (l *Log) heartbeat(ctx context.Context) {

@@ -3,6 +3,8 @@ package runs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -18,13 +20,8 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 // touching it: held, it stays running however long it runs; released
 // (its replica died), it fails within the stale time.
 func TestHeldRunsStayRunningAbandonedOnesFail(t *testing.T) {
-	db := storetest.NewDB(t)
+	db, c := dbWithConnector(t)
 	ctx := context.Background()
-	c, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "c", Name: "c", Transport: "streamable_http",
-		Config: store.Config{URL: "http://127.0.0.1:1/mcp"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	exp := time.Now().Add(time.Hour)
 	for _, id := range []string{"held", "abandoned"} {
 		if err := db.SaveRuns(ctx, []*store.Run{{ID: id, WorkspaceID: "ws", ConnectorID: c.ID, ConnectorExternalID: "c",
@@ -70,4 +67,77 @@ func TestHeldRunsStayRunningAbandonedOnesFail(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestFinishedRunReadableAtOnceEverywhere keeps a new finished run the way
+// a query's end does: Keep returns without writing it, the keeping Log's
+// GetRun reads it from memory at once, another replica's Log waits for its
+// row (written by the keeping Log's Run), and an id the store does not
+// have and that is not fresh is not found at once.
+func TestFinishedRunReadableAtOnceEverywhere(t *testing.T) {
+	db, c := dbWithConnector(t)
+	ctx := context.Background()
+	a := runs.NewLog(db, runs.Config{Replica: "a", FlushInterval: time.Hour})
+	b := runs.NewLog(db, runs.Config{Replica: "b"})
+	now := time.Now()
+	rec := &store.Run{ID: runs.NewID(), WorkspaceID: "ws", ConnectorID: c.ID, ConnectorExternalID: "c", Query: "q", MaxTools: 1,
+		Status: store.RunCompleted, Answer: "done", CreatedAt: now, FinishedAt: &now}
+	if err := a.Keep(ctx, rec, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetRun(ctx, "ws", rec.ID); !errors.Is(err, store.ErrRunNotFound) {
+		t.Fatalf("the row before a's Log ran: %v, want not written yet (Keep must not wait for the write)", err)
+	}
+	if got, err := a.GetRun(ctx, "ws", rec.ID); err != nil || got.Status != store.RunCompleted || got.Answer != "done" {
+		t.Fatalf("a.GetRun before the write = %v, %v; want the finished run from memory", got, err)
+	}
+
+	// b waits for the row; a's Log writes it (at once: its flush interval
+	// is an hour, so only the kick can write it).
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.GetRun(ctx, "ws", rec.ID)
+		if err == nil && r.Answer != "done" {
+			err = fmt.Errorf("answer %q", r.Answer)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("b.GetRun of a run a just finished: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b.GetRun did not return within 10s")
+	}
+
+	if _, err := a.GetRun(ctx, "other", rec.ID); !errors.Is(err, store.ErrRunNotFound) {
+		t.Errorf("a.GetRun of another workspace's run: %v, want ErrRunNotFound", err)
+	}
+
+	// An id that is not fresh is not waited for.
+	start := time.Now()
+	if _, err := b.GetRun(ctx, "ws", "0190b9b0-0000-7000-8000-000000000000"); !errors.Is(err, store.ErrRunNotFound) {
+		t.Errorf("b.GetRun of an old unknown id: %v, want ErrRunNotFound", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("b.GetRun of an old unknown id took %v: it waited for a run nobody is writing", d)
+	}
+}
+
+// dbWithConnector is a fresh database with one connector, "c" of "ws".
+func dbWithConnector(t *testing.T) (*store.DB, *store.Connector) {
+	t.Helper()
+	db := storetest.NewDB(t)
+	c, err := db.CreateConnector(context.Background(), &store.Connector{WorkspaceID: "ws", ExternalID: "c", Name: "c",
+		Transport: "streamable_http", Config: store.Config{URL: "http://127.0.0.1:1/mcp"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, c
 }

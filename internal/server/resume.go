@@ -122,7 +122,7 @@ func (s *Server) GetQueryRun(ctx context.Context, req *connectorv1.GetQueryRunRe
 	if err := ch.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	run, err := s.db.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
+	run, err := s.runs.GetRun(ctx, req.GetWorkspaceId(), req.GetRunId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
