@@ -322,7 +322,7 @@ func (c *conn) openUserFirst(ctx context.Context, key string) (*catalog, error) 
 	}
 	cat := c.catalogNow()
 	if cat == nil {
-		return nil, unavailable(errors.New("the user's connection listed no tools"))
+		return nil, retryNext(errors.New("the user's connection listed no tools"))
 	}
 	return cat, nil
 }

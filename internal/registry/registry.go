@@ -442,7 +442,7 @@ func (r *Registry) Catalog(ctx context.Context, id int64) (Catalog, error) {
 			return Catalog{}, err
 		case cat == nil:
 			// READY implies a synced catalog; this is a defect, not a state.
-			return Catalog{}, unavailable(errors.New("the connector has no tool catalog yet"))
+			return Catalog{}, c.unavailable(errors.New("the connector has no tool catalog yet"))
 		}
 		return Catalog{cat: cat}, nil
 	}
