@@ -80,6 +80,9 @@ type config struct {
 	AskBack            askBackConfig
 	ElicitationTimeout time.Duration
 
+	// MCP is the MCP endpoint's listener (mcp.go).
+	MCP mcpConfig
+
 	// Conn is how the gRPC server treats its clients' connections: their
 	// age (so clients balancing over replicas re-resolve), keepalive, and
 	// the wait between NOT_SERVING and the drain on SIGTERM.
@@ -153,6 +156,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 
 // flagValues are the settings read as text, parsed by config.read.
 type flagValues struct {
+	mcpOrigins string
 	allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
 	approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo, oauthProxies    string
 	conn                                                                                                connFlags
@@ -194,6 +198,7 @@ func newFlagSet() (*flag.FlagSet, *config, *flagValues) {
 	sizeFlags(fs, cfg)
 	tlsFlags(fs, cfg)
 	adminFlags(fs, cfg)
+	mcpFlags(fs, &cfg.MCP, &v.mcpOrigins)
 	clusterFlags(fs, &cfg.Cluster, &v.replicaTTL, &v.reconcile)
 	internalTLSFlags(fs, &cfg.InternalTLS)
 	oauthFlags(fs, &cfg.OAuth, &v.oauthStateTTL, &v.oauthReturnTo, &v.oauthProxies)
@@ -276,6 +281,9 @@ func (cfg *config) readLimits(v *flagValues, otel otelEnv) error {
 		return err
 	}
 	if err := cfg.readAdmin(otel); err != nil {
+		return err
+	}
+	if err := cfg.MCP.read(v.mcpOrigins, *cfg); err != nil {
 		return err
 	}
 	if err := cfg.Cluster.read(v.replicaTTL, v.reconcile); err != nil {

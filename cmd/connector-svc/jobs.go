@@ -97,6 +97,9 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 			return serveCallback(ctx, cfg.OAuth, s.callbackLis, cb, s.logger)
 		}})
 	}
+	if s.mcp != nil {
+		serving = append(serving, job{"mcp endpoint", s.mcp.run})
+	}
 	if s.rep.internal != nil {
 		internal := server.NewInternalGRPCServer(s.srv, slices.Concat(connOptions(cfg.Conn, false), internalServerCreds(s.rep.tls),
 			forward.ServerConfig{Self: s.rep.members.Config().Addr, Key: s.rep.key, Older: s.rep.older}.Options())...)

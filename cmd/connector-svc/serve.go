@@ -56,6 +56,7 @@ type parts struct {
 	listener         *store.Listener
 	srv              *server.Server
 	leader           *leaderWork
+	mcp              *mcpJob // nil: no MCP_ADDR
 }
 
 // lateHooks are the registry's ways to parts made after it, since they
@@ -138,6 +139,9 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
 	s.leader = newLeaderWork(whileLeading(cfg.Cluster.ReplicaID, s.rep.leaderJobs(db, sweeper, cfg.SessionIdleTTL, logger), logger))
 	s.rep.elector.OnLead(s.leader.onLead)
+	if s.mcp, err = s.newMCPJob(keys != nil && keys.Exist()); err != nil {
+		return err
+	}
 	return runJobs(ctx, s.stages(g, hs, admin), logger)
 }
 

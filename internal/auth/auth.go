@@ -19,30 +19,39 @@ import (
 // Scope is a set of RPCs a key may call.
 type Scope string
 
-// The scopes. Admin implies query: an admin key can create a stdio
-// connector, which runs a command on the host, so withholding the query RPCs
-// from it would protect nothing.
+// The scopes. Admin implies query, and query implies call: an admin key
+// can create a stdio connector, which runs a command on the host, so
+// withholding the query RPCs from it would protect nothing. Users implies
+// nothing and nothing implies it.
 const (
 	// ScopeAdmin is connector, tool and API key lifecycle.
 	ScopeAdmin Scope = "admin"
-	// ScopeQuery is tool calls, queries and sessions.
+	// ScopeQuery is queries (the connectors' agents), and what call allows.
 	ScopeQuery Scope = "query"
+	// ScopeCall is listing and calling tools, answering their servers'
+	// questions, and sessions.
+	ScopeCall Scope = "call"
+	// ScopeUsers lets a key name the end user behind a request on the MCP
+	// endpoint (its user header), for oauth_user connectors and the audit
+	// trail. The gRPC API takes user_id from any key that may call.
+	ScopeUsers Scope = "users"
 )
 
 // scopes are the valid scopes, in order.
-var scopes = []Scope{ScopeAdmin, ScopeQuery}
+var scopes = []Scope{ScopeAdmin, ScopeQuery, ScopeCall, ScopeUsers}
 
-// ParseScopes checks scope names ("admin", "query"), each may appear once
-// and at least one must, and returns them in a canonical order.
+// ParseScopes checks scope names ("admin", "query", "call", "users"), each
+// may appear once and at least one must, and returns them in a canonical
+// order.
 func ParseScopes(names []string) ([]Scope, error) {
 	if len(names) == 0 {
-		return nil, errors.New("name at least one scope: admin or query")
+		return nil, errors.New("name at least one scope: admin, query, call or users")
 	}
 	var out []Scope
 	for _, n := range names {
 		s := Scope(strings.TrimSpace(n))
 		if !slices.Contains(scopes, s) {
-			return nil, fmt.Errorf("unknown scope %q: want admin or query", n)
+			return nil, fmt.Errorf("unknown scope %q: want admin, query, call or users", n)
 		}
 		if !slices.Contains(out, s) {
 			out = append(out, s)
@@ -65,9 +74,18 @@ type Key struct {
 	RevokedAt *time.Time
 }
 
-// Allows reports whether k grants scope s. Admin implies query.
+// Allows reports whether k grants scope s. Admin implies query, and
+// query call.
 func (k Key) Allows(s Scope) bool {
-	return slices.Contains(k.Scopes, s) || (s == ScopeQuery && slices.Contains(k.Scopes, ScopeAdmin))
+	switch {
+	case slices.Contains(k.Scopes, s):
+		return true
+	case s == ScopeQuery:
+		return slices.Contains(k.Scopes, ScopeAdmin)
+	case s == ScopeCall:
+		return slices.Contains(k.Scopes, ScopeAdmin) || slices.Contains(k.Scopes, ScopeQuery)
+	}
+	return false
 }
 
 // Masked is how listings show the token: its prefix and id, then its hint.

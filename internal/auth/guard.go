@@ -189,7 +189,7 @@ func bearer(ctx context.Context) (string, error) {
 	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) == 0 {
 		return "", errors.New(`this RPC needs an API key: send the metadata "authorization: Bearer <key>" ` +
-			"(an operator creates keys with: connector-svc keys create --workspace <workspace> --scope admin|query)")
+			"(an operator creates keys with: connector-svc keys create --workspace <workspace> --scope admin|query|call)")
 	}
 	scheme, token, _ := strings.Cut(vals[0], " ")
 	if !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(token) == "" {

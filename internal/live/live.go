@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,6 +233,21 @@ func (l *Connectors) Lookup(workspaceID, connectorID string) (*store.Connector, 
 		return nil, false
 	}
 	return l.rows[id], true
+}
+
+// InWorkspace returns the rows of a workspace's connectors as last
+// applied, active or not, sorted by connector id.
+func (l *Connectors) InWorkspace(workspaceID string) []*store.Connector {
+	l.mu.Lock()
+	var out []*store.Connector
+	for r, id := range l.byRef {
+		if r.workspaceID == workspaceID {
+			out = append(out, l.rows[id])
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(out, func(a, b *store.Connector) int { return strings.Compare(a.ExternalID, b.ExternalID) })
+	return out
 }
 
 // ref is how callers name a connector.

@@ -11,12 +11,13 @@ import (
 
 // accessRules says who may call each RPC when auth is on. Admin is the
 // lifecycle of connectors, tools and keys (a stdio connector runs a command
-// on the host); query is calls, queries and sessions. An admin key may also
-// query. Health needs no key, reflection any valid key. An RPC missing here
+// on the host); query is queries; call is tool calls, their answers and
+// sessions. An admin key may also query, and a query key call. Health needs no key, reflection any valid key. An RPC missing here
 // is refused to everyone (TestEveryRPCHasAnAccessRule keeps it complete).
 func accessRules() auth.Rules {
 	admin := auth.Rule{Scope: auth.ScopeAdmin}
 	query := auth.Rule{Scope: auth.ScopeQuery}
+	call := auth.Rule{Scope: auth.ScopeCall}
 	return auth.Rules{
 		connectorv1.ConnectorService_CreateConnector_FullMethodName:     admin,
 		connectorv1.ConnectorService_GetConnector_FullMethodName:        admin,
@@ -33,17 +34,17 @@ func accessRules() auth.Rules {
 		connectorv1.ConnectorService_ListApiKeys_FullMethodName:         admin,
 		connectorv1.ConnectorService_RevokeApiKey_FullMethodName:        admin,
 
-		connectorv1.ConnectorService_CallTool_FullMethodName:             query,
-		connectorv1.ConnectorService_StreamCallTool_FullMethodName:       query,
-		connectorv1.ConnectorService_AnswerInput_FullMethodName:          query,
+		connectorv1.ConnectorService_CallTool_FullMethodName:             call,
+		connectorv1.ConnectorService_StreamCallTool_FullMethodName:       call,
+		connectorv1.ConnectorService_AnswerInput_FullMethodName:          call,
 		connectorv1.ConnectorService_QueryConnector_FullMethodName:       query,
 		connectorv1.ConnectorService_StreamQueryConnector_FullMethodName: query,
 		connectorv1.ConnectorService_ResumeQuery_FullMethodName:          query,
 		connectorv1.ConnectorService_StreamResumeQuery_FullMethodName:    query,
 		connectorv1.ConnectorService_GetQueryRun_FullMethodName:          query,
 		connectorv1.ConnectorService_ListQueryRuns_FullMethodName:        query,
-		connectorv1.ConnectorService_ListSessions_FullMethodName:         query,
-		connectorv1.ConnectorService_CloseSession_FullMethodName:         query,
+		connectorv1.ConnectorService_ListSessions_FullMethodName:         call,
+		connectorv1.ConnectorService_CloseSession_FullMethodName:         call,
 		// A chat backend runs its end users' authorizations, lists and
 		// revokes them ("connected accounts"), as it closes their sessions.
 		connectorv1.ConnectorService_StartAuthorization_FullMethodName: query,

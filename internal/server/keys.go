@@ -26,6 +26,8 @@ type scopePair struct {
 var apiKeyScopes = []scopePair{
 	{connectorv1.ApiKeyScope_API_KEY_SCOPE_ADMIN, auth.ScopeAdmin},
 	{connectorv1.ApiKeyScope_API_KEY_SCOPE_QUERY, auth.ScopeQuery},
+	{connectorv1.ApiKeyScope_API_KEY_SCOPE_CALL, auth.ScopeCall},
+	{connectorv1.ApiKeyScope_API_KEY_SCOPE_USERS, auth.ScopeUsers},
 }
 
 // CreateApiKey implements connector.v1.ConnectorService. The guard has
@@ -35,13 +37,13 @@ func (s *Server) CreateApiKey(ctx context.Context, req *connectorv1.CreateApiKey
 	var c checker
 	c.id("workspace_id", req.GetWorkspaceId())
 	if len(req.GetScopes()) == 0 {
-		c.add("scopes", "at least one: API_KEY_SCOPE_ADMIN or API_KEY_SCOPE_QUERY")
+		c.add("scopes", "at least one: API_KEY_SCOPE_ADMIN, API_KEY_SCOPE_QUERY, API_KEY_SCOPE_CALL or API_KEY_SCOPE_USERS")
 	}
 	var names []string
 	for _, sc := range req.GetScopes() {
 		i := slices.IndexFunc(apiKeyScopes, func(p scopePair) bool { return p.api == sc })
 		if i < 0 {
-			c.add("scopes", "%v is not a scope: want API_KEY_SCOPE_ADMIN or API_KEY_SCOPE_QUERY", sc)
+			c.add("scopes", "%v is not a scope: want API_KEY_SCOPE_ADMIN, API_KEY_SCOPE_QUERY, API_KEY_SCOPE_CALL or API_KEY_SCOPE_USERS", sc)
 			continue
 		}
 		names = append(names, string(apiKeyScopes[i].auth))

@@ -169,6 +169,22 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 	return errors.Join(err, <-done)
 }
 
+// UseCases are the use cases a Server's handlers call, for another front
+// door (the MCP endpoint) to call the same instances: the same pending
+// questions, limits, counters and run records.
+type UseCases struct {
+	Calls          *calls.Service
+	Queries        *queries.Service
+	Placer         *live.Placer
+	Sessions       *sessions.Service
+	Authorizations *authorizations.Service
+}
+
+// UseCases returns the Server's use cases.
+func (s *Server) UseCases() UseCases {
+	return UseCases{Calls: s.calls, Queries: s.queries, Placer: s.place, Sessions: s.sessionsUC, Authorizations: s.authz}
+}
+
 // NewGRPCServer returns a grpc.Server serving s, the standard health service
 // (reported SERVING by the caller once ready) and server reflection, with
 // the service's middleware (rpcmw.ServerOptions: spans, metrics, panic

@@ -32,9 +32,15 @@ const (
 	// CheckConnector, Create/List/RevokeApiKey. Implies query: an admin can
 	// create a stdio connector, which runs a command on the service's host.
 	ApiKeyScope_API_KEY_SCOPE_ADMIN ApiKeyScope = 1
-	// CallTool, QueryConnector, StreamQueryConnector, ListSessions,
-	// CloseSession.
+	// QueryConnector, StreamQueryConnector, ResumeQuery, runs and users'
+	// authorizations; implies call.
 	ApiKeyScope_API_KEY_SCOPE_QUERY ApiKeyScope = 2
+	// CallTool, StreamCallTool, AnswerInput, ListSessions, CloseSession; on
+	// the MCP endpoint, listing and calling tools (not the agent tools).
+	ApiKeyScope_API_KEY_SCOPE_CALL ApiKeyScope = 3
+	// On the MCP endpoint, naming the end user behind a request (the
+	// X-Connector-User-Id header). Implies nothing else.
+	ApiKeyScope_API_KEY_SCOPE_USERS ApiKeyScope = 4
 )
 
 // Enum value maps for ApiKeyScope.
@@ -43,11 +49,15 @@ var (
 		0: "API_KEY_SCOPE_UNSPECIFIED",
 		1: "API_KEY_SCOPE_ADMIN",
 		2: "API_KEY_SCOPE_QUERY",
+		3: "API_KEY_SCOPE_CALL",
+		4: "API_KEY_SCOPE_USERS",
 	}
 	ApiKeyScope_value = map[string]int32{
 		"API_KEY_SCOPE_UNSPECIFIED": 0,
 		"API_KEY_SCOPE_ADMIN":       1,
 		"API_KEY_SCOPE_QUERY":       2,
+		"API_KEY_SCOPE_CALL":        3,
+		"API_KEY_SCOPE_USERS":       4,
 	}
 )
 
@@ -190,11 +200,13 @@ const file_connector_v1_api_key_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vrevoke_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"revokeTime*^\n" +
+	"revokeTime*\x8f\x01\n" +
 	"\vApiKeyScope\x12\x1d\n" +
 	"\x19API_KEY_SCOPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13API_KEY_SCOPE_ADMIN\x10\x01\x12\x17\n" +
-	"\x13API_KEY_SCOPE_QUERY\x10\x02BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
+	"\x13API_KEY_SCOPE_QUERY\x10\x02\x12\x16\n" +
+	"\x12API_KEY_SCOPE_CALL\x10\x03\x12\x17\n" +
+	"\x13API_KEY_SCOPE_USERS\x10\x04BEZCgithub.com/connector-svc/connector-svc/gen/connector/v1;connectorv1b\x06proto3"
 
 var (
 	file_connector_v1_api_key_proto_rawDescOnce sync.Once

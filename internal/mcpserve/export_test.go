@@ -1,0 +1,4 @@
+package mcpserve
+
+// PrefixedName is prefixedName, for the tests.
+var PrefixedName = prefixedName
