@@ -156,7 +156,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 
 // flagValues are the settings read as text, parsed by config.read.
 type flagValues struct {
-	mcpOrigins string
+	mcpOrigins                                                                                          string
 	allowed, rpcTimeout, grace, level, health, queryTimeout, idleTTL, egressAllow, egressDeny, authMode string
 	approvalTimeout, runRetention, replicaTTL, reconcile, oauthStateTTL, oauthReturnTo, oauthProxies    string
 	conn                                                                                                connFlags
