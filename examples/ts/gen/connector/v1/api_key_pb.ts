@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file connector/v1/api_key.proto.
  */
 export const file_connector_v1_api_key: GenFile = /*@__PURE__*/
-  fileDesc("Chpjb25uZWN0b3IvdjEvYXBpX2tleS5wcm90bxIMY29ubmVjdG9yLnYxIt8BCgZBcGlLZXkSDgoGa2V5X2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEikKBnNjb3BlcxgEIAMoDjIZLmNvbm5lY3Rvci52MS5BcGlLZXlTY29wZRIUCgxtYXNrZWRfdG9rZW4YBSABKAkSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3Jldm9rZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCpeCgtBcGlLZXlTY29wZRIdChlBUElfS0VZX1NDT1BFX1VOU1BFQ0lGSUVEEAASFwoTQVBJX0tFWV9TQ09QRV9BRE1JThABEhcKE0FQSV9LRVlfU0NPUEVfUVVFUlkQAkJFWkNnaXRodWIuY29tL2Nvbm5lY3Rvci1zdmMvY29ubmVjdG9yLXN2Yy9nZW4vY29ubmVjdG9yL3YxO2Nvbm5lY3RvcnYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Chpjb25uZWN0b3IvdjEvYXBpX2tleS5wcm90bxIMY29ubmVjdG9yLnYxIt8BCgZBcGlLZXkSDgoGa2V5X2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEikKBnNjb3BlcxgEIAMoDjIZLmNvbm5lY3Rvci52MS5BcGlLZXlTY29wZRIUCgxtYXNrZWRfdG9rZW4YBSABKAkSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3Jldm9rZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqPAQoLQXBpS2V5U2NvcGUSHQoZQVBJX0tFWV9TQ09QRV9VTlNQRUNJRklFRBAAEhcKE0FQSV9LRVlfU0NPUEVfQURNSU4QARIXChNBUElfS0VZX1NDT1BFX1FVRVJZEAISFgoSQVBJX0tFWV9TQ09QRV9DQUxMEAMSFwoTQVBJX0tFWV9TQ09QRV9VU0VSUxAEQkVaQ2dpdGh1Yi5jb20vY29ubmVjdG9yLXN2Yy9jb25uZWN0b3Itc3ZjL2dlbi9jb25uZWN0b3IvdjE7Y29ubmVjdG9ydjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * ApiKey is an API key as the service shows it: never its token.
@@ -94,12 +94,28 @@ export enum ApiKeyScope {
   ADMIN = 1,
 
   /**
-   * CallTool, QueryConnector, StreamQueryConnector, ListSessions,
-   * CloseSession.
+   * QueryConnector, StreamQueryConnector, ResumeQuery, runs and users'
+   * authorizations; implies call.
    *
    * @generated from enum value: API_KEY_SCOPE_QUERY = 2;
    */
   QUERY = 2,
+
+  /**
+   * CallTool, StreamCallTool, AnswerInput, ListSessions, CloseSession; on
+   * the MCP endpoint, listing and calling tools (not the agent tools).
+   *
+   * @generated from enum value: API_KEY_SCOPE_CALL = 3;
+   */
+  CALL = 3,
+
+  /**
+   * On the MCP endpoint, naming the end user behind a request (the
+   * X-Connector-User-Id header). Implies nothing else.
+   *
+   * @generated from enum value: API_KEY_SCOPE_USERS = 4;
+   */
+  USERS = 4,
 }
 
 /**
