@@ -20,14 +20,18 @@ import (
 // table the auth guard enforces.
 func keysUsage() string {
 	return `Usage:
-  connector-svc keys create --workspace W --scope admin[,query] [--name N]
+  connector-svc keys create --workspace W --scope admin|query|call[,users] [--name N]
       prints the new key's token, once, and nothing else: KEY=$(connector-svc keys create …)
   connector-svc keys list --workspace W
   connector-svc keys revoke ID
       calls with the key fail at once, in every running service
 
 A key belongs to one workspace. Scope admin: connectors, tools and keys (admin
-may also query); scope query: ` + wrap(strings.Join(server.ScopeMethods(auth.ScopeQuery), ", ")+".", 80, len("may also query); scope query: ")) + `
+may also query); scope query: ` + wrap(strings.Join(server.ScopeMethods(auth.ScopeQuery), ", ")+"; query may also call.", 80, len("may also query); scope query: ")) + `
+Scope call: ` + wrap(strings.Join(server.ScopeMethods(auth.ScopeCall), ", ")+
+		", and the MCP endpoint's tools (not its agent tools, which need query).", 80, len("Scope call: ")) + `
+Scope users: the MCP endpoint takes the end user's id from the key's
+X-Connector-User-Id header; add it to one of the others (call,users).
 The token is csk_<id>_<secret>: its id is what list shows and revoke takes.
 The database is DATABASE_URL (or -database-url before "keys").
 `
@@ -85,7 +89,7 @@ func parseKeys(args []string, usage io.Writer) (keysCommand, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	workspace := fs.String("workspace", "", "the key's workspace")
-	scope := fs.String("scope", "", "create: admin, query or admin,query")
+	scope := fs.String("scope", "", "create: admin, query or call, with users if the key names end users on the MCP endpoint (call,users)")
 	name := fs.String("name", "", "create: what the key is for")
 	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(usage, keysUsage())
@@ -121,7 +125,7 @@ func keysCommandOf(sub, workspace, scope, name, id string) (keysCommand, error) 
 	switch sub {
 	case "create":
 		if scope == "" {
-			return nil, badKeys("keys create: --scope is missing: admin, query or admin,query")
+			return nil, badKeys("keys create: --scope is missing: admin, query or call (and users: call,users)")
 		}
 		scopes, err := auth.ParseScopes(strings.Split(scope, ","))
 		if err != nil {
