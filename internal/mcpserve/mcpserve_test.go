@@ -19,8 +19,11 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/llm"
+	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
 	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/mcpserve"
+	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -89,7 +92,7 @@ type env struct {
 // newEnv runs the live state and the gRPC server's use cases over a test
 // database with connectors "alpha" and "my.beta" of workspace "ws" on
 // one upstream, and the MCP endpoint over them. With keys, AUTH=keys.
-func newEnv(t *testing.T, withKeys bool) *env {
+func newEnv(t *testing.T, withKeys bool, model ...llmtest.Step) *env {
 	t.Helper()
 	db := storetest.NewDB(t)
 	reg, lv := livetest.Run(t, db)
@@ -113,13 +116,25 @@ func newEnv(t *testing.T, withKeys bool) *env {
 			t.Fatal(err)
 		}
 	}
-	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv, Keys: keys}, server.Config{Auth: mode})
+	var agent *orchestrator.Agent
+	if len(model) > 0 {
+		m, err := llm.New(llm.Config{BaseURL: llmtest.New(t, model...).URL(), APIKey: "k", Model: "fake-model", MaxRetries: 1,
+			BackoffBase: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent = orchestrator.New(m, server.ToolCaller{Registry: reg}, orchestrator.Config{}, nil)
+	}
+	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv, Keys: keys, Agent: agent}, server.Config{Auth: mode})
 	uc := srv.UseCases()
 	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
 		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys},
-		mcpserve.Config{Auth: mode, SessionKey: []byte("test session key"), ListInterval: 100 * time.Millisecond})
+		mcpserve.Config{Auth: mode, SessionKey: []byte("test session key"), ListInterval: 100 * time.Millisecond, Agents: agent != nil})
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { _ = h.Run(rctx) }()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Run(rctx, time.Second) }()
+	t.Cleanup(func() { cancel(); <-srvDone })
 	mux := http.NewServeMux()
 	mux.Handle("/mcp/", h)
 	hs := httptest.NewServer(mux)
@@ -460,4 +475,38 @@ func TestListChangedReachesClients(t *testing.T) {
 		defer mu.Unlock()
 		return changed > 0
 	})
+}
+
+// TestAgentTool checks ask_<connector>: a query key is offered it, it runs
+// the connector's agent (a scripted model calls echo, then answers) and
+// returns the answer with the run id and the tools used; a run that
+// pauses for approval names the run.
+func TestAgentTool(t *testing.T) {
+	e := newEnv(t, false,
+		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"from the agent"}`}), llmtest.Answer("the echo said: from the agent"),
+		llmtest.CallTools(llmtest.Call{Tool: "wipe", Args: `{"what":"all"}`}))
+	c := connect(t, e.url+"/mcp/ws", nil)
+	names := toolNames(t, c)
+	if !slices.Contains(names, "ask_alpha") {
+		t.Fatalf("tools = %v, want ask_alpha", names)
+	}
+	res := call(t, c, "ask_alpha", map[string]any{"query": "echo something"})
+	sc, _ := res.StructuredContent.(map[string]any)
+	if res.IsError || text(res) != "the echo said: from the agent" || sc["status"] != "completed" || sc["run_id"] == "" {
+		t.Fatalf("ask_alpha = %q %+v, want the agent's answer, completed, with a run id", text(res), sc)
+	}
+	if used, _ := sc["tools_used"].([]any); len(used) != 1 || used[0] != "echo" {
+		t.Errorf("tools_used = %v, want [echo]", sc["tools_used"])
+	}
+	res = call(t, c, "ask_alpha", map[string]any{"query": "wipe it all"})
+	sc, _ = res.StructuredContent.(map[string]any)
+	runID, _ := sc["run_id"].(string)
+	if !res.IsError || sc["status"] != "awaiting_approval" || runID == "" || !strings.Contains(text(res), runID) ||
+		!strings.Contains(text(res), "ResumeQuery") {
+		t.Errorf("a paused ask_alpha = %q %+v, want an error naming the run and ResumeQuery", text(res), sc)
+	}
+	res = call(t, c, "ask_alpha", map[string]any{})
+	if !res.IsError || !strings.Contains(text(res), "query") {
+		t.Errorf("ask_alpha without a query = %q, want an error naming query", text(res))
+	}
 }
