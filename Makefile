@@ -3,7 +3,8 @@ GO ?= go
 
 .PHONY: run tools test bench lint gen fuzz chart image image-push dev-model dev-certs
 
-## run: start Postgres if needed, then the service on 127.0.0.1:50051.
+## run: start Postgres if needed, then the service on 127.0.0.1:50051 (gRPC)
+## and 127.0.0.1:8090 (the MCP endpoint).
 ## A development SECRET_KEY is generated once into .dev/secret_key.
 ## The binary is built into .dev/bin and exec'd by the recipe's shell (not
 ## go run), so a signal to make or Ctrl-C reaches the service itself, and
@@ -16,6 +17,7 @@ run: .dev/secret_key
 	STDIO_ALLOWED_COMMANDS="$${STDIO_ALLOWED_COMMANDS-npx}" \
 	OAUTH_REDIRECT_URL="$${OAUTH_REDIRECT_URL-http://localhost:8081/oauth/callback}" \
 	OAUTH_CALLBACK_ADDR="$${OAUTH_CALLBACK_ADDR-127.0.0.1:8081}" \
+	MCP_ADDR="$${MCP_ADDR-127.0.0.1:8090}" \
 	exec .dev/bin/connector-svc
 
 .dev/secret_key:

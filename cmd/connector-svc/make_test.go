@@ -82,7 +82,7 @@ func startMakeRun(t *testing.T) (cmd *exec.Cmd, addr string, logs <-chan string)
 	callback := freeAddr(t)
 	_, callbackPort, _ := net.SplitHostPort(callback)
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=", "GRPC_ADDR=127.0.0.1:0", "ADMIN_ADDR=127.0.0.1:0",
-		"INTERNAL_ADDR=127.0.0.1:0", "OAUTH_CALLBACK_ADDR="+callback,
+		"INTERNAL_ADDR=127.0.0.1:0", "MCP_ADDR=127.0.0.1:0", "OAUTH_CALLBACK_ADDR="+callback,
 		"OAUTH_REDIRECT_URL=http://localhost:"+callbackPort+"/oauth/callback",
 		"DATABASE_URL="+storetest.NewURL(t), "SECRET_KEY="+testKey)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
