@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -101,10 +102,7 @@ const agentMetaKey = "connector-svc/agent"
 // syncAll brings every endpoint's tool list in line with the catalogs.
 func (h *Handler) syncAll(ctx context.Context) {
 	h.mu.Lock()
-	eps := make([]*endpoint, 0, len(h.endpoints))
-	for _, ep := range h.endpoints {
-		eps = append(eps, ep)
-	}
+	eps := slices.Collect(maps.Values(h.endpoints))
 	h.mu.Unlock()
 	for _, ep := range eps {
 		ep.sync(ctx)
