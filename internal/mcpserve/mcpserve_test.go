@@ -92,7 +92,7 @@ type env struct {
 // newEnv runs the live state and the gRPC server's use cases over a test
 // database with connectors "alpha" and "my.beta" of workspace "ws" on
 // one upstream, and the MCP endpoint over them. With keys, AUTH=keys.
-func newEnv(t *testing.T, withKeys bool, model ...llmtest.Step) *env {
+func newEnv(t *testing.T, withKeys bool, tune func(*mcpserve.Config), model ...llmtest.Step) *env {
 	t.Helper()
 	db := storetest.NewDB(t)
 	reg, lv := livetest.Run(t, db)
@@ -127,9 +127,12 @@ func newEnv(t *testing.T, withKeys bool, model ...llmtest.Step) *env {
 	}
 	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv, Keys: keys, Agent: agent}, server.Config{Auth: mode})
 	uc := srv.UseCases()
+	cfg := mcpserve.Config{Auth: mode, SessionKey: []byte("test session key"), ListInterval: 100 * time.Millisecond, Agents: agent != nil}
+	if tune != nil {
+		tune(&cfg)
+	}
 	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
-		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys},
-		mcpserve.Config{Auth: mode, SessionKey: []byte("test session key"), ListInterval: 100 * time.Millisecond, Agents: agent != nil})
+		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys}, cfg)
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { _ = h.Run(rctx) }()
 	srvDone := make(chan error, 1)
@@ -228,7 +231,7 @@ func text(res *mcp.CallToolResult) string {
 // TestListAndCall lists and calls tools on both endpoints, in both
 // protocol generations, with mcp-go's client.
 func TestListAndCall(t *testing.T) {
-	e := newEnv(t, false)
+	e := newEnv(t, false, nil)
 	for _, g := range generations {
 		t.Run(g.name, func(t *testing.T) {
 			one := connect(t, e.url+"/mcp/ws/alpha", nil, g.opts...)
@@ -261,7 +264,7 @@ func TestListAndCall(t *testing.T) {
 // every type, and its structured content, reach the client as the server
 // sent them.
 func TestEveryContentTypePassesThrough(t *testing.T) {
-	e := newEnv(t, false)
+	e := newEnv(t, false, nil)
 	c := connect(t, e.url+"/mcp/ws/alpha", nil)
 	res := call(t, c, "kinds", nil)
 	if len(res.Content) != 6 {
@@ -320,7 +323,7 @@ func TestNamesAreStableAndUnambiguous(t *testing.T) {
 // TestWhoMayCall checks keys, workspaces, scopes, the user header and
 // Origin.
 func TestWhoMayCall(t *testing.T) {
-	e := newEnv(t, true)
+	e := newEnv(t, true, nil)
 	ctx := context.Background()
 	_, callKey, err := e.keys.Create(ctx, "ws", []auth.Scope{auth.ScopeCall}, "call")
 	if err != nil {
@@ -401,7 +404,7 @@ func (e *elicitor) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.E
 // the server gets the edited ones; denied, it runs nothing. A client that
 // cannot answer a form is told how to get the call approved.
 func TestApprovalByForm(t *testing.T) {
-	e := newEnv(t, false)
+	e := newEnv(t, false, nil)
 	for _, g := range generations {
 		t.Run(g.name, func(t *testing.T) {
 			e.up.mu.Lock()
@@ -447,7 +450,7 @@ func TestApprovalByForm(t *testing.T) {
 // here its store write and the reconcile the handler runs) takes it off
 // the list and tells listening clients.
 func TestListChangedReachesClients(t *testing.T) {
-	e := newEnv(t, false)
+	e := newEnv(t, false, nil)
 	var mu sync.Mutex
 	changed := 0
 	c := connectWith(t, e.url+"/mcp/ws/alpha", []transport.StreamableHTTPCOption{transport.WithContinuousListening()},
@@ -482,7 +485,7 @@ func TestListChangedReachesClients(t *testing.T) {
 // returns the answer with the run id and the tools used; a run that
 // pauses for approval names the run.
 func TestAgentTool(t *testing.T) {
-	e := newEnv(t, false,
+	e := newEnv(t, false, nil,
 		llmtest.CallTools(llmtest.Call{Tool: "echo", Args: `{"message":"from the agent"}`}), llmtest.Answer("the echo said: from the agent"),
 		llmtest.CallTools(llmtest.Call{Tool: "wipe", Args: `{"what":"all"}`}))
 	c := connect(t, e.url+"/mcp/ws", nil)
@@ -508,5 +511,87 @@ func TestAgentTool(t *testing.T) {
 	res = call(t, c, "ask_alpha", map[string]any{})
 	if !res.IsError || !strings.Contains(text(res), "query") {
 		t.Errorf("ask_alpha without a query = %q, want an error naming query", text(res))
+	}
+}
+
+// TestBadRequests checks the answers to malformed JSON, an unknown method,
+// a batch, a body over the cap and a key over its rate limit.
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t, false, nil)
+	post := func(body string, headers map[string]string) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodPost, e.url+"/mcp/ws/alpha", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var msg map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&msg)
+		return resp.StatusCode, msg
+	}
+	code := func(msg map[string]any) float64 {
+		errObj, _ := msg["error"].(map[string]any)
+		c, _ := errObj["code"].(float64)
+		return c
+	}
+	if status, msg := post(`{"jsonrpc":"2.0","id":1,"method":`, nil); code(msg) != -32700 {
+		t.Errorf("malformed JSON: %d %v, want a -32700 parse error", status, msg)
+	}
+	c := connect(t, e.url+"/mcp/ws/alpha", nil, mcpclient.WithLegacyProtocolOnly())
+	sid := c.GetSessionId()
+	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
+	if status, msg := post(`{"jsonrpc":"2.0","id":2,"method":"no/such/method"}`, h); code(msg) != -32601 {
+		t.Errorf("unknown method: %d %v, want -32601", status, msg)
+	}
+	if status, msg := post(`[{"jsonrpc":"2.0","id":3,"method":"tools/list"}]`, h); status < 400 && code(msg) == 0 {
+		t.Errorf("a batch on 2025-11-25 (batches were removed in 2025-06-18): %d %v, want it refused", status, msg)
+	}
+	big := `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"message":"` +
+		strings.Repeat("x", 5<<20) + `"}}}`
+	if status, _ := post(big, h); status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 5 MiB body: status %d, want 413", status)
+	}
+	if status, msg := post(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, map[string]string{"Mcp-Session-Id": "forged.session",
+		"Mcp-Protocol-Version": "2025-11-25"}); status != http.StatusNotFound {
+		t.Errorf("a forged session id: %d %v, want 404 (start a new session)", status, msg)
+	}
+}
+
+// TestRateLimitPerKey checks that a key over MCP_RATE_LIMIT gets 429
+// with Retry-After, and another key is not held back by it.
+func TestRateLimitPerKey(t *testing.T) {
+	e := newEnv(t, true, func(c *mcpserve.Config) { c.RateLimit, c.Burst = 1, 2 })
+	ctx := context.Background()
+	_, k1, _ := e.keys.Create(ctx, "ws", []auth.Scope{auth.ScopeCall}, "k1")
+	_, k2, _ := e.keys.Create(ctx, "ws", []auth.Scope{auth.ScopeCall}, "k2")
+	req := func(key string) (int, string) {
+		r, _ := http.NewRequest(http.MethodGet, e.url+"/mcp/ws", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	limited := 0
+	for range 5 {
+		if s, after := req(k1); s == http.StatusTooManyRequests {
+			limited++
+			if after == "" {
+				t.Error("429 without Retry-After")
+			}
+		}
+	}
+	if limited < 2 {
+		t.Errorf("5 requests at once with a limit of 1 per second, burst 2: %d got 429, want at least 2", limited)
+	}
+	if s, _ := req(k2); s == http.StatusTooManyRequests {
+		t.Error("another key was held back by the first one's limit")
 	}
 }
