@@ -47,6 +47,7 @@ func NodeDir(t testing.TB) string {
 		"node_modules/@modelcontextprotocol/conformance/package.json",
 		"node_modules/@modelcontextprotocol/sdk/package.json",
 		"node_modules/glob/package.json",
+		"node_modules/tsx/package.json",
 	} {
 		if _, err := os.Stat(filepath.Join(dir, need)); err != nil {
 			loudskip.Skip(t, fmt.Sprintf("the pinned MCP conformance suite and TypeScript SDK are not installed in %s "+
