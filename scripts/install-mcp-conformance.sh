@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the official MCP conformance suite (@modelcontextprotocol/conformance)
-# and the TypeScript SDK, pinned by internal/mcpserve/testdata/node/package-lock.json,
+# Installs the official MCP conformance suite (@modelcontextprotocol/conformance),
+# the TypeScript SDK, and what the suite's vendored fixture server runs on
+# (tsx, express, cors, zod), pinned by internal/mcpserve/testdata/node/package-lock.json,
 # into that directory's node_modules, for the mcpserve tests
 # (internal/mcpserve/mcpservetest drives the MCP endpoint with them). Does
 # nothing when every dependency package.json pins is installed at its version.
