@@ -38,9 +38,7 @@ func TestPlainMCPGoPassesTheActiveSuite(t *testing.T) {
 	if !reflect.DeepEqual(ran, activeScenarios) {
 		t.Errorf("the active suite ran\n  %v\nnot\n  %v", ran, activeScenarios)
 	}
-	if failed := res.Failed(); len(failed) > 0 {
-		t.Errorf("failed: %v\n%s", failed, res.Summary())
-	}
+	res.Require(t, activeScenarios...)
 	for _, s := range res.Scenarios {
 		if s.Passed && s.Successes == 0 {
 			t.Errorf("%s passed without a SUCCESS check: %s", s.Name, s.NoSuccess)
@@ -116,6 +114,26 @@ func TestConformanceSendsTheHeaders(t *testing.T) {
 	tools, _ := res.Scenario("tools-list")
 	if tools.Passed || !strings.Contains(tools.Failure, "missing or wrong API key") {
 		t.Errorf("without the API key, tools-list: passed %v, failure %q; want the 401's body", tools.Passed, tools.Failure)
+	}
+}
+
+// TestScenarioGroupsCoverTheSuite keeps the exported groups in step with
+// the suite: every active and pending scenario in exactly one group.
+func TestScenarioGroupsCoverTheSuite(t *testing.T) {
+	seen := map[string]int{}
+	for _, group := range [][]string{EndpointScenarios, ToolScenarios, ResourceScenarios, PromptScenarios, ResumabilityScenarios} {
+		for _, name := range group {
+			seen[name]++
+		}
+	}
+	all := append(slices.Clone(activeScenarios), PendingScenarios...)
+	for _, name := range all {
+		if seen[name] != 1 {
+			t.Errorf("%s is in %d groups", name, seen[name])
+		}
+	}
+	if len(seen) != len(all) {
+		t.Errorf("the groups name %d scenarios, the suite has %d", len(seen), len(all))
 	}
 }
 
