@@ -42,6 +42,7 @@ dev-certs:
 tools:
 	@scripts/tools.sh grpcurl
 	@scripts/install-mcp-everything.sh
+	@scripts/install-mcp-conformance.sh
 	@npm ci --prefix examples/ts --no-audit --no-fund --loglevel=error
 
 ## test: start Postgres if needed, install the tools (the interop and README
