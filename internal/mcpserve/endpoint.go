@@ -69,6 +69,7 @@ func (h *Handler) newEndpoint(ws, connector, path string) *endpoint {
 	}
 	ep.mcp = server.NewMCPServer("connector-svc", h.cfg.Version,
 		server.WithToolCapabilities(true),
+		server.WithLogging(),
 		server.WithToolFilter(scopeFilter),
 		server.WithRecovery(),
 		server.WithInstructions(instructions))

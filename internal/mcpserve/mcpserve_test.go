@@ -50,7 +50,17 @@ var pngPixel = []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 0x0d
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{}
-	m := mcpserver.NewMCPServer("up", "1.0", mcpserver.WithToolCapabilities(true))
+	m := mcpserver.NewMCPServer("up", "1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithElicitation())
+	m.AddTool(mcp.NewTool("who", mcp.WithReadOnlyHintAnnotation(true)), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := mcpserver.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+			Message: "Who are you?", RequestedSchema: map[string]any{"type": "object",
+				"properties": map[string]any{"name": map[string]any{"type": "string"}}}}})
+		if err != nil {
+			return nil, err
+		}
+		b, _ := json.Marshal(res.Content)
+		return mcp.NewToolResultText(string(res.Action) + " " + string(b)), nil
+	})
 	m.AddTool(mcp.NewTool("echo", mcp.WithString("message"), mcp.WithReadOnlyHintAnnotation(true)),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText(req.GetString("message", "")), nil
@@ -84,6 +94,7 @@ func newUpstream(t *testing.T) *upstream {
 type env struct {
 	url  string // the MCP listener's base URL
 	lv   *live.Connectors
+	reg  *registry.Registry
 	db   *store.DB
 	keys *auth.Keys
 	up   *upstream
@@ -101,7 +112,7 @@ func newEnv(t *testing.T, withKeys bool, tune func(*mcpserve.Config), model ...l
 	for _, id := range []string{"alpha", "my.beta"} {
 		row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: id, Name: id, Active: true,
 			Transport: store.TransportStreamableHTTP, Config: store.Config{URL: up.url, CallTimeout: store.Duration(20 * time.Second),
-				ApprovalPolicy: "destructive"}})
+				ApprovalPolicy: "destructive", Elicitation: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +165,25 @@ func newEnv(t *testing.T, withKeys bool, tune func(*mcpserve.Config), model ...l
 		}
 		return true
 	})
-	return &env{url: hs.URL, lv: lv, db: db, keys: keys, up: up}
+	return &env{url: hs.URL, lv: lv, reg: reg, db: db, keys: keys, up: up}
+}
+
+// add creates an active connector of workspace ws and waits until it is
+// READY.
+func (e *env) add(t *testing.T, id string, cfg store.Config) {
+	t.Helper()
+	ctx := context.Background()
+	row, err := e.db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: id, Name: id, Active: true,
+		Transport: store.TransportStreamableHTTP, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lv.Apply(ctx, row)
+	testsupport.WaitFor(t, id+" READY", func() bool {
+		rid, ok := e.reg.Lookup("ws", id)
+		h, err := e.reg.Health(rid)
+		return ok && err == nil && h.State == registry.StateReady
+	})
 }
 
 // generations are the two protocol generations a client may speak.
@@ -235,7 +264,7 @@ func TestListAndCall(t *testing.T) {
 	for _, g := range generations {
 		t.Run(g.name, func(t *testing.T) {
 			one := connect(t, e.url+"/mcp/ws/alpha", nil, g.opts...)
-			if got, want := toolNames(t, one), []string{"echo", "kinds", "wipe"}; !slices.Equal(got, want) {
+			if got, want := toolNames(t, one), []string{"echo", "kinds", "who", "wipe"}; !slices.Equal(got, want) {
 				t.Errorf("/mcp/ws/alpha tools = %v, want %v", got, want)
 			}
 			if got := text(call(t, one, "echo", map[string]any{"message": "hi"})); got != "hi" {
@@ -250,8 +279,8 @@ func TestListAndCall(t *testing.T) {
 					betaEcho = n
 				}
 			}
-			if !slices.Contains(got, "alpha__echo") || !slices.Contains(got, "alpha__wipe") || betaEcho == "" || len(got) != 6 {
-				t.Fatalf("/mcp/ws tools = %v, want alpha__echo, alpha__kinds, alpha__wipe and my.beta's three, hashed", got)
+			if !slices.Contains(got, "alpha__echo") || !slices.Contains(got, "alpha__wipe") || betaEcho == "" || len(got) != 8 {
+				t.Fatalf("/mcp/ws tools = %v, want alpha__echo, alpha__kinds, alpha__who, alpha__wipe and my.beta's four, hashed", got)
 			}
 			if got := text(call(t, ws, betaEcho, map[string]any{"message": "beta"})); got != "beta" {
 				t.Errorf("%s = %q, want beta", betaEcho, got)
@@ -593,5 +622,28 @@ func TestRateLimitPerKey(t *testing.T) {
 	}
 	if s, _ := req(k2); s == http.StatusTooManyRequests {
 		t.Error("another key was held back by the first one's limit")
+	}
+}
+
+// TestServersQuestionsReachTheClient checks that a form the connector's
+// server asks during a call reaches an MCP client that declared
+// elicitation (2025-11-25), and its answer reaches the server. Servers ask
+// on connections of one person only: a per_session connector's (each MCP
+// session has its own).
+func TestServersQuestionsReachTheClient(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.add(t, "solo", store.Config{URL: e.up.url, CallTimeout: store.Duration(20 * time.Second), Elicitation: true,
+		SessionMode: registry.SessionPerSession})
+	ans := &elicitor{answer: func(mcp.ElicitationRequest) *mcp.ElicitationResult {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+			Content: map[string]any{"name": "Alice"}}}
+	}}
+	c := connect(t, e.url+"/mcp/ws/solo", nil, mcpclient.WithLegacyProtocolOnly(), mcpclient.WithElicitationHandler(ans))
+	res := call(t, c, "who", nil)
+	if got := text(res); got != `accept {"name":"Alice"}` {
+		t.Errorf("who = %q, want the client's answer at the server", got)
+	}
+	if len(ans.asked) != 1 || ans.asked[0].Params.Message != "Who are you?" {
+		t.Errorf("the client was asked %+v, want the server's question once", ans.asked)
 	}
 }

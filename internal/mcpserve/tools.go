@@ -98,7 +98,7 @@ func (h *Handler) call(ctx context.Context, c *mcpCall, args map[string]any, app
 	req := calls.Request{WorkspaceID: c.ws, ConnectorID: c.connector, Tool: c.tool, Args: args, ArgumentsBytes: len(raw),
 		SessionID: c.session, UserID: c.user, UserApproved: approved, Progress: c.progress}
 	var asks sync.WaitGroup
-	if c.caps.Elicitation && c.srv != nil {
+	if c.caps.Elicitation && c.srv != nil && !mcp.IsModernProtocol(server.RequestProtocolVersion(ctx)) {
 		req.Ask = func(_ string, in orchestrator.Input) {
 			asks.Add(1)
 			go func() {
