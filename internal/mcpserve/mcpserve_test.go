@@ -42,6 +42,9 @@ type upstream struct {
 
 	mu    sync.Mutex
 	wiped []map[string]any
+	// opened and closed count the MCP sessions the server saw start and
+	// end.
+	opened, closed int
 }
 
 // pngPixel is a 1x1 PNG, as bytes a client must get back exactly.
@@ -50,7 +53,10 @@ var pngPixel = []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 0x0d
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{}
-	m := mcpserver.NewMCPServer("up", "1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithElicitation())
+	hooks := &mcpserver.Hooks{}
+	hooks.AddOnRegisterSession(func(context.Context, mcpserver.ClientSession) { u.mu.Lock(); u.opened++; u.mu.Unlock() })
+	hooks.AddOnUnregisterSession(func(context.Context, mcpserver.ClientSession) { u.mu.Lock(); u.closed++; u.mu.Unlock() })
+	m := mcpserver.NewMCPServer("up", "1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithElicitation(), mcpserver.WithHooks(hooks))
 	m.AddTool(mcp.NewTool("who", mcp.WithReadOnlyHintAnnotation(true)), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := mcpserver.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
 			Message: "Who are you?", RequestedSchema: map[string]any{"type": "object",
@@ -646,4 +652,44 @@ func TestServersQuestionsReachTheClient(t *testing.T) {
 	if len(ans.asked) != 1 || ans.asked[0].Params.Message != "Who are you?" {
 		t.Errorf("the client was asked %+v, want the server's question once", ans.asked)
 	}
+}
+
+// TestPerSessionConnector checks that a per_session connector's calls in
+// one MCP session share one upstream session, another MCP session gets
+// its own, and DELETE of an MCP session ends its upstream one.
+func TestPerSessionConnector(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.up.mu.Lock()
+	base := e.up.opened // the shared connectors' sessions
+	e.up.mu.Unlock()
+	e.add(t, "solo", store.Config{URL: e.up.url, CallTimeout: store.Duration(20 * time.Second), SessionMode: registry.SessionPerSession})
+	counts := func() (int, int) {
+		e.up.mu.Lock()
+		defer e.up.mu.Unlock()
+		return e.up.opened - base, e.up.closed
+	}
+	open0, _ := counts() // the catalog's own connection, if any
+	a := connect(t, e.url+"/mcp/ws/solo", nil, mcpclient.WithLegacyProtocolOnly())
+	for range 3 {
+		if got := text(call(t, a, "echo", map[string]any{"message": "a"})); got != "a" {
+			t.Fatalf("echo = %q", got)
+		}
+	}
+	if opened, _ := counts(); opened != open0+1 {
+		t.Errorf("3 calls in one MCP session opened %d upstream sessions, want 1", opened-open0)
+	}
+	b := connect(t, e.url+"/mcp/ws/solo", nil, mcpclient.WithLegacyProtocolOnly())
+	call(t, b, "echo", map[string]any{"message": "b"})
+	if opened, _ := counts(); opened != open0+2 {
+		t.Errorf("a second MCP session: %d upstream sessions in all, want 2", opened-open0)
+	}
+	_, closed0 := counts()
+	if err := a.Close(); err != nil { // DELETE
+		t.Fatal(err)
+	}
+	testsupport.WaitFor(t, "the first MCP session's upstream session closed", func() bool {
+		_, closed := counts()
+		return closed == closed0+1
+	})
+	call(t, b, "echo", map[string]any{"message": "still here"})
 }
