@@ -19,9 +19,9 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/live"
+	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/llm"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
-	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/mcpserve"
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/registry"
