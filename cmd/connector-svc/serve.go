@@ -132,6 +132,10 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	}
 	s.listener = s.newListener()
 	s.srv = server.New(s.deps(), s.serverConfig())
+	// The MCP endpoint listens before "serving" is logged, as gRPC does.
+	if s.mcp, err = s.newMCPJob(keys != nil && keys.Exist()); err != nil {
+		return err
+	}
 	g, hs := server.NewGRPCServer(s.srv, append(connOptions(cfg.Conn, true), creds...)...)
 	server.SetServing(hs, true)
 	obs.ready.SetStarted(true)
@@ -139,9 +143,6 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	sweeper := runs.NewSweeper(db, runSweepInterval, cfg.RunRetention, runStaleAfter, logger)
 	s.leader = newLeaderWork(whileLeading(cfg.Cluster.ReplicaID, s.rep.leaderJobs(db, sweeper, cfg.SessionIdleTTL, logger), logger))
 	s.rep.elector.OnLead(s.leader.onLead)
-	if s.mcp, err = s.newMCPJob(keys != nil && keys.Exist()); err != nil {
-		return err
-	}
 	return runJobs(ctx, s.stages(g, hs, admin), logger)
 }
 
