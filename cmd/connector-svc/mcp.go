@@ -16,6 +16,7 @@ import (
 
 	"github.com/connector-svc/connector-svc/internal/auth"
 	"github.com/connector-svc/connector-svc/internal/mcpserve"
+	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/tlsfiles"
 )
 
@@ -96,10 +97,12 @@ func (s *parts) newMCPJob(keysExist bool) (*mcpJob, error) {
 	}
 	uc := s.srv.UseCases()
 	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
-		Authorizations: uc.Authorizations, Live: s.lv, Registry: s.reg, Tools: s.db, Keys: s.keys, Logger: s.logger},
+		Authorizations: uc.Authorizations, Live: s.lv, Registry: s.reg, Tools: s.db, Keys: s.keys, Relay: s.db, Logger: s.logger},
 		mcpserve.Config{Auth: cfg.Auth, SessionKey: sessionKey, AllowedOrigins: cfg.MCP.AllowedOrigins,
 			MaxBodyBytes: cfg.MCP.MaxBodyBytes, RateLimit: cfg.MCP.RateLimit, Burst: cfg.MCP.RateBurst,
 			CallTimeout: cfg.RPCTimeout, QueryTimeout: cfg.QueryTimeout, Agents: s.agent != nil, Version: readBuild().Version})
+	// A client's answer that reaches another replica comes back here.
+	s.listener.Handle(store.MCPAnswersChannel, h.Deliver)
 	lis, err := net.Listen("tcp", cfg.MCP.Addr)
 	if err != nil {
 		return nil, inUse(fmt.Errorf("listen on MCP_ADDR %s: %w", cfg.MCP.Addr, err), "MCP_ADDR (-mcp-addr)")

@@ -31,6 +31,7 @@ import (
 type endpoint struct {
 	h             *Handler
 	ws, connector string // connector "": the workspace's endpoint
+	path          string
 	mcp           *server.MCPServer
 	http          *server.StreamableHTTPServer
 
@@ -61,7 +62,7 @@ func (h *Handler) endpoint(ctx context.Context, ws, connector string) (*endpoint
 }
 
 func (h *Handler) newEndpoint(ws, connector, path string) *endpoint {
-	ep := &endpoint{h: h, ws: ws, connector: connector}
+	ep := &endpoint{h: h, ws: ws, connector: connector, path: path}
 	instructions := "The tools of workspace " + ws + "'s connectors, each named <connector>" + Separator + "<tool>; " +
 		agentPrefix + "<connector> asks a connector's agent, which picks and runs its tools and answers with a trace."
 	if connector != "" {

@@ -63,6 +63,10 @@ type Deps struct {
 	// this replica holds no connection of (a stdio one another replica
 	// owns).
 	Tools ToolStore
+	// Relay sends an MCP client's answer that reached this replica to
+	// every replica (answers.go); nil: answers are served where they come
+	// in, and a balancer must keep a session's requests on one replica.
+	Relay Relay
 	// Keys verifies API keys; nil: no keys, and Config.Auth decides.
 	Keys   *auth.Keys
 	Logger *slog.Logger
@@ -139,6 +143,7 @@ type Handler struct {
 	access *access
 	ids    *sessionIDs
 
+	open      openRequests // each session's requests served here now
 	mu        sync.Mutex
 	endpoints map[string]*endpoint // by path
 	life      context.Context      // Run's: endpoints' pollers end with it
@@ -187,8 +192,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		denied.write(w)
 		return
 	}
+	var body []byte
 	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeJSONRPCError(w, http.StatusRequestEntityTooLarge, -32600,
@@ -207,7 +214,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONRPCError(w, http.StatusNotFound, -32600, err.Error())
 		return
 	}
-	ep.http.ServeHTTP(w, r.WithContext(withCaller(r.Context(), who)))
+	r = r.WithContext(withCaller(r.Context(), who))
+	if r.Method == http.MethodPost {
+		if h.serveAnswer(w, r, ep, body) {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if s := r.Header.Get("Mcp-Session-Id"); s != "" {
+			defer h.open.add(s)()
+		}
+	}
+	ep.http.ServeHTTP(w, r)
 }
 
 // parsePath splits /mcp/<workspace>[/<connector>].

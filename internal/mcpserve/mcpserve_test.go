@@ -99,6 +99,9 @@ func newUpstream(t *testing.T) *upstream {
 // env is one replica's service with its MCP endpoint.
 type env struct {
 	url  string // the MCP listener's base URL
+	// newHandler makes another MCP endpoint over the same use cases, as a
+	// second replica's would be.
+	newHandler func(relay mcpserve.Relay) *mcpserve.Handler
 	lv   *live.Connectors
 	reg  *registry.Registry
 	db   *store.DB
@@ -171,7 +174,11 @@ func newEnv(t *testing.T, withKeys bool, tune func(*mcpserve.Config), model ...l
 		}
 		return true
 	})
-	return &env{url: hs.URL, lv: lv, reg: reg, db: db, keys: keys, up: up}
+	newHandler := func(relay mcpserve.Relay) *mcpserve.Handler {
+		return mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+			Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys, Relay: relay}, cfg)
+	}
+	return &env{url: hs.URL, newHandler: newHandler, lv: lv, reg: reg, db: db, keys: keys, up: up}
 }
 
 // add creates an active connector of workspace ws and waits until it is
