@@ -376,24 +376,197 @@ func TestInteropEverythingResults(t *testing.T) {
 		t.Fatalf("initialize the endpoint: %v", err)
 	}
 	listed := toolNames(t, via)
+	compareToolLists(t, direct.GetTransport(), tr)
 	for _, c := range everythingCalls {
 		if !slices.Contains(listed, c.name) {
 			t.Errorf("the endpoint does not list %s: %v", c.name, listed)
 		}
 	}
 
+	seen := map[string]bool{}
 	for i, c := range everythingCalls {
 		t.Run(fmt.Sprintf("%d_%s", i, c.name), func(t *testing.T) {
-			want := rawCall(t, direct.GetTransport(), c.name, c.args)
-			got := rawCall(t, tr, c.name, c.args)
-			if cw, cg := canonical(t, want), canonical(t, got); cw != cg {
+			// Some results name the second they were made in ("created at
+			// 4:16:36 PM"): a pair of calls across a second's turn differs
+			// by that alone, so a difference is believed on the third try.
+			var cw, cg string
+			var got, want json.RawMessage
+			for range 3 {
+				want = rawCall(t, direct.GetTransport(), c.name, c.args)
+				got = rawCall(t, tr, c.name, c.args)
+				if cw, cg = canonical(t, want), canonical(t, got); cw == cg {
+					break
+				}
+			}
+			if cw != cg {
 				t.Errorf("%s(%v) through the endpoint differs from the server's own result:\n got: %s\nwant: %s", c.name, c.args, cg, cw)
+			}
+			if os.Getenv("INTEROP_DUMP") != "" {
+				t.Logf("%s: %s", c.name, cg)
 			}
 			if gm, wm := metaKeys(got), metaKeys(want); !slices.Equal(gm, wm) {
 				t.Logf("%s: _meta through the endpoint %v, the server's %v", c.name, gm, wm)
 			}
+			for k := range contentKinds(t, got) {
+				seen[k] = true
+			}
 		})
 	}
+	// The calls covered what they are meant to (a newer server version
+	// could change its tools' results).
+	for _, k := range []string{"text", "text+annotations", "image", "image+annotations", "resource_link", "resource/text",
+		"resource/blob", "structuredContent", "isError"} {
+		if !seen[k] {
+			t.Errorf("no result through the endpoint had %s (seen %v): the reference server's tools changed?", k, seen)
+		}
+	}
+}
+
+// compareToolLists compares tools/list through the endpoint with the
+// server's own, tool by tool (_meta aside). The reference server offers
+// some tools only to clients that declared a capability (elicitation,
+// sampling, roots): the service's connection and the direct client
+// declare different ones, so only the tools both list are compared.
+func compareToolLists(t *testing.T, direct, via transport.Interface) {
+	t.Helper()
+	list := func(tr transport.Interface) map[string]json.RawMessage {
+		rawID.Lock()
+		rawID.n++
+		id := 1_000_000 + rawID.n
+		rawID.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := tr.SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id),
+			Method: string(mcp.MethodToolsList), Params: map[string]any{}})
+		if err != nil || resp.Error != nil {
+			t.Fatalf("tools/list: %v %+v", err, resp)
+		}
+		var r struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		if err := json.Unmarshal(resp.Result, &r); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]json.RawMessage{}
+		for _, tool := range r.Tools {
+			var n struct {
+				Name string `json:"name"`
+			}
+			_ = json.Unmarshal(tool, &n)
+			out[n.Name] = tool
+		}
+		return out
+	}
+	want, got := list(direct), list(via)
+	var only, dialectLost []string
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok {
+			only = append(only, name+" (the server's only)")
+			continue
+		}
+		// Known loss (a bug, reported in notes/30-interop.md): the
+		// registry's catalog is mcp-go's parse of tools/list, whose
+		// ToolArgumentsSchema keeps only type, properties, required,
+		// additionalProperties and $defs of a schema's top level. The
+		// reference server's schemas lose "$schema" (draft-07, so a
+		// client reads them as 2020-12) and gain "required": [] — the
+		// rest must match.
+		var lost bool
+		w, lost = schemaTopLevel(t, w)
+		g, _ = schemaTopLevel(t, g)
+		if lost && !bytes.Contains(got[name], []byte(`"$schema"`)) {
+			dialectLost = append(dialectLost, name)
+		}
+		if cw, cg := canonical(t, w), canonical(t, g); cw != cg {
+			t.Errorf("tools/list: %s through the endpoint differs from the server's own:\n got: %s\nwant: %s", name, cg, cw)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			only = append(only, name+" (the endpoint's only)")
+		}
+	}
+	if len(dialectLost) > 0 {
+		slices.Sort(dialectLost)
+		t.Logf("KNOWN DIFFERENCE: the endpoint lists these tools' schemas without their \"$schema\": %v", dialectLost)
+	}
+	if len(only) > 0 {
+		slices.Sort(only)
+		t.Logf("tools listed on one side only (capability-dependent tools): %v", only)
+	}
+}
+
+// schemaTopLevel is tool (JSON) with its inputSchema's and outputSchema's
+// "$schema" dropped and an empty "required" dropped; had says a "$schema"
+// was there.
+func schemaTopLevel(t *testing.T, tool json.RawMessage) (out json.RawMessage, had bool) {
+	t.Helper()
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(tool))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("tool: %v: %s", err, tool)
+	}
+	for _, k := range []string{"inputSchema", "outputSchema"} {
+		sch, ok := m[k].(map[string]any)
+		if !ok {
+			continue
+		}
+		if _, ok := sch["$schema"]; ok {
+			had = true
+			delete(sch, "$schema")
+		}
+		if r, ok := sch["required"].([]any); ok && len(r) == 0 {
+			delete(sch, "required")
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b, had
+}
+
+// contentKinds names what a result's JSON has: each content's type (with
+// "+annotations" when it has some; resource/text or resource/blob),
+// structuredContent and isError.
+func contentKinds(t *testing.T, j json.RawMessage) map[string]bool {
+	t.Helper()
+	var r struct {
+		Content []struct {
+			Type        string          `json:"type"`
+			Annotations json.RawMessage `json:"annotations"`
+			Resource    *struct {
+				Text *string `json:"text"`
+				Blob *string `json:"blob"`
+			} `json:"resource"`
+		} `json:"content"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		IsError           bool            `json:"isError"`
+	}
+	if err := json.Unmarshal(j, &r); err != nil {
+		t.Fatalf("result: %v", err)
+	}
+	out := map[string]bool{}
+	for _, c := range r.Content {
+		k := c.Type
+		if c.Type == "resource" && c.Resource != nil {
+			if c.Resource.Blob != nil {
+				k += "/blob"
+			} else if c.Resource.Text != nil {
+				k += "/text"
+			}
+		}
+		out[k] = true
+		if len(c.Annotations) > 0 {
+			out[k+"+annotations"] = true
+		}
+	}
+	if len(r.StructuredContent) > 0 {
+		out["structuredContent"] = true
+	}
+	if r.IsError {
+		out["isError"] = true
+	}
+	return out
 }
 
 // TestInteropEverythingProgress calls the reference server's long-running
