@@ -412,6 +412,40 @@ func TestInteropEverythingResults(t *testing.T) {
 			}
 		})
 	}
+	// The sessionless generation (2026-07-28) through the endpoint, read
+	// with mcp-go's client (its raw transport would need the request _meta
+	// the client adds): the parsed results, marshalled again, compared with
+	// the server's own read the same way; resultType is the new
+	// generation's envelope.
+	modern := connect(t, e.url+"/mcp/ws/everything", nil)
+	for i, c := range everythingCalls {
+		t.Run(fmt.Sprintf("2026-07-28_%d_%s", i, c.name), func(t *testing.T) {
+			var cw, cg string
+			for range 3 {
+				want, err := direct.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: c.name, Arguments: c.args}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := modern.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: c.name, Arguments: c.args}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.ResultType != "" && got.ResultType != mcp.ResultTypeComplete {
+					t.Fatalf("%s: resultType %q, want complete", c.name, got.ResultType)
+				}
+				want.ResultType, got.ResultType = "", ""
+				wb, _ := json.Marshal(want)
+				gb, _ := json.Marshal(got)
+				if cw, cg = canonical(t, wb), canonical(t, gb); cw == cg {
+					break
+				}
+			}
+			if cw != cg {
+				t.Errorf("%s(%v) through the endpoint (2026-07-28) differs from the server's own result:\n got: %s\nwant: %s", c.name, c.args, cg, cw)
+			}
+		})
+	}
+
 	// The calls covered what they are meant to (a newer server version
 	// could change its tools' results).
 	for _, k := range []string{"text", "text+annotations", "image", "image+annotations", "resource_link", "resource/text",
@@ -678,8 +712,9 @@ func newBlockingUpstream(t *testing.T) *blockingUpstream {
 	return u
 }
 
-// TestInteropCancelEndsUpstreamCall cancels a client's long call: the
-// upstream tool's context ends.
+// TestInteropCancelEndsUpstreamCall cancels a client's long call (mcp-go's
+// client and the Go SDK's, both generations): the upstream tool's context
+// ends.
 func TestInteropCancelEndsUpstreamCall(t *testing.T) {
 	up := newBlockingUpstream(t)
 	e := newInteropEnv(t, &store.Connector{ExternalID: "slow", Transport: store.TransportStreamableHTTP,
@@ -691,6 +726,34 @@ func TestInteropCancelEndsUpstreamCall(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				_, err := c.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "block"}})
+				done <- err
+			}()
+			select {
+			case <-up.started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the upstream tool did not start")
+			}
+			cancel()
+			select {
+			case err := <-up.ended:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("the upstream call ended with %v, want its context cancelled", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("the upstream call's context was not cancelled within 15 s of the client's cancel")
+			}
+			if err := <-done; err == nil {
+				t.Error("the cancelled call returned no error")
+			}
+		})
+	}
+	for _, v := range goSDKVersions {
+		t.Run("go-sdk "+v, func(t *testing.T) {
+			cs := goSDKConnect(t, e.url+"/mcp/ws/slow", v, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, &gomcp.CallToolParams{Name: "block"})
 				done <- err
 			}()
 			select {
