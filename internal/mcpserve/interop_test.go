@@ -174,11 +174,11 @@ func goSDKText(res *gomcp.CallToolResult) string {
 // approval form with its ElicitationHandler: approved with edited
 // arguments (the server runs those), and denied (the server runs nothing).
 func TestInteropGoSDKClient(t *testing.T) {
-	e := newEnv(t, false)
+	e := newEnv(t, false, nil)
 	for _, v := range goSDKVersions {
 		t.Run(v, func(t *testing.T) {
 			one := goSDKConnect(t, e.url+"/mcp/ws/alpha", v, nil)
-			if got, want := goSDKTools(t, one), []string{"echo", "kinds", "wipe"}; !slices.Equal(got, want) {
+			if got, want := goSDKTools(t, one), []string{"echo", "kinds", "who", "wipe"}; !slices.Equal(got, want) {
 				t.Errorf("/mcp/ws/alpha tools = %v, want %v", got, want)
 			}
 			if res := goSDKCall(t, one, "echo", map[string]any{"message": "hi"}); res.IsError || goSDKText(res) != "hi" {
@@ -186,8 +186,8 @@ func TestInteropGoSDKClient(t *testing.T) {
 			}
 			ws := goSDKConnect(t, e.url+"/mcp/ws", v, nil)
 			names := goSDKTools(t, ws)
-			if !slices.Contains(names, "alpha__echo") || len(names) != 6 {
-				t.Fatalf("/mcp/ws tools = %v, want alpha's three and my.beta's three", names)
+			if !slices.Contains(names, "alpha__echo") || len(names) != 8 {
+				t.Fatalf("/mcp/ws tools = %v, want alpha's four and my.beta's four", names)
 			}
 			if res := goSDKCall(t, ws, "alpha__echo", map[string]any{"message": "ws"}); res.IsError || goSDKText(res) != "ws" {
 				t.Errorf("alpha__echo = %+v (%q), want ws", res, goSDKText(res))
