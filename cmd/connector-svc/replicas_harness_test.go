@@ -128,11 +128,14 @@ type replicaProc struct {
 	// callback is the OAuth callback listener's address (OAUTH_CALLBACK_ADDR
 	// as bound), "" when it serves none.
 	callback string
-	out      *lockedBuffer
-	exited   chan struct{} // closed when the process has exited
-	err      error         // Wait's error, once exited is closed
-	conn     *grpc.ClientConn
-	client   connectorv1.ConnectorServiceClient
+	// mcp is the MCP endpoint's address (MCP_ADDR as bound), "" when it
+	// serves none.
+	mcp    string
+	out    *lockedBuffer
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's error, once exited is closed
+	conn   *grpc.ClientConn
+	client connectorv1.ConnectorServiceClient
 }
 
 // cluster is a set of replicas on one database.
@@ -220,19 +223,26 @@ func (c *testCluster) start(id string) *replicaProc {
 		return nil
 	}
 	r := &replicaProc{id: id, cmd: cmd, out: out, exited: make(chan struct{})}
-	type serving struct{ addr, callback string }
+	type serving struct{ addr, callback, mcp string }
 	addr := make(chan serving, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
+		mcpAddr := "" // logged before "serving"
 		for sc.Scan() {
 			out.Write(append(sc.Bytes(), '\n'))
 			var line struct {
 				Msg, Addr string
 				Callback  string `json:"oauth_callback_addr"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-				addr <- serving{line.Addr, line.Callback}
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch line.Msg {
+			case "MCP endpoint serving":
+				mcpAddr = line.Addr
+			case "serving":
+				addr <- serving{line.Addr, line.Callback, mcpAddr}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -241,7 +251,7 @@ func (c *testCluster) start(id string) *replicaProc {
 	}()
 	select {
 	case a := <-addr:
-		r.addr, r.callback = a.addr, a.callback
+		r.addr, r.callback, r.mcp = a.addr, a.callback, a.mcp
 	case <-r.exited:
 		c.t.Errorf("replica %s exited before serving: %v\n%s", id, r.err, tail(out.String(), 30))
 		return nil
