@@ -223,12 +223,12 @@ func (c *testCluster) start(id string) *replicaProc {
 		return nil
 	}
 	r := &replicaProc{id: id, cmd: cmd, out: out, exited: make(chan struct{})}
-	type serving struct{ addr, callback, mcp string }
+	type serving struct{ addr, callback string }
 	addr := make(chan serving, 1)
+	mcpAddr := make(chan string, 1) // logged after "serving"
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
-		mcpAddr := "" // logged before "serving"
 		for sc.Scan() {
 			out.Write(append(sc.Bytes(), '\n'))
 			var line struct {
@@ -240,9 +240,9 @@ func (c *testCluster) start(id string) *replicaProc {
 			}
 			switch line.Msg {
 			case "MCP endpoint serving":
-				mcpAddr = line.Addr
+				mcpAddr <- line.Addr
 			case "serving":
-				addr <- serving{line.Addr, line.Callback, mcpAddr}
+				addr <- serving{line.Addr, line.Callback}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -251,7 +251,7 @@ func (c *testCluster) start(id string) *replicaProc {
 	}()
 	select {
 	case a := <-addr:
-		r.addr, r.callback, r.mcp = a.addr, a.callback, a.mcp
+		r.addr, r.callback = a.addr, a.callback
 	case <-r.exited:
 		c.t.Errorf("replica %s exited before serving: %v\n%s", id, r.err, tail(out.String(), 30))
 		return nil
@@ -259,6 +259,18 @@ func (c *testCluster) start(id string) *replicaProc {
 		_ = cmd.Process.Kill()
 		c.t.Errorf("replica %s did not serve within 60s:\n%s", id, tail(out.String(), 30))
 		return nil
+	}
+	if c.env["MCP_ADDR"] != "" {
+		select {
+		case r.mcp = <-mcpAddr:
+		case <-r.exited:
+			c.t.Errorf("replica %s exited before serving MCP: %v\n%s", id, r.err, tail(out.String(), 30))
+			return nil
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			c.t.Errorf("replica %s did not serve MCP_ADDR within 10s of gRPC:\n%s", id, tail(out.String(), 30))
+			return nil
+		}
 	}
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
