@@ -136,10 +136,13 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // mcpConnect starts an MCP client on url with the API key and initializes
-// it; legacy speaks 2025-11-25 (sessions), else 2026-07-28.
-func mcpConnect(t *testing.T, url, key string, legacy, listen bool) (*mcpclient.Client, *transport.StreamableHTTP) {
+// it; legacy speaks 2025-11-25 (sessions), else 2026-07-28. With key ""
+// the key is the caller's to send, in topts.
+func mcpConnect(t *testing.T, url, key string, legacy, listen bool, topts ...transport.StreamableHTTPCOption) (*mcpclient.Client, *transport.StreamableHTTP) {
 	t.Helper()
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(&http.Client{Transport: bearer{key}})}
+	if key != "" {
+		topts = append(topts, transport.WithHTTPBasicClient(&http.Client{Transport: bearer{key}}))
+	}
 	if listen {
 		topts = append(topts, transport.WithContinuousListening())
 	}
@@ -397,6 +400,18 @@ func TestReplicasMCP(t *testing.T) {
 			t.Logf("tools/list with the deleted session id, straight to replica %s: HTTP %d", id,
 				rawPost(t, "http://"+c.get(id).mcp+"/mcp/acme/ps", key, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 		}
+		// A client that sends the key with WithHTTPHeaders, as most would:
+		// mcp-go's Close sends its DELETE without those headers, so the
+		// service refuses it and the upstream session stays open until it
+		// idles out. Logged: it is the client library's, not the service's.
+		third, _ := mcpConnect(t, lb.srv.URL+"/mcp/acme/ps", "", true, false,
+			transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + key}))
+		if _, err := mcpCall(ctx, third, "count", nil); err != nil {
+			t.Fatalf("count of a client with the key in WithHTTPHeaders: %v", err)
+		}
+		m = lb.mark()
+		_ = third.Close()
+		t.Logf("mcp-go's Close with the key in WithHTTPHeaders sent %+v (want DELETE 200; 401: the DELETE went without the key)", lb.since(m))
 		// The second session goes on, on its own upstream session.
 		if got, err := mcpCall(ctx, second, "count", nil); err != nil || got != "4" {
 			t.Errorf("count of the second MCP session after the first's DELETE = %q, %v; want 4", got, err)
