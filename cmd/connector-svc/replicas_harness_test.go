@@ -128,11 +128,14 @@ type replicaProc struct {
 	// callback is the OAuth callback listener's address (OAUTH_CALLBACK_ADDR
 	// as bound), "" when it serves none.
 	callback string
-	out      *lockedBuffer
-	exited   chan struct{} // closed when the process has exited
-	err      error         // Wait's error, once exited is closed
-	conn     *grpc.ClientConn
-	client   connectorv1.ConnectorServiceClient
+	// mcp is the MCP endpoint's address (MCP_ADDR as bound), "" when it
+	// serves none.
+	mcp    string
+	out    *lockedBuffer
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's error, once exited is closed
+	conn   *grpc.ClientConn
+	client connectorv1.ConnectorServiceClient
 }
 
 // cluster is a set of replicas on one database.
@@ -222,6 +225,7 @@ func (c *testCluster) start(id string) *replicaProc {
 	r := &replicaProc{id: id, cmd: cmd, out: out, exited: make(chan struct{})}
 	type serving struct{ addr, callback string }
 	addr := make(chan serving, 1)
+	mcpAddr := make(chan string, 1) // logged after "serving"
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
@@ -231,7 +235,13 @@ func (c *testCluster) start(id string) *replicaProc {
 				Msg, Addr string
 				Callback  string `json:"oauth_callback_addr"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch line.Msg {
+			case "MCP endpoint serving":
+				mcpAddr <- line.Addr
+			case "serving":
 				addr <- serving{line.Addr, line.Callback}
 			}
 		}
@@ -249,6 +259,18 @@ func (c *testCluster) start(id string) *replicaProc {
 		_ = cmd.Process.Kill()
 		c.t.Errorf("replica %s did not serve within 60s:\n%s", id, tail(out.String(), 30))
 		return nil
+	}
+	if c.env["MCP_ADDR"] != "" {
+		select {
+		case r.mcp = <-mcpAddr:
+		case <-r.exited:
+			c.t.Errorf("replica %s exited before serving MCP: %v\n%s", id, r.err, tail(out.String(), 30))
+			return nil
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			c.t.Errorf("replica %s did not serve MCP_ADDR within 10s of gRPC:\n%s", id, tail(out.String(), 30))
+			return nil
+		}
 	}
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
