@@ -100,7 +100,7 @@ func (s *parts) newMCPJob(keysExist bool) (*mcpJob, error) {
 		Authorizations: uc.Authorizations, Live: s.lv, Registry: s.reg, Tools: s.db, Keys: s.keys, Relay: s.db, Logger: s.logger},
 		mcpserve.Config{Auth: cfg.Auth, SessionKey: sessionKey, AllowedOrigins: cfg.MCP.AllowedOrigins,
 			MaxBodyBytes: cfg.MCP.MaxBodyBytes, RateLimit: cfg.MCP.RateLimit, Burst: cfg.MCP.RateBurst,
-			CallTimeout: cfg.RPCTimeout, QueryTimeout: cfg.QueryTimeout, Agents: s.agent != nil, Version: readBuild().Version})
+			CallTimeout: cfg.RPCTimeout, QueryTimeout: cfg.QueryTimeout, SessionIdleTTL: cfg.SessionIdleTTL, Agents: s.agent != nil, Version: readBuild().Version})
 	// A client's answer that reaches another replica comes back here.
 	s.listener.Handle(store.MCPAnswersChannel, h.Deliver)
 	lis, err := net.Listen("tcp", cfg.MCP.Addr)

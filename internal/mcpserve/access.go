@@ -84,7 +84,11 @@ func (d *denial) write(w http.ResponseWriter) {
 	if d.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(d.retryAfter.Seconds()+0.999)))
 	}
-	writeJSONRPCError(w, d.status, -32600, d.msg)
+	code := -32600 // a request the endpoint will not serve as it is
+	if d.status == http.StatusTooManyRequests || d.status == http.StatusServiceUnavailable {
+		code = -32000 // the server's: try again after Retry-After
+	}
+	writeJSONRPCError(w, d.status, code, d.msg)
 }
 
 // enforcing reports whether requests need keys now.

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -35,8 +36,9 @@ type endpoint struct {
 	mcp           *server.MCPServer
 	http          *server.StreamableHTTPServer
 
-	// fingerprint is the hash of the tool list last set; guarded by
-	// Handler.mu's sync (one sync of an endpoint at a time).
+	// syncMu makes one sync of the endpoint at a time (Run's, and a first
+	// request's); it guards fingerprint, the hash of the list last set.
+	syncMu      sync.Mutex
 	fingerprint string
 }
 
@@ -77,6 +79,7 @@ func (h *Handler) newEndpoint(ws, connector, path string) *endpoint {
 	ep.http = server.NewStreamableHTTPServer(ep.mcp,
 		server.WithSessionIdManagerResolver(&resolver{ids: h.ids, path: path, onDelete: ep.sessionEnded}),
 		server.WithHeartbeatInterval(30*time.Second),
+		server.WithSessionIdleTTL(h.cfg.SessionIdleTTL),
 		server.WithStreamableHTTPLogger(h.logger))
 	return ep
 }
@@ -113,6 +116,8 @@ func (h *Handler) syncAll(ctx context.Context) {
 
 // sync sets the endpoint's tools if they changed since the last sync.
 func (ep *endpoint) sync(ctx context.Context) {
+	ep.syncMu.Lock()
+	defer ep.syncMu.Unlock()
 	tools := ep.list(ctx)
 	sum := sha256.New()
 	for _, t := range tools {

@@ -96,6 +96,13 @@ type Config struct {
 	Burst     int
 	// SessionQueue bounds the notifications waiting for one slow client.
 	SessionQueue int
+	// SessionIdleTTL is how long a replica keeps the state of a 2025-11-25
+	// session that sends it nothing (mcp-go keeps it until a DELETE reaches
+	// this replica, which behind a balancer without affinity, or from a
+	// client that never sends one, may be never); 0 means 30 minutes. The
+	// session itself goes on: its id is signed, and the next request finds
+	// it again on any replica.
+	SessionIdleTTL time.Duration
 	// ListInterval is how often an endpoint with clients compares its
 	// catalogs, to tell them of a change; 0 means 2 s.
 	ListInterval time.Duration
@@ -121,6 +128,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueryTimeout <= 0 {
 		c.QueryTimeout = 10 * time.Minute
+	}
+	if c.SessionIdleTTL <= 0 {
+		c.SessionIdleTTL = 30 * time.Minute
 	}
 	if c.SessionQueue <= 0 {
 		c.SessionQueue = 100
@@ -188,7 +198,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who, denied := h.access.check(r, ws)
-	if denied != nil {
+	if denied != nil && !h.endsItsSession(r, ws, connector) {
 		denied.write(w)
 		return
 	}
@@ -225,6 +235,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ep.http.ServeHTTP(w, r)
+}
+
+// endsItsSession reports whether r is a DELETE of a session of this very
+// endpoint that carries no key: some clients (mcp-go's) send their DELETE
+// without the headers they send with requests. Ending a session takes its
+// signed id, which only its client has; it grants nothing else.
+func (h *Handler) endsItsSession(r *http.Request, ws, connector string) bool {
+	if r.Method != http.MethodDelete || r.Header.Get("Authorization") != "" {
+		return false
+	}
+	path := "/mcp/" + ws
+	if connector != "" {
+		path += "/" + connector
+	}
+	c, err := h.ids.parse(r.Header.Get("Mcp-Session-Id"))
+	return err == nil && c.Path == path
 }
 
 // parsePath splits /mcp/<workspace>[/<connector>].

@@ -124,6 +124,10 @@ type manager struct {
 	path     string
 	claims   sessionClaims
 	onDelete func(id string)
+	// sweep: the manager of mcp-go's idle sweeper, which forgets this
+	// replica's state of an idle session; the session is not ended (its
+	// client may be using it through other replicas).
+	sweep bool
 }
 
 func (m *manager) Generate() string {
@@ -143,6 +147,9 @@ func (m *manager) Validate(id string) (bool, error) {
 }
 
 func (m *manager) Terminate(id string) (bool, error) {
+	if m.sweep {
+		return false, nil
+	}
 	if _, err := m.Validate(id); err != nil {
 		return false, err
 	}
@@ -162,6 +169,9 @@ type resolver struct {
 }
 
 func (r *resolver) ResolveSessionIdManager(req *http.Request) server.SessionIdManager {
+	if req == nil { // the idle sweeper's
+		return &manager{ids: r.ids, path: r.path, sweep: true}
+	}
 	m := &manager{ids: r.ids, path: r.path, onDelete: r.onDelete}
 	if caps, ok := req.Context().Value(initializeKey{}).(*mcp.ClientCapabilities); ok && caps != nil {
 		m.claims.Elicitation = caps.Elicitation != nil

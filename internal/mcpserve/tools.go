@@ -42,6 +42,9 @@ func (h *Handler) toolHandler(ws, connector, tool string) server.ToolHandlerFunc
 			args = map[string]any{}
 		}
 		call := h.newCall(ctx, ws, connector, tool, req)
+		if res := call.needsSession(ctx, h); res != nil {
+			return res, nil
+		}
 		// A retry of a call that asked for approval (2026-07-28 clients
 		// send it; mcp-go makes it for older ones) carries the answer.
 		if state := req.Params.RequestState; state != "" {
@@ -82,6 +85,18 @@ func (h *Handler) newCall(ctx context.Context, ws, connector, tool string, req m
 		}
 	}
 	return c
+}
+
+// needsSession refuses a call of a per_session connector that has no MCP
+// session to keep its server session in: a 2026-07-28 client's.
+func (c *mcpCall) needsSession(ctx context.Context, h *Handler) *mcp.CallToolResult {
+	row, ok := h.d.Live.Lookup(c.ws, c.connector)
+	if !ok || row.Config.SessionMode != registry.SessionPerSession || c.session != "" {
+		return nil
+	}
+	return mcp.NewToolResultError(fmt.Sprintf("connector %q keeps one server session per MCP session, and this client speaks "+
+		"the sessionless protocol (%s), which has none: connect with protocol version 2025-11-25 to use it",
+		c.connector, server.RequestProtocolVersion(ctx)))
 }
 
 // call runs the call here or where it must run; approved says a person
