@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -45,14 +46,21 @@ import (
 //     upstream with mcp-go's client, in both protocol generations; (b)
 //     through /mcp/ws/echo with mcp-go's client, in both; (c) through the
 //     same service's gRPC CallTool; (d) a bare HTTP round trip of a small
-//     JSON body, the one loopback hop the endpoint adds. The endpoint's
-//     own work is (b) - (a) - (d), reported as a share of (a) + (d).
+//     JSON body, the one loopback hop the endpoint adds; (e) a bare mcp-go
+//     proxy (an mcp-go server whose echo calls the upstream with one
+//     mcp-go client), in both generations. The endpoint's own work is (b) -
+//     (a) - (d), reported as a share of (a) + (d); (b) - (e) is what of it
+//     is the service's code rather than MCP in and out with mcp-go.
 //   - Concurrent64: 64 mcp-go clients, each its own 2025-11-25 session,
-//     calling echo at once through the endpoint, and 64 straight to the
-//     upstream, in alternating rounds: calls per second of each.
+//     calling echo at once through the endpoint, 64 straight to the
+//     upstream, and 64 through the bare proxy, in alternating rounds:
+//     calls per second of each.
 //   - IdleSessions: 200 2025-11-25 sessions opened (initialize and
 //     notifications/initialized, then nothing), heap and goroutines
 //     before and after, on the endpoint and on a bare mcp-go server.
+//
+// MCPSERVE_BENCH_ONLY=<path> (endpoint-2025, say) times that one path of
+// Latency alone, for a CPU profile of it.
 //
 // Auth is on (a key of scope admin, as a client in production sends one);
 // logs are discarded. It reports numbers and goal lines and asserts no
@@ -68,6 +76,7 @@ func BenchmarkEndpoint(b *testing.B) {
 type benchRig struct {
 	upURL    string // the upstream mcp-go server's streamable-HTTP URL
 	endpoint string // /mcp/ws/echo on the MCP listener
+	proxy    string // a bare mcp-go server whose echo calls the upstream's
 	token    string // an API key of workspace "ws", scope admin
 	version  string // the protocol generation the connector negotiated upstream
 	grpc     connectorv1.ConnectorServiceClient
@@ -166,7 +175,28 @@ func newBenchRig(b *testing.B) *benchRig {
 		_, err := r.grpc.CallTool(r.gctx, r.grpcRequest())
 		return err == nil
 	})
+	r.proxy = serveProxy(b, r.upURL, r.version)
 	return r
+}
+
+// serveProxy serves a bare mcp-go server whose echo tool calls the
+// upstream's with one shared mcp-go client at version, as the registry
+// holds one connection per connector: MCP in and MCP out with no service
+// in between. The endpoint minus this is the service's own work; this
+// minus the direct call is what any MCP-to-MCP hop costs with mcp-go.
+func serveProxy(b *testing.B, upURL, version string) string {
+	up := dial(b, upURL, version, httpClient(""))
+	m := mcpserver.NewMCPServer("proxy", "1.0", mcpserver.WithToolCapabilities(true))
+	m.AddTool(mcp.NewTool("echo", mcp.WithString("message"), mcp.WithReadOnlyHintAnnotation(true)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var out mcp.CallToolRequest
+			out.Params.Name = "echo"
+			out.Params.Arguments = req.GetArguments()
+			return up.CallTool(ctx, out)
+		})
+	hs := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
+	b.Cleanup(hs.Close)
+	return hs.URL + "/mcp"
 }
 
 func (r *benchRig) grpcRequest() *connectorv1.CallToolRequest {
@@ -256,7 +286,8 @@ func httpEcho(b *testing.B) func() error {
 func (r *benchRig) latency(b *testing.B) {
 	plain, authed := httpClient(""), httpClient("Bearer "+r.token)
 	gens := []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728}
-	names := []string{"direct-2025", "direct-2026", "endpoint-2025", "endpoint-2026", "grpc", "httpecho"}
+	names := []string{"direct-2025", "direct-2026", "endpoint-2025", "endpoint-2026", "grpc", "httpecho",
+		"proxy-2025", "proxy-2026"}
 	fs := []func() error{
 		echoCall(dial(b, r.upURL, gens[0], plain)),
 		echoCall(dial(b, r.upURL, gens[1], plain)),
@@ -264,6 +295,8 @@ func (r *benchRig) latency(b *testing.B) {
 		echoCall(dial(b, r.endpoint, gens[1], authed)),
 		func() error { _, err := r.grpc.CallTool(r.gctx, r.grpcRequest()); return err },
 		httpEcho(b),
+		echoCall(dial(b, r.proxy, gens[0], plain)),
+		echoCall(dial(b, r.proxy, gens[1], plain)),
 	}
 	// Warm every path (connections, the endpoint's first request).
 	for range 20 {
@@ -272,6 +305,16 @@ func (r *benchRig) latency(b *testing.B) {
 				b.Fatalf("%s: %v", names[i], err)
 			}
 		}
+	}
+	if only := os.Getenv("MCPSERVE_BENCH_ONLY"); only != "" {
+		// For a profile of one path alone: time it, and nothing else.
+		i := slices.Index(names, only)
+		if i < 0 {
+			b.Fatalf("MCPSERVE_BENCH_ONLY=%s: not one of %v", only, names)
+		}
+		l := inTurnN(b, fs[i])[0]
+		b.ReportMetric(float64(l[len(l)/2].Nanoseconds())/1e3, only+"-p50-µs")
+		return
 	}
 	lat := inTurnN(b, fs...)
 	mean, p50 := make([]float64, len(fs)), make([]float64, len(fs))
@@ -291,12 +334,13 @@ func (r *benchRig) latency(b *testing.B) {
 	if r.version == mcp.ProtocolVersion20260728 {
 		upstream = 1
 	}
+	// Few lines: a benchmark's log is cut after 10 lines without -v.
 	var table strings.Builder
-	fmt.Fprintf(&table, "\nconnector's upstream generation %s; %d calls each\n", r.version, len(lat[0]))
-	fmt.Fprintf(&table, "%-14s %12s %10s\n", "path", "mean ns/op", "p50 µs")
+	fmt.Fprintf(&table, "connector's upstream generation %s; %d calls each; p50 µs (mean):", r.version, len(lat[0]))
 	for i := range fs {
-		fmt.Fprintf(&table, "%-14s %12.0f %10.1f\n", names[i], mean[i], p50[i]/1e3)
+		fmt.Fprintf(&table, " %s %.1f (%.1f)", names[i], p50[i]/1e3, mean[i]/1e3)
 	}
+	table.WriteString("\n")
 	echo := 5
 	for g := range gens {
 		ep := 2 + g
@@ -306,16 +350,27 @@ func (r *benchRig) latency(b *testing.B) {
 		workMean := mean[ep] - mean[upstream] - mean[echo]
 		shareMean := workMean / (mean[echo] + mean[upstream])
 		fmt.Fprintf(&table, "%s: endpoint/direct %.2fx (p50; mean %.2fx); own work %.1f µs p50 = %.3f of echo+direct "+
-			"(mean: %.1f µs = %.3f)\n", names[ep], ratio, mean[ep]/mean[g], work/1e3, share, workMean/1e3, shareMean)
+			"(mean: %.1f µs = %.3f);", names[ep], ratio, mean[ep]/mean[g], work/1e3, share, workMean/1e3, shareMean)
 		b.ReportMetric(ratio, names[ep]+"/direct")
+		// What a bare mcp-go proxy costs over the direct call, and what
+		// the endpoint costs over that proxy: the latter is the service's
+		// own code (auth, session ids, placing, calls.Service).
+		px := 6 + g
+		hop := p50[px] - p50[upstream] - p50[echo]
+		svc := p50[ep] - p50[px]
+		fmt.Fprintf(&table, " of which a bare mcp-go proxy's hop %.1f µs (%.3f of echo+direct) and the service's own %.1f µs "+
+			"(%.3f of echo+direct; endpoint/proxy %.2fx)\n", hop/1e3, hop/(p50[echo]+p50[upstream]), svc/1e3,
+			svc/(p50[echo]+p50[upstream]), p50[ep]/p50[px])
+		b.ReportMetric(svc/(p50[echo]+p50[upstream]), "service-share-"+gens[g][:4])
 		benchgoal.Report(b, "mcp-endpoint-work-share-p50-"+gens[g], share, "of-echo+direct-"+gens[g][:4], benchgoal.AtMost, 0.25)
 	}
-	fmt.Fprintf(&table, "grpc/direct-%s %.2fx (p50)\n", r.version[:4], p50[4]/p50[upstream])
+	fmt.Fprintf(&table, "grpc CallTool/direct-%s %.2fx (p50)", r.version[:4], p50[4]/p50[upstream])
 	b.Log(table.String())
 }
 
 // concurrent64 compares 64 concurrent sessions through the endpoint with
-// 64 straight to the upstream: each b.Loop iteration runs one round of
+// 64 straight to the upstream and 64 through the bare proxy: each b.Loop
+// iteration runs one round of
 // each (which first alternates), every client making perRound calls.
 func (r *benchRig) concurrent64(b *testing.B) {
 	const clients, perRound = 64, 10
@@ -325,10 +380,11 @@ func (r *benchRig) concurrent64(b *testing.B) {
 		calls []func() error
 		spent time.Duration
 		n     int
-	}{{name: "direct"}, {name: "endpoint"}}
+	}{{name: "direct"}, {name: "endpoint"}, {name: "proxy"}}
 	for range clients {
 		sides[0].calls = append(sides[0].calls, echoCall(dial(b, r.upURL, mcp.ProtocolVersion20251125, plain)))
 		sides[1].calls = append(sides[1].calls, echoCall(dial(b, r.endpoint, mcp.ProtocolVersion20251125, authed)))
+		sides[2].calls = append(sides[2].calls, echoCall(dial(b, r.proxy, mcp.ProtocolVersion20251125, plain)))
 	}
 	round := func(calls []func() error) (time.Duration, error) {
 		var wg sync.WaitGroup
@@ -357,7 +413,7 @@ func (r *benchRig) concurrent64(b *testing.B) {
 	}
 	for i := 0; b.Loop(); i++ {
 		for j := range sides {
-			s := &sides[(i+j)%2]
+			s := &sides[(i+j)%len(sides)]
 			d, err := round(s.calls)
 			if err != nil {
 				b.Fatalf("%s: %v", s.name, err)
@@ -369,8 +425,10 @@ func (r *benchRig) concurrent64(b *testing.B) {
 	rate := func(k int) float64 { return float64(sides[k].n) / sides[k].spent.Seconds() }
 	b.ReportMetric(rate(0), "direct-calls/s")
 	b.ReportMetric(rate(1), "endpoint-calls/s")
-	b.Logf("64 clients, 2025-11-25 sessions, %d calls each side: direct %.0f calls/s, endpoint %.0f calls/s",
-		sides[0].n, rate(0), rate(1))
+	b.ReportMetric(rate(2), "proxy-calls/s")
+	b.Logf("64 clients, 2025-11-25 sessions, %d calls each side: direct %.0f calls/s, endpoint %.0f calls/s, "+
+		"bare mcp-go proxy %.0f calls/s (endpoint/proxy %.2fx, proxy/direct %.2fx)",
+		sides[0].n, rate(0), rate(1), rate(2), rate(1)/rate(2), rate(2)/rate(0))
 	benchgoal.Report(b, "mcp-endpoint-throughput-64-ratio", rate(1)/rate(0), "endpoint/direct", benchgoal.AtLeast, 0.8)
 }
 
