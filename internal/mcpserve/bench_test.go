@@ -17,6 +17,7 @@ import (
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc"
@@ -29,7 +30,6 @@ import (
 	"github.com/connector-svc/connector-svc/internal/benchgoal"
 	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/mcpserve"
-	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
@@ -185,7 +185,7 @@ func newBenchRig(b *testing.B) *benchRig {
 // in between. The endpoint minus this is the service's own work; this
 // minus the direct call is what any MCP-to-MCP hop costs with mcp-go.
 func serveProxy(b *testing.B, upURL, version string) string {
-	up := dial(b, upURL, version, httpClient(""))
+	up := dial(b, upURL, version, httpClient(), "")
 	m := mcpserver.NewMCPServer("proxy", "1.0", mcpserver.WithToolCapabilities(true))
 	m.AddTool(mcp.NewTool("echo", mcp.WithString("message"), mcp.WithReadOnlyHintAnnotation(true)),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -206,38 +206,42 @@ func (r *benchRig) grpcRequest() *connectorv1.CallToolRequest {
 
 // httpClient is a client of its own, keeping enough idle connections for
 // 64 callers (net/http keeps 2 per host by default: the rest would dial
-// anew on every call), and sending the key when auth is set.
-func httpClient(authorization string) *http.Client {
+// anew on every call).
+func httpClient() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 256
 	tr.MaxIdleConnsPerHost = 256
-	var rt http.RoundTripper = tr
-	if authorization != "" {
-		rt = withHeader{next: tr, name: "Authorization", value: authorization}
-	}
-	return &http.Client{Transport: rt}
+	return &http.Client{Transport: tr}
 }
 
-type withHeader struct {
-	next        http.RoundTripper
-	name, value string
-}
-
-func (h withHeader) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
-	req.Header.Set(h.name, h.value)
-	return h.next.RoundTrip(req)
-}
-
-// dial starts an mcp-go client of url at version on hc.
-func dial(b *testing.B, url, version string, hc *http.Client) *mcpclient.Client {
+// dial starts an mcp-go client of url at version on hc (the classic
+// handshake for a version before 2026-07-28), sending authorization (if
+// set) as mcp-go's clients send static headers.
+func dial(b *testing.B, url, version string, hc *http.Client, authorization string) *mcpclient.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := mcptest.Dial(ctx, url, version, hc)
-	if err != nil {
-		b.Fatalf("dial %s at %s: %v", url, version, err)
+	opts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc)}
+	if authorization != "" {
+		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": authorization}))
 	}
+	tr, err := transport.NewStreamableHTTP(url, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, mcpclient.WithProtocolVersion(version))
 	b.Cleanup(func() { _ = c.Close() })
+	if err := c.Start(ctx); err != nil {
+		b.Fatalf("start a client of %s: %v", url, err)
+	}
+	var init mcp.InitializeRequest
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
+	res, err := c.Initialize(ctx, init)
+	if err != nil {
+		b.Fatalf("initialize %s at %s: %v", url, version, err)
+	}
+	if res.ProtocolVersion != version {
+		b.Fatalf("%s negotiated %s, want %s", url, res.ProtocolVersion, version)
+	}
 	return c
 }
 
@@ -269,7 +273,7 @@ func httpEcho(b *testing.B) func() error {
 		_, _ = w.Write(answer)
 	}))
 	b.Cleanup(hs.Close)
-	hc := httpClient("")
+	hc := httpClient()
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}`)
 	return func() error {
 		resp, err := hc.Post(hs.URL, "application/json", bytes.NewReader(body))
@@ -284,19 +288,19 @@ func httpEcho(b *testing.B) func() error {
 
 // latency times the six ways of making one echo call, in turn.
 func (r *benchRig) latency(b *testing.B) {
-	plain, authed := httpClient(""), httpClient("Bearer "+r.token)
+	hc, key := httpClient(), "Bearer "+r.token
 	gens := []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728}
 	names := []string{"direct-2025", "direct-2026", "endpoint-2025", "endpoint-2026", "grpc", "httpecho",
 		"proxy-2025", "proxy-2026"}
 	fs := []func() error{
-		echoCall(dial(b, r.upURL, gens[0], plain)),
-		echoCall(dial(b, r.upURL, gens[1], plain)),
-		echoCall(dial(b, r.endpoint, gens[0], authed)),
-		echoCall(dial(b, r.endpoint, gens[1], authed)),
+		echoCall(dial(b, r.upURL, gens[0], hc, "")),
+		echoCall(dial(b, r.upURL, gens[1], hc, "")),
+		echoCall(dial(b, r.endpoint, gens[0], hc, key)),
+		echoCall(dial(b, r.endpoint, gens[1], hc, key)),
 		func() error { _, err := r.grpc.CallTool(r.gctx, r.grpcRequest()); return err },
 		httpEcho(b),
-		echoCall(dial(b, r.proxy, gens[0], plain)),
-		echoCall(dial(b, r.proxy, gens[1], plain)),
+		echoCall(dial(b, r.proxy, gens[0], hc, "")),
+		echoCall(dial(b, r.proxy, gens[1], hc, "")),
 	}
 	// Warm every path (connections, the endpoint's first request).
 	for range 20 {
@@ -374,7 +378,7 @@ func (r *benchRig) latency(b *testing.B) {
 // each (which first alternates), every client making perRound calls.
 func (r *benchRig) concurrent64(b *testing.B) {
 	const clients, perRound = 64, 10
-	plain, authed := httpClient(""), httpClient("Bearer "+r.token)
+	hc, key := httpClient(), "Bearer "+r.token
 	sides := []struct {
 		name  string
 		calls []func() error
@@ -382,9 +386,9 @@ func (r *benchRig) concurrent64(b *testing.B) {
 		n     int
 	}{{name: "direct"}, {name: "endpoint"}, {name: "proxy"}}
 	for range clients {
-		sides[0].calls = append(sides[0].calls, echoCall(dial(b, r.upURL, mcp.ProtocolVersion20251125, plain)))
-		sides[1].calls = append(sides[1].calls, echoCall(dial(b, r.endpoint, mcp.ProtocolVersion20251125, authed)))
-		sides[2].calls = append(sides[2].calls, echoCall(dial(b, r.proxy, mcp.ProtocolVersion20251125, plain)))
+		sides[0].calls = append(sides[0].calls, echoCall(dial(b, r.upURL, mcp.ProtocolVersion20251125, hc, "")))
+		sides[1].calls = append(sides[1].calls, echoCall(dial(b, r.endpoint, mcp.ProtocolVersion20251125, hc, key)))
+		sides[2].calls = append(sides[2].calls, echoCall(dial(b, r.proxy, mcp.ProtocolVersion20251125, hc, "")))
 	}
 	round := func(calls []func() error) (time.Duration, error) {
 		var wg sync.WaitGroup
@@ -439,10 +443,8 @@ func (r *benchRig) concurrent64(b *testing.B) {
 // iteration.
 func (r *benchRig) idleSessions(b *testing.B) {
 	const n = 200
-	targets := []struct {
-		name, url string
-		hc        *http.Client
-	}{{"endpoint", r.endpoint, httpClient("Bearer " + r.token)}, {"upstream", r.upURL, httpClient("")}}
+	hc := httpClient()
+	targets := []struct{ name, url, key string }{{"endpoint", r.endpoint, "Bearer " + r.token}, {"upstream", r.upURL, ""}}
 	type result struct{ bytes, goroutines float64 }
 	sum := make([]result, len(targets))
 	iterations := 0
@@ -452,7 +454,7 @@ func (r *benchRig) idleSessions(b *testing.B) {
 			heap0, g0 := settle()
 			ids := make([]string, 0, n)
 			for range n {
-				id, err := openSession(t.hc, t.url)
+				id, err := openSession(hc, t.url, t.key)
 				if err != nil {
 					b.Fatalf("%s: %v", t.name, err)
 				}
@@ -466,7 +468,7 @@ func (r *benchRig) idleSessions(b *testing.B) {
 			sum[i].bytes += (float64(heap1) - float64(heap0) - float64(held)) / n
 			sum[i].goroutines += float64(g1-g0) / n
 			for _, id := range ids {
-				deleteSession(t.hc, t.url, id)
+				deleteSession(hc, t.url, t.key, id)
 			}
 			runtime.KeepAlive(ids)
 		}
@@ -492,10 +494,10 @@ func settle() (uint64, int) {
 
 // openSession starts a 2025-11-25 session as a client would (initialize,
 // then notifications/initialized) and returns its id.
-func openSession(hc *http.Client, url string) (string, error) {
+func openSession(hc *http.Client, url, key string) (string, error) {
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},` +
 		`"clientInfo":{"name":"bench","version":"1"}}}`
-	resp, err := post(hc, url, "", init)
+	resp, err := post(hc, url, key, "", init)
 	if err != nil {
 		return "", err
 	}
@@ -503,7 +505,7 @@ func openSession(hc *http.Client, url string) (string, error) {
 	if resp.StatusCode != http.StatusOK || id == "" {
 		return "", fmt.Errorf("initialize answered %s without a session id", resp.Status)
 	}
-	resp, err = post(hc, url, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	resp, err = post(hc, url, key, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	if err != nil {
 		return "", err
 	}
@@ -514,13 +516,16 @@ func openSession(hc *http.Client, url string) (string, error) {
 }
 
 // post sends body and reads the whole answer (closing the body).
-func post(hc *http.Client, url, session, body string) (*http.Response, error) {
+func post(hc *http.Client, url, key, session, body string) (*http.Response, error) {
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if key != "" {
+		req.Header.Set("Authorization", key)
+	}
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
 		req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
@@ -534,13 +539,16 @@ func post(hc *http.Client, url, session, body string) (*http.Response, error) {
 	return resp, err
 }
 
-func deleteSession(hc *http.Client, url, id string) {
+func deleteSession(hc *http.Client, url, key, id string) {
 	req, err := http.NewRequest(http.MethodDelete, url, nil)
 	if err != nil {
 		return
 	}
 	req.Header.Set("Mcp-Session-Id", id)
 	req.Header.Set("Mcp-Protocol-Version", mcp.ProtocolVersion20251125)
+	if key != "" {
+		req.Header.Set("Authorization", key)
+	}
 	if resp, err := hc.Do(req); err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
