@@ -374,8 +374,10 @@ func (r *benchRig) latency(b *testing.B) {
 
 // concurrent64 compares 64 concurrent sessions through the endpoint with
 // 64 straight to the upstream and 64 through the bare proxy: each b.Loop
-// iteration runs one round of
-// each (which first alternates), every client making perRound calls.
+// iteration runs one round of each (which goes first rotates), every
+// client making perRound calls. All of it shares this machine's cores, so
+// the rates say how much CPU a call takes on each path, not what the
+// endpoint would serve on cores of its own.
 func (r *benchRig) concurrent64(b *testing.B) {
 	const clients, perRound = 64, 10
 	hc, key := httpClient(), "Bearer "+r.token
