@@ -1,6 +1,7 @@
 package mcpserve
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -49,14 +50,20 @@ type sessionIDs struct {
 
 	mu         sync.Mutex
 	terminated map[string]time.Time
+	// verified caches ids whose signature checked (a request checks its
+	// session id twice: mcp-go's Validate, then its client's capabilities);
+	// cleared when it reaches maxVerified.
+	verified map[string]sessionClaims
 }
+
+const maxVerified = 10000
 
 func newSessionIDs(key []byte) *sessionIDs {
 	if len(key) == 0 {
 		key = make([]byte, 32)
 		_, _ = rand.Read(key) // one replica's sessions, then
 	}
-	return &sessionIDs{key: key, terminated: map[string]time.Time{}}
+	return &sessionIDs{key: key, terminated: map[string]time.Time{}, verified: map[string]sessionClaims{}}
 }
 
 func (s *sessionIDs) sign(c sessionClaims) string {
@@ -75,6 +82,27 @@ var errBadSession = errors.New("not a session id of this endpoint")
 
 // parse checks id's signature and age.
 func (s *sessionIDs) parse(id string) (sessionClaims, error) {
+	s.mu.Lock()
+	c, ok := s.verified[id]
+	s.mu.Unlock()
+	if ok && time.Since(time.Unix(c.Issued, 0)) <= sessionTTL {
+		return c, nil
+	}
+	c, err := s.verify(id)
+	if err != nil {
+		return c, err
+	}
+	s.mu.Lock()
+	if len(s.verified) >= maxVerified {
+		clear(s.verified)
+	}
+	s.verified[id] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// verify checks id's signature and age.
+func (s *sessionIDs) verify(id string) (sessionClaims, error) {
 	payload, sig, ok := strings.Cut(id, ".")
 	if !ok {
 		return sessionClaims{}, errBadSession
@@ -186,6 +214,9 @@ type initializeKey struct{}
 // withInitialize records an initialize request's client capabilities
 // for the session id it gets.
 func withInitialize(ctx context.Context, body []byte) context.Context {
+	if !bytes.Contains(body, []byte(`"initialize"`)) {
+		return ctx // the common case, without a decode
+	}
 	var msg struct {
 		Method string `json:"method"`
 		Params struct {
