@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +26,9 @@ import (
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/connector-svc/connector-svc/internal/auth"
+	"github.com/connector-svc/connector-svc/internal/cluster"
+	"github.com/connector-svc/connector-svc/internal/forward"
+	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/live/livetest"
 	"github.com/connector-svc/connector-svc/internal/loudskip"
 	"github.com/connector-svc/connector-svc/internal/mcpserve"
@@ -376,7 +381,7 @@ func TestInteropEverythingResults(t *testing.T) {
 		t.Fatalf("initialize the endpoint: %v", err)
 	}
 	listed := toolNames(t, via)
-	compareToolLists(t, direct.GetTransport(), tr)
+	compareToolLists(t, direct.GetTransport(), tr, false)
 	for _, c := range everythingCalls {
 		if !slices.Contains(listed, c.name) {
 			t.Errorf("the endpoint does not list %s: %v", c.name, listed)
@@ -461,7 +466,7 @@ func TestInteropEverythingResults(t *testing.T) {
 // some tools only to clients that declared a capability (elicitation,
 // sampling, roots): the service's connection and the direct client
 // declare different ones, so only the tools both list are compared.
-func compareToolLists(t *testing.T, direct, via transport.Interface) {
+func compareToolLists(t *testing.T, direct, via transport.Interface, fromStore bool) {
 	t.Helper()
 	list := func(tr transport.Interface) map[string]json.RawMessage {
 		rawID.Lock()
@@ -493,6 +498,7 @@ func compareToolLists(t *testing.T, direct, via transport.Interface) {
 	}
 	want, got := list(direct), list(via)
 	var only, dialectLost []string
+	storeLost := map[string][]string{}
 	for name, w := range want {
 		g, ok := got[name]
 		if !ok {
@@ -512,6 +518,17 @@ func compareToolLists(t *testing.T, direct, via transport.Interface) {
 		if lost && !bytes.Contains(got[name], []byte(`"$schema"`)) {
 			dialectLost = append(dialectLost, name)
 		}
+		if fromStore {
+			// Known loss (reported): a replica that holds no connection
+			// of the connector lists the catalog its owner synced to the
+			// store, which keeps name, description, input schema and
+			// annotations only (endpoint.go's catalog).
+			var gone []string
+			w, gone = dropKeys(t, w, "title", "execution", "outputSchema", "icons")
+			for _, k := range gone {
+				storeLost[k] = append(storeLost[k], name)
+			}
+		}
 		if cw, cg := canonical(t, w), canonical(t, g); cw != cg {
 			t.Errorf("tools/list: %s through the endpoint differs from the server's own:\n got: %s\nwant: %s", name, cg, cw)
 		}
@@ -520,6 +537,10 @@ func compareToolLists(t *testing.T, direct, via transport.Interface) {
 		if _, ok := want[name]; !ok {
 			only = append(only, name+" (the endpoint's only)")
 		}
+	}
+	for k, names := range storeLost {
+		slices.Sort(names)
+		t.Logf("KNOWN DIFFERENCE: the store's catalog has no %q: it is missing from %v", k, names)
 	}
 	if len(dialectLost) > 0 {
 		slices.Sort(dialectLost)
@@ -553,6 +574,55 @@ func schemaTopLevel(t *testing.T, tool json.RawMessage) (out json.RawMessage, ha
 		}
 		if r, ok := sch["required"].([]any); ok && len(r) == 0 {
 			delete(sch, "required")
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b, had
+}
+
+// dropKeys is object j without keys; gone lists those it had.
+func dropKeys(t *testing.T, j json.RawMessage, keys ...string) (json.RawMessage, []string) {
+	t.Helper()
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("%v: %s", err, j)
+	}
+	var gone []string
+	for _, k := range keys {
+		if _, ok := m[k]; ok {
+			gone = append(gone, k)
+			delete(m, k)
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b, gone
+}
+
+// withoutContentAnnotations is result j with its contents' (and their
+// resources') annotations dropped; had says there were some.
+func withoutContentAnnotations(t *testing.T, j json.RawMessage) (json.RawMessage, bool) {
+	t.Helper()
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("%v: %s", err, j)
+	}
+	had := false
+	contents, _ := m["content"].([]any)
+	for _, c := range contents {
+		cm, _ := c.(map[string]any)
+		if _, ok := cm["annotations"]; ok {
+			had = true
+			delete(cm, "annotations")
+		}
+		if r, ok := cm["resource"].(map[string]any); ok {
+			if _, ok := r["annotations"]; ok {
+				had = true
+				delete(r, "annotations")
+			}
 		}
 	}
 	b, _ := json.Marshal(m)
@@ -870,4 +940,186 @@ func TestInteropServerElicitation(t *testing.T) {
 			t.Errorf("the client was asked %v, want the upstream's question once", asked)
 		}
 	})
+}
+
+// interopReplica is one replica of a cluster on a shared database, wired
+// as main wires one (cmd/connector-svc/serve.go): membership, ownership
+// (a stdio connector runs on its owner only), the router and the internal
+// gRPC listener other replicas forward calls to, and the MCP endpoint.
+type interopReplica struct {
+	url     string
+	reg     *registry.Registry
+	members *cluster.Membership
+	owners  *cluster.Owners
+}
+
+var interopForwardKey = forward.Key(bytes.Repeat([]byte{7}, 32))
+
+func newInteropReplica(t *testing.T, db *store.DB, id string) *interopReplica {
+	t.Helper()
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+	internal, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := cluster.New(db, cluster.Config{ID: id, Addr: internal.Addr().String(), Logger: logger})
+	owners := cluster.NewOwners(db, members, db.ActiveConnectorIDs)
+	pool, err := forward.NewPool(interopForwardKey, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	src := live.NewSource(db, nil, logger)
+	src.FenceWith(owners.Fence)
+	var sessions *live.Sessions
+	reg := registry.New(src, registry.Config{HealthInterval: 200 * time.Millisecond, DetachSessions: true,
+		OnSessionOpened: func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) },
+		OnSessionClosed: func(id int64, sid string) { sessions.Closed(id, sid) }}, logger)
+	sessions = live.NewSessions(db, reg, nil, members, pool, 64, logger)
+	router := live.NewRouter(owners, pool, reg)
+	members.OnChange(func([]cluster.Member) { router.Moved() })
+	lv := live.New(db, src, reg, live.Owned(owners, logger), live.Config{Logger: logger})
+	owners.OnGained(func(id, _ int64) { lv.Touch(id) })
+	owners.OnLostOwnership(lv.Touch)
+	if err := members.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := owners.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lv.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	listener := db.NewListener(100*time.Millisecond, logger)
+	listener.Handle(store.ConnectorChangesChannel, lv.Notified)
+	listener.Handle(store.ClusterChannel, func(payload string) {
+		members.Notified(payload)
+		owners.Notified(payload)
+		router.Moved()
+	})
+	listener.OnListen(lv.Resync)
+	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv, Router: router, Sessions: sessions, Logger: logger},
+		server.Config{Auth: auth.ModeNone})
+	rctx, cancel := context.WithCancel(ctx)
+	jobs := []func(context.Context) error{reg.Run, lv.Run, listener.Run, members.Run, owners.Run,
+		func(ctx context.Context) error { return srv.Run(ctx, time.Second) }}
+	done := make(chan error, len(jobs))
+	for _, job := range jobs {
+		go func() { done <- job(rctx) }()
+	}
+	ig := server.NewInternalGRPCServer(srv, forward.ServerOptions(interopForwardKey, 0)...)
+	go func() { _ = ig.Serve(internal) }()
+	uc := srv.UseCases()
+	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Logger: logger},
+		mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond})
+	go func() { _ = h.Run(rctx) }()
+	mux := http.NewServeMux()
+	mux.Handle("/mcp/", h)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		hs.Close()
+		ig.Stop()
+		cancel()
+		for range jobs {
+			<-done
+		}
+	})
+	return &interopReplica{url: hs.URL, reg: reg, members: members, owners: owners}
+}
+
+// TestInteropEverythingForwarded runs the reference server as a stdio
+// connector on one of two replicas and calls it through the other's
+// endpoint, so each call takes the internal hop (forward.go): the results
+// are compared with the server's own, as TestInteropEverythingResults
+// does on the owner. What the hop does not carry is reported, not failed
+// (forward.go: "content annotations and _meta stay behind on the owner").
+func TestInteropEverythingForwarded(t *testing.T) {
+	js := everythingEntry(t)
+	db := storetest.NewDB(t)
+	a := newInteropReplica(t, db, "interop-a")
+	b := newInteropReplica(t, db, "interop-b")
+	testsupport.WaitFor(t, "both replicas live", func() bool {
+		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
+	})
+	ctx := context.Background()
+	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
+		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
+			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owner, other *interopReplica
+	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
+		for _, r := range []*interopReplica{a, b} {
+			if _, ok := r.owners.Owned(row.ID); ok {
+				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
+					owner = r
+				}
+			}
+		}
+		return owner != nil
+	})
+	other = a
+	if owner == a {
+		other = b
+	}
+	if other.reg.Has(row.ID) {
+		t.Fatal("the replica that does not own the stdio connector runs it too")
+	}
+
+	direct, err := mcpclient.NewStdioMCPClient("node", nil, js, "stdio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := direct.Initialize(cctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25",
+		ClientInfo: mcp.Implementation{Name: "direct", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.NewStreamableHTTP(other.url + "/mcp/ws/everything")
+	if err != nil {
+		t.Fatal(err)
+	}
+	via := mcpclient.NewClient(tr, mcpclient.WithLegacyProtocolOnly())
+	if err := via.Start(cctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = via.Close() })
+	if _, err := via.Initialize(cctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25",
+		ClientInfo: mcp.Implementation{Name: "via", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.WaitFor(t, "the other replica lists the connector's tools", func() bool {
+		return slices.Contains(toolNames(t, via), "echo")
+	})
+	compareToolLists(t, direct.GetTransport(), tr, true)
+	for i, c := range everythingCalls {
+		t.Run(fmt.Sprintf("%d_%s", i, c.name), func(t *testing.T) {
+			var cw, cg string
+			var annotated bool
+			for range 3 {
+				want := rawCall(t, direct.GetTransport(), c.name, c.args)
+				got := rawCall(t, tr, c.name, c.args)
+				// Known loss (reported): the hop's proto has no content
+				// annotations (forward.go).
+				want, annotated = withoutContentAnnotations(t, want)
+				if cw, cg = canonical(t, want), canonical(t, got); cw == cg {
+					break
+				}
+			}
+			if cw != cg {
+				t.Errorf("%s(%v) forwarded differs from the server's own result:\n got: %s\nwant: %s", c.name, c.args, cg, cw)
+			}
+			if annotated {
+				t.Logf("KNOWN DIFFERENCE: %s's content annotations do not cross the internal hop", c.name)
+			}
+		})
+	}
 }
