@@ -98,7 +98,7 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 		}})
 	}
 	if s.mcp != nil {
-		serving = append(serving, job{"mcp endpoint", s.mcp.run})
+		serving = append(serving, job{"mcp endpoint", s.mcp.run}, job{"mcp endpoint's tool lists", s.mcp.handler.Run})
 	}
 	if s.rep.internal != nil {
 		internal := server.NewInternalGRPCServer(s.srv, slices.Concat(connOptions(cfg.Conn, false), internalServerCreds(s.rep.tls),

@@ -128,7 +128,6 @@ func (s *parts) newMCPJob(keysExist bool) (*mcpJob, error) {
 func (j *mcpJob) run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- j.srv.Serve(j.lis) }()
-	go func() { _ = j.handler.Run(ctx) }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("MCP endpoint: %w", err)
