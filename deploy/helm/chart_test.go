@@ -294,6 +294,7 @@ func TestChartRendersValidObjects(t *testing.T) {
 			checkImage(t, c, wantImage)
 			checkResources(t, c)
 			checkOAuth(t, r.oauth, d, objs)
+			checkMCP(t, d, objs, slices.Contains(r.args, allOnValues))
 			if len(objs.serviceMonitors) != r.serviceMonitors {
 				t.Errorf("%d ServiceMonitors, want %d", len(objs.serviceMonitors), r.serviceMonitors)
 			}
@@ -307,6 +308,40 @@ func TestChartRendersValidObjects(t *testing.T) {
 				checkDashboard(t, cm)
 			}
 		})
+	}
+}
+
+// checkMCP: with mcp.enabled (the all-on values), the pod serves the MCP
+// endpoint on every interface at ports.mcp, which the ClusterIP Service
+// carries and the NetworkPolicy opens to whom may reach gRPC; without it,
+// none of that.
+func checkMCP(t *testing.T, d appsv1.Deployment, objs objects, enabled bool) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	env := envOf(c)
+	hasPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "mcp" })
+	var svcPorts int
+	for _, s := range objs.services {
+		for _, p := range s.Spec.Ports {
+			if p.Name == "mcp" {
+				svcPorts++
+			}
+		}
+	}
+	if !enabled {
+		if _, ok := env["MCP_ADDR"]; ok || hasPort || svcPorts != 0 {
+			t.Errorf("mcp off: MCP_ADDR %v, container port %v, Service ports %d; want none", env["MCP_ADDR"], hasPort, svcPorts)
+		}
+		return
+	}
+	if got := env["MCP_ADDR"].Value; got != "0.0.0.0:"+fmt.Sprint(containerPort(t, c, "mcp")) {
+		t.Errorf("MCP_ADDR %q, want every interface at the mcp port", got)
+	}
+	if _, ok := env["TLS_CERT_FILE"]; !ok {
+		t.Error("the MCP endpoint is on without TLS_CERT_FILE: the service refuses it off loopback")
+	}
+	if svcPorts != 1 {
+		t.Errorf("%d Service ports named mcp, want 1", svcPorts)
 	}
 }
 
@@ -617,6 +652,8 @@ func checkServices(t *testing.T, d appsv1.Deployment, svcs []corev1.Service) {
 				metrics++
 			case p.Name == "oauth" && p.TargetPort.String() == "oauth" && len(s.Spec.Ports) == 1:
 				// checkOAuth checks it; alone on its Service, which the public ingress routes to.
+			case p.Name == "mcp" && p.Port == containerPort(t, c, "mcp") && p.TargetPort.String() == "mcp" && s.Spec.ClusterIP != corev1.ClusterIPNone:
+				// the MCP endpoint, beside gRPC on the ClusterIP Service (checkMCP).
 			default:
 				t.Errorf("Service %s port %+v", s.Name, p)
 			}
@@ -663,7 +700,7 @@ func checkNetworkPolicy(t *testing.T, d appsv1.Deployment, nps []networkingv1.Ne
 		port := rule.Ports[0].Port.String()
 		seen[port] = true
 		switch port {
-		case "grpc", "oauth": // oauth: checkOAuth
+		case "grpc", "oauth", "mcp": // oauth: checkOAuth; mcp: checkMCP
 		case "internal":
 			if len(rule.From) != 1 || rule.From[0].NamespaceSelector != nil || rule.From[0].PodSelector == nil ||
 				!cmp.Equal(rule.From[0].PodSelector.MatchLabels, np.Spec.PodSelector.MatchLabels) {
@@ -1162,6 +1199,11 @@ func TestChartRefusesBadValues(t *testing.T) {
 	if _, stderr, err := helm(t, "template", release, chartDir, "--set", "config.HEALTH_INTERVAL=1m30s",
 		"--set", "config.NARROW_TOOLS_TO=24", "--set", "config.LOG_LEVEL=debug"); err != nil {
 		t.Errorf("good values refused: %v\n%s", err, stderr)
+	}
+	// The MCP endpoint off loopback only over TLS, as the binary has it.
+	if _, stderr, err := helm(t, "template", release, chartDir, "--set", "mcp.enabled=true"); err == nil ||
+		!strings.Contains(stderr, "mcp.enabled") || !strings.Contains(stderr, "tls.enabled") {
+		t.Errorf("mcp.enabled without TLS: %v\n%s; want it refused, naming tls.enabled", err, stderr)
 	}
 }
 
