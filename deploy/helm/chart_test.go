@@ -230,6 +230,19 @@ type oauthWant struct {
 	from        int    // NetworkPolicy peers allowed to reach the callback port; 0: anywhere
 }
 
+// mcpWant is what a rendering promises about the MCP endpoint; the zero
+// value is the endpoint off: no MCP_* setting, mcp port, Service or rule.
+type mcpWant struct {
+	port        int32  // MCP_ADDR's port, the container's port mcp and the Service's; 0: off
+	origins     string // MCP_ALLOWED_ORIGINS; "": none set
+	maxBody     string // MCP_MAX_BODY_BYTES
+	rateLimit   string // MCP_RATE_LIMIT
+	rateBurst   string // MCP_RATE_BURST
+	tlsSecret   string // the Secret of the gRPC certificate the endpoint serves (TLS_CERT_FILE); "": plain HTTP
+	serviceType corev1.ServiceType
+	from        int // NetworkPolicy peers allowed to reach the MCP port; 0: anywhere
+}
+
 // renderings are the values the tests render with, and what each promises.
 var renderings = []struct {
 	name            string
@@ -238,6 +251,7 @@ var renderings = []struct {
 	serviceMonitors int
 	dashboards      int
 	oauth           oauthWant
+	mcp             mcpWant
 	preStopExec     bool                             // the preStop hook runs `sleep` in the container, not the native sleep action
 	adminFrom       []networkingv1.NetworkPolicyPeer // who may reach the admin port; nil: the default, the release's namespace
 	image           string                           // the container's image; "": ci/required-values.yaml's at the appVersion
@@ -246,6 +260,8 @@ var renderings = []struct {
 	{name: "all-on", args: []string{"-f", allOnValues}, replicas: 4, serviceMonitors: 1, dashboards: 1, oauth: oauthWant{
 		redirectURL: "https://connectors.example.com/oauth/callback", metadataURL: "https://connectors.example.com/oauth/client.json",
 		port: 8081, tlsSecret: "connector-oauth-tls", ingress: true, from: 1},
+		mcp: mcpWant{port: 9443, origins: "https://chat.example.com,http://localhost:3000", maxBody: "1048576", rateLimit: "2.5",
+			rateBurst: "20", tlsSecret: "connector-tls", serviceType: corev1.ServiceTypeLoadBalancer, from: 1},
 		image: "registry.example.com/team/connector-svc@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 		adminFrom: []networkingv1.NetworkPolicyPeer{
 			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
@@ -261,6 +277,13 @@ var renderings = []struct {
 		replicas: 3, oauth: oauthWant{redirectURL: "https://connectors.example.com/oauth/callback", port: 8443, ingress: true}},
 	{name: "oauth-backend-completes", args: []string{"--set", "oauth.redirectURL=https://chat.example.com/oauth/done",
 		"--set", "oauth.serveCallback=false"}, replicas: 3, oauth: oauthWant{redirectURL: "https://chat.example.com/oauth/done"}},
+	// The MCP endpoint with API keys (auth: keys, the default) over the gRPC certificate, at the defaults.
+	{name: "mcp-keys-tls", args: []string{"--set", "mcp.enabled=true", "--set", "tls.enabled=true", "--set", "tls.existingSecret=connector-tls"},
+		replicas: 3, mcp: mcpWant{port: 8090, maxBody: "4194304", rateLimit: "50", rateBurst: "100", tlsSecret: "connector-tls", serviceType: corev1.ServiceTypeClusterIP}},
+	// auth none-any-address: something in front authenticates; the service (and the chart) allow plain HTTP.
+	{name: "mcp-none-any-address", args: []string{"--set", "mcp.enabled=true", "--set", "auth=none-any-address", "--set-json", "mcp.rateLimit=0.5",
+		"--set", "mcp.allowedOrigins={*}"},
+		replicas: 3, mcp: mcpWant{port: 8090, origins: "*", maxBody: "4194304", rateLimit: "0.5", rateBurst: "100", serviceType: corev1.ServiceTypeClusterIP}},
 }
 
 func TestChartRendersValidObjects(t *testing.T) {
@@ -294,7 +317,7 @@ func TestChartRendersValidObjects(t *testing.T) {
 			checkImage(t, c, wantImage)
 			checkResources(t, c)
 			checkOAuth(t, r.oauth, d, objs)
-			checkMCP(t, d, objs, slices.Contains(r.args, allOnValues))
+			checkMCP(t, r.mcp, d, objs)
 			if len(objs.serviceMonitors) != r.serviceMonitors {
 				t.Errorf("%d ServiceMonitors, want %d", len(objs.serviceMonitors), r.serviceMonitors)
 			}
@@ -308,40 +331,6 @@ func TestChartRendersValidObjects(t *testing.T) {
 				checkDashboard(t, cm)
 			}
 		})
-	}
-}
-
-// checkMCP: with mcp.enabled (the all-on values), the pod serves the MCP
-// endpoint on every interface at ports.mcp, which the ClusterIP Service
-// carries and the NetworkPolicy opens to whom may reach gRPC; without it,
-// none of that.
-func checkMCP(t *testing.T, d appsv1.Deployment, objs objects, enabled bool) {
-	t.Helper()
-	c := d.Spec.Template.Spec.Containers[0]
-	env := envOf(c)
-	hasPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "mcp" })
-	var svcPorts int
-	for _, s := range objs.services {
-		for _, p := range s.Spec.Ports {
-			if p.Name == "mcp" {
-				svcPorts++
-			}
-		}
-	}
-	if !enabled {
-		if _, ok := env["MCP_ADDR"]; ok || hasPort || svcPorts != 0 {
-			t.Errorf("mcp off: MCP_ADDR %v, container port %v, Service ports %d; want none", env["MCP_ADDR"], hasPort, svcPorts)
-		}
-		return
-	}
-	if got := env["MCP_ADDR"].Value; got != "0.0.0.0:"+fmt.Sprint(containerPort(t, c, "mcp")) {
-		t.Errorf("MCP_ADDR %q, want every interface at the mcp port", got)
-	}
-	if _, ok := env["TLS_CERT_FILE"]; !ok {
-		t.Error("the MCP endpoint is on without TLS_CERT_FILE: the service refuses it off loopback")
-	}
-	if svcPorts != 1 {
-		t.Errorf("%d Service ports named mcp, want 1", svcPorts)
 	}
 }
 
@@ -652,8 +641,8 @@ func checkServices(t *testing.T, d appsv1.Deployment, svcs []corev1.Service) {
 				metrics++
 			case p.Name == "oauth" && p.TargetPort.String() == "oauth" && len(s.Spec.Ports) == 1:
 				// checkOAuth checks it; alone on its Service, which the public ingress routes to.
-			case p.Name == "mcp" && p.Port == containerPort(t, c, "mcp") && p.TargetPort.String() == "mcp" && s.Spec.ClusterIP != corev1.ClusterIPNone:
-				// the MCP endpoint, beside gRPC on the ClusterIP Service (checkMCP).
+			case p.Name == "mcp" && p.TargetPort.String() == "mcp" && len(s.Spec.Ports) == 1:
+				// checkMCP checks it; alone on its Service, which may be exposed without exposing gRPC.
 			default:
 				t.Errorf("Service %s port %+v", s.Name, p)
 			}
@@ -1200,11 +1189,6 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"--set", "config.NARROW_TOOLS_TO=24", "--set", "config.LOG_LEVEL=debug"); err != nil {
 		t.Errorf("good values refused: %v\n%s", err, stderr)
 	}
-	// The MCP endpoint off loopback only over TLS, as the binary has it.
-	if _, stderr, err := helm(t, "template", release, chartDir, "--set", "mcp.enabled=true"); err == nil ||
-		!strings.Contains(stderr, "mcp.enabled") || !strings.Contains(stderr, "tls.enabled") {
-		t.Errorf("mcp.enabled without TLS: %v\n%s; want it refused, naming tls.enabled", err, stderr)
-	}
 }
 
 // checkOAuth: with OAuth off, nothing of it is rendered. With a redirect URL,
@@ -1390,6 +1374,187 @@ func checkSecretFile(t *testing.T, d appsv1.Deployment, c corev1.Container, file
 	t.Errorf("%s is in no volume mount", file)
 }
 
+// mcpSettings are the settings the chart renders for the MCP endpoint.
+var mcpSettings = []string{"MCP_ADDR", "MCP_ALLOWED_ORIGINS", "MCP_MAX_BODY_BYTES", "MCP_RATE_LIMIT", "MCP_RATE_BURST"}
+
+// checkMCP: off, the pods get no MCP setting and no mcp port, and no Service
+// or NetworkPolicy rule names one. On, every pod binds MCP_ADDR on every
+// interface at the container's port mcp, with the values' settings; the
+// `<fullname>-mcp` Service carries that port alone; the NetworkPolicy admits
+// it from networkPolicy.mcpFrom; and the pod has what the service demands of
+// an MCP_ADDR off loopback: TLS from the gRPC certificate and API keys, or
+// AUTH=none-any-address. The probes stay on the admin port (checkProbes).
+func checkMCP(t *testing.T, want mcpWant, d appsv1.Deployment, objs objects) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	settings := map[string]string{} // as the process sees them: the ConfigMaps, then env
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef != nil {
+			if cm := findConfigMap(objs.configMaps, from.ConfigMapRef.Name); cm != nil {
+				maps.Copy(settings, cm.Data)
+			}
+		}
+	}
+	for _, e := range c.Env {
+		settings[e.Name] = e.Value
+	}
+	var services []corev1.Service
+	for _, s := range objs.services {
+		if slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "mcp" || p.TargetPort.String() == "mcp" }) {
+			services = append(services, s)
+		}
+	}
+	var rules []networkingv1.NetworkPolicyIngressRule
+	for _, np := range objs.netpols {
+		for _, r := range np.Spec.Ingress {
+			if slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.String() == "mcp" }) {
+				rules = append(rules, r)
+			}
+		}
+	}
+	if want.port == 0 {
+		for _, n := range mcpSettings {
+			if v, ok := settings[n]; ok {
+				t.Errorf("the MCP endpoint is off, yet the chart sets %s=%q", n, v)
+			}
+		}
+		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "mcp" }) {
+			t.Errorf("the MCP endpoint is off, yet the container has port mcp: %v", c.Ports)
+		}
+		for _, s := range services {
+			t.Errorf("the MCP endpoint is off, yet Service %s has an mcp port", s.Name)
+		}
+		if len(rules) != 0 {
+			t.Errorf("the MCP endpoint is off, yet the NetworkPolicy admits port mcp: %+v", rules)
+		}
+		return
+	}
+	if got := containerPort(t, c, "mcp"); got != want.port {
+		t.Errorf("container port mcp %d, want %d", got, want.port)
+	}
+	if got, w := settings["MCP_ADDR"], fmt.Sprintf("0.0.0.0:%d", want.port); got != w {
+		t.Errorf("MCP_ADDR=%q, want %q (every replica serves it)", got, w)
+	}
+	for n, w := range map[string]string{"MCP_ALLOWED_ORIGINS": want.origins, "MCP_MAX_BODY_BYTES": want.maxBody,
+		"MCP_RATE_LIMIT": want.rateLimit, "MCP_RATE_BURST": want.rateBurst} {
+		if got, ok := settings[n]; got != w || (w == "" && ok) {
+			t.Errorf("%s=%q, want %q", n, got, w)
+		}
+	}
+	// The service's rule for an MCP_ADDR off loopback (cmd/connector-svc/mcp.go).
+	if settings["AUTH"] != "none-any-address" && (settings["TLS_CERT_FILE"] == "" || settings["AUTH"] != "keys") {
+		t.Errorf("MCP_ADDR=%s with AUTH=%q and TLS_CERT_FILE=%q: the service refuses it", settings["MCP_ADDR"], settings["AUTH"], settings["TLS_CERT_FILE"])
+	}
+	if want.tlsSecret == "" {
+		if f := settings["TLS_CERT_FILE"]; f != "" {
+			t.Errorf("TLS_CERT_FILE=%s, want the endpoint on plain HTTP", f)
+		}
+	} else {
+		for _, n := range []string{"TLS_CERT_FILE", "TLS_KEY_FILE"} {
+			checkSecretFile(t, d, c, settings[n], want.tlsSecret)
+		}
+	}
+	if len(services) != 1 {
+		t.Fatalf("%d Services with an mcp port, want 1", len(services))
+	}
+	s := services[0]
+	if s.Name != release+"-connector-svc-mcp" && s.Name != "connector-mcp" { // the all-on values' fullnameOverride
+		t.Errorf("the MCP Service is %s, want <fullname>-mcp", s.Name)
+	}
+	if s.Spec.Type != want.serviceType {
+		t.Errorf("Service %s type %s, want %s", s.Name, s.Spec.Type, want.serviceType)
+	}
+	if s.Spec.ClusterIP == corev1.ClusterIPNone || !selects(s.Spec.Selector, d) {
+		t.Errorf("Service %s: clusterIP %q, selector %v; want a balanced Service of the pods", s.Name, s.Spec.ClusterIP, s.Spec.Selector)
+	}
+	p := s.Spec.Ports[0]
+	wantProto := map[bool]string{true: "https", false: "http"}[want.tlsSecret != ""]
+	if len(s.Spec.Ports) != 1 || p.Name != "mcp" || p.Port != want.port || p.TargetPort.String() != "mcp" ||
+		p.AppProtocol == nil || *p.AppProtocol != wantProto {
+		t.Errorf("Service %s ports %+v, want mcp %d to the pods' port mcp, alone, appProtocol %s", s.Name, s.Spec.Ports, want.port, wantProto)
+	}
+	if len(rules) != 1 {
+		t.Fatalf("%d NetworkPolicy rules admit port mcp, want 1", len(rules))
+	}
+	if len(rules[0].Ports) != 1 || len(rules[0].From) != want.from {
+		t.Errorf("the mcp rule: ports %+v from %+v, want port mcp alone from %d peers (0: anywhere)", rules[0].Ports, rules[0].From, want.from)
+	}
+}
+
+// TestChartRefusesMCPWithoutTLS: the MCP endpoint on every pod interface with
+// auth=keys and no TLS is what connector-svc refuses at start-up; helm
+// template refuses it first, saying what to set. The test also runs the binary
+// on that environment to show the chart refuses what the service would.
+func TestChartRefusesMCPWithoutTLS(t *testing.T) {
+	for _, set := range [][]string{
+		{"--set", "mcp.enabled=true"},
+		{"--set", "mcp.enabled=true", "--set", "auth=keys", "--set", "tls.enabled=false", "--set", "tls.existingSecret=connector-tls"},
+		{"-f", allOnValues, "--set", "auth=keys", "--set", "tls.enabled=false"},
+	} {
+		_, stderr, err := helm(t, append([]string{"template", release, chartDir}, set...)...)
+		if err == nil {
+			t.Errorf("%v rendered", set)
+			continue
+		}
+		for _, want := range []string{"mcp.enabled: every pod would serve the MCP endpoint", "(auth=keys)",
+			"set tls.enabled=true and tls.existingSecret=", "or auth=none-any-address"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%v refused without %q:\n%s", set, want, stderr)
+			}
+		}
+	}
+	// The service refuses the environment the chart would have rendered.
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := podEnv(t, decode(t, render(t)))
+	cmd := exec.Command(bin, "migrate")
+	cmd.Env = append(env, "MCP_ADDR=0.0.0.0:8090")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing MCP_ADDR 0.0.0.0:8090") {
+		t.Errorf("connector-svc with AUTH=keys, no TLS and MCP_ADDR=0.0.0.0:8090: %v\n%s\nwant it refused", err, out)
+	}
+}
+
+// TestChartRefusesBadMCPValues: the MCP values are checked when rendered.
+func TestChartRefusesBadMCPValues(t *testing.T) {
+	on := []string{"--set", "mcp.enabled=true", "--set", "auth=none-any-address"}
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{append(on, "--set", "mcp.allowedOrigins={https://chat.example.com/}"), "/mcp/allowedOrigins/0"}, // browsers send no slash
+		{append(on, "--set", "mcp.allowedOrigins={chat.example.com}"), "/mcp/allowedOrigins/0"},
+		{append(on, "--set", "mcp.allowedOrigins={https://a.example.com,https://b.example.com/app}"), "/mcp/allowedOrigins/1"},
+		{append(on, "--set", "mcp.maxBodyBytes=0"), "/mcp/maxBodyBytes"},
+		{append(on, "--set", "mcp.rateLimit=-1"), "/mcp/rateLimit"},
+		{append(on, "--set", "mcp.rateLimit=fast"), "/mcp/rateLimit"},
+		{append(on, "--set", "mcp.rateBurst=-1"), "/mcp/rateBurst"},
+		{append(on, "--set", "mcp.service.type=ExternalName"), "/mcp/service/type"},
+		{append(on, "--set", "mcp.enable=true"), "enable"},
+		{append(on, "--set", "ports.mcp=0"), "/ports/mcp"},
+		{append(on, "--set", "ports.mcp=50051"), "ports.mcp=50051 is ports.grpc too"},
+		{append(on, "--set", "ports.mcp=9464"), "ports.mcp=9464 is ports.admin too"},
+		{append(on, "--set", "ports.mcp=8081", "--set", "oauth.redirectURL=https://connectors.example.com/oauth/callback"), "ports.mcp=8081 is ports.oauth too"},
+		{[]string{"--set", "config.MCP_ADDR=0.0.0.0:8090"}, "MCP_ADDR"},
+		{[]string{"--set", "config.MCP_RATE_LIMIT=5"}, "MCP_RATE_LIMIT"},
+		{[]string{"--set", "extraEnv[0].name=MCP_ADDR", "--set", "extraEnv[0].value=0.0.0.0:8090"}, "extraEnv MCP_ADDR"},
+	} {
+		_, stderr, err := helm(t, append([]string{"template", release, chartDir}, tc.set...)...)
+		if err == nil {
+			t.Errorf("%v rendered", tc.set)
+		} else if !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v refused without %q:\n%s", tc.set, tc.want, stderr)
+		}
+	}
+	// The callback's port is free for the MCP endpoint while no callback is served.
+	objs := decode(t, render(t, append(on, "--set", "ports.mcp=8081")...))
+	if got := containerPort(t, theContainer(t, objs.deployments[0]), "mcp"); got != 8081 {
+		t.Errorf("ports.mcp=8081: container port mcp %d", got)
+	}
+}
+
 // TestChartRefusesBadOAuthValues: the OAuth values are checked when rendered,
 // and a wrong one fails `helm template` naming it, not a pod at start-up (or,
 // worse, a user's first authorization).
@@ -1455,62 +1620,10 @@ func TestChartSettingsPassTheBinarysChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	secrets := map[string]string{
-		"SECRET_KEY":   base64.StdEncoding.EncodeToString(key),
-		"DATABASE_URL": "postgres://connector@127.0.0.1:1/connector_svc?sslmode=disable",
-	}
-	fields := map[string]string{"metadata.name": release + "-connector-svc-7d9f8c6b5-x2x4z", "status.podIP": "10.244.1.7"}
 	for _, r := range renderings {
 		t.Run(r.name, func(t *testing.T) {
-			objs := decode(t, render(t, r.args...))
-			c := theContainer(t, objs.deployments[0])
-			vars := map[string]string{}
-			var order []string
-			setVar := func(n, v string) {
-				if _, ok := vars[n]; !ok {
-					order = append(order, n)
-				}
-				vars[n] = v
-			}
-			for _, from := range c.EnvFrom {
-				cm := findConfigMap(objs.configMaps, from.ConfigMapRef.Name)
-				if cm == nil {
-					t.Fatalf("envFrom names ConfigMap %s, which the chart does not render", from.ConfigMapRef.Name)
-				}
-				for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
-					setVar(k, cm.Data[k])
-				}
-			}
-			for _, e := range c.Env {
-				switch {
-				case e.ValueFrom == nil:
-					// Kubernetes expands $(NAME) of variables defined before.
-					setVar(e.Name, dependentVar.ReplaceAllStringFunc(e.Value, func(m string) string {
-						if v, ok := vars[m[2:len(m)-1]]; ok {
-							return v
-						}
-						return m
-					}))
-				case e.ValueFrom.FieldRef != nil:
-					setVar(e.Name, fields[e.ValueFrom.FieldRef.FieldPath])
-				case e.ValueFrom.SecretKeyRef != nil:
-					v, ok := secrets[e.Name]
-					if !ok {
-						v = "canary-" + strings.ToLower(e.Name)
-					}
-					setVar(e.Name, v)
-				default:
-					t.Fatalf("env %s from %+v: not filled in here", e.Name, e.ValueFrom)
-				}
-			}
 			cmd := exec.Command(bin, "migrate")
-			for _, n := range order {
-				cmd.Env = append(cmd.Env, n+"="+vars[n])
-			}
+			cmd.Env = podEnv(t, decode(t, render(t, r.args...)))
 			out, err := cmd.CombinedOutput()
 			if err == nil {
 				t.Fatalf("connector-svc migrate succeeded against a port where nothing listens:\n%s", out)
@@ -1523,3 +1636,64 @@ func TestChartSettingsPassTheBinarysChecks(t *testing.T) {
 }
 
 var dependentVar = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
+
+// podEnv is the environment a pod of the rendering gets: the ConfigMap, then
+// env with $(…) expanded, Secrets (test values, or canaries) and the downward
+// API filled in.
+func podEnv(t *testing.T, objs objects) []string {
+	t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{
+		"SECRET_KEY":   base64.StdEncoding.EncodeToString(key),
+		"DATABASE_URL": "postgres://connector@127.0.0.1:1/connector_svc?sslmode=disable",
+	}
+	fields := map[string]string{"metadata.name": release + "-connector-svc-7d9f8c6b5-x2x4z", "status.podIP": "10.244.1.7"}
+	c := theContainer(t, objs.deployments[0])
+	vars := map[string]string{}
+	var order []string
+	setVar := func(n, v string) {
+		if _, ok := vars[n]; !ok {
+			order = append(order, n)
+		}
+		vars[n] = v
+	}
+	for _, from := range c.EnvFrom {
+		cm := findConfigMap(objs.configMaps, from.ConfigMapRef.Name)
+		if cm == nil {
+			t.Fatalf("envFrom names ConfigMap %s, which the chart does not render", from.ConfigMapRef.Name)
+		}
+		for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
+			setVar(k, cm.Data[k])
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			// Kubernetes expands $(NAME) of variables defined before.
+			setVar(e.Name, dependentVar.ReplaceAllStringFunc(e.Value, func(m string) string {
+				if v, ok := vars[m[2:len(m)-1]]; ok {
+					return v
+				}
+				return m
+			}))
+		case e.ValueFrom.FieldRef != nil:
+			setVar(e.Name, fields[e.ValueFrom.FieldRef.FieldPath])
+		case e.ValueFrom.SecretKeyRef != nil:
+			v, ok := secrets[e.Name]
+			if !ok {
+				v = "canary-" + strings.ToLower(e.Name)
+			}
+			setVar(e.Name, v)
+		default:
+			t.Fatalf("env %s from %+v: not filled in here", e.Name, e.ValueFrom)
+		}
+	}
+	env := make([]string, 0, len(order))
+	for _, n := range order {
+		env = append(env, n+"="+vars[n])
+	}
+	return env
+}

@@ -98,12 +98,12 @@ the cluster and flushing metrics. */}}
 
 {{/* Settings the chart sets itself, or that are secrets: never in .Values.config. */}}
 {{- define "connector-svc.reservedSettings" -}}
-{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "INTERNAL_TLS_CERT_FILE" "INTERNAL_TLS_KEY_FILE" "INTERNAL_TLS_CA_FILE" "INTERNAL_TLS_SERVER_NAME" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "OAUTH_REDIRECT_URL" "OAUTH_CALLBACK_ADDR" "OAUTH_CALLBACK_TLS_CERT_FILE" "OAUTH_CALLBACK_TLS_KEY_FILE" "OAUTH_CLIENT_METADATA_URL" "OAUTH_RETURN_TO_ALLOWED" "OAUTH_CALLBACK_TRUSTED_PROXIES" "MCP_ADDR" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
+{{- list "GRPC_ADDR" "ADMIN_ADDR" "ADMIN_ANY_ADDRESS" "INTERNAL_ADDR" "INTERNAL_ADVERTISE_ADDR" "INTERNAL_TLS_CERT_FILE" "INTERNAL_TLS_KEY_FILE" "INTERNAL_TLS_CA_FILE" "INTERNAL_TLS_SERVER_NAME" "REPLICA_ID" "AUTH" "SHUTDOWN_GRACE" "SHUTDOWN_DELAY" "TLS_CERT_FILE" "TLS_KEY_FILE" "TLS_CLIENT_CA_FILE" "LLM_BASE_URL" "LLM_MODEL" "OAUTH_REDIRECT_URL" "OAUTH_CALLBACK_ADDR" "OAUTH_CALLBACK_TLS_CERT_FILE" "OAUTH_CALLBACK_TLS_KEY_FILE" "OAUTH_CLIENT_METADATA_URL" "OAUTH_RETURN_TO_ALLOWED" "OAUTH_CALLBACK_TRUSTED_PROXIES" "MCP_ADDR" "MCP_ALLOWED_ORIGINS" "MCP_MAX_BODY_BYTES" "MCP_RATE_LIMIT" "MCP_RATE_BURST" "SECRET_KEY" "DATABASE_URL" "LLM_API_KEY" | toJson -}}
 {{- end -}}
 
 {{/* The value that sets each setting the chart owns, for the message that refuses it in config. */}}
 {{- define "connector-svc.settingValueNames" -}}
-{{- dict "GRPC_ADDR" "ports.grpc" "ADMIN_ADDR" "ports.admin" "INTERNAL_ADDR" "ports.internal" "INTERNAL_TLS_CERT_FILE" "internalTLS" "INTERNAL_TLS_KEY_FILE" "internalTLS" "INTERNAL_TLS_CA_FILE" "internalTLS" "INTERNAL_TLS_SERVER_NAME" "internalTLS.serverName" "AUTH" "auth" "SHUTDOWN_GRACE" "shutdownGraceSeconds" "SHUTDOWN_DELAY" "shutdownDelaySeconds" "TLS_CERT_FILE" "tls.existingSecret" "TLS_KEY_FILE" "tls.existingSecret" "TLS_CLIENT_CA_FILE" "tls.clientCA" "LLM_BASE_URL" "llm.baseURL" "LLM_MODEL" "llm.model" "OAUTH_REDIRECT_URL" "oauth.redirectURL" "OAUTH_CALLBACK_ADDR" "ports.oauth" "OAUTH_CALLBACK_TLS_CERT_FILE" "oauth.tls.secretName" "OAUTH_CALLBACK_TLS_KEY_FILE" "oauth.tls.secretName" "OAUTH_CLIENT_METADATA_URL" "oauth.clientMetadataURL" "OAUTH_RETURN_TO_ALLOWED" "oauth.returnToAllowed" "OAUTH_CALLBACK_TRUSTED_PROXIES" "oauth.trustedProxies" "MCP_ADDR" "mcp.enabled" | toJson -}}
+{{- dict "GRPC_ADDR" "ports.grpc" "ADMIN_ADDR" "ports.admin" "INTERNAL_ADDR" "ports.internal" "INTERNAL_TLS_CERT_FILE" "internalTLS" "INTERNAL_TLS_KEY_FILE" "internalTLS" "INTERNAL_TLS_CA_FILE" "internalTLS" "INTERNAL_TLS_SERVER_NAME" "internalTLS.serverName" "AUTH" "auth" "SHUTDOWN_GRACE" "shutdownGraceSeconds" "SHUTDOWN_DELAY" "shutdownDelaySeconds" "TLS_CERT_FILE" "tls.existingSecret" "TLS_KEY_FILE" "tls.existingSecret" "TLS_CLIENT_CA_FILE" "tls.clientCA" "LLM_BASE_URL" "llm.baseURL" "LLM_MODEL" "llm.model" "OAUTH_REDIRECT_URL" "oauth.redirectURL" "OAUTH_CALLBACK_ADDR" "ports.oauth" "OAUTH_CALLBACK_TLS_CERT_FILE" "oauth.tls.secretName" "OAUTH_CALLBACK_TLS_KEY_FILE" "oauth.tls.secretName" "OAUTH_CLIENT_METADATA_URL" "oauth.clientMetadataURL" "OAUTH_RETURN_TO_ALLOWED" "oauth.returnToAllowed" "OAUTH_CALLBACK_TRUSTED_PROXIES" "oauth.trustedProxies" "MCP_ADDR" "mcp.enabled and ports.mcp" "MCP_ALLOWED_ORIGINS" "mcp.allowedOrigins" "MCP_MAX_BODY_BYTES" "mcp.maxBodyBytes" "MCP_RATE_LIMIT" "mcp.rateLimit" "MCP_RATE_BURST" "mcp.rateBurst" | toJson -}}
 {{- end -}}
 
 {{/* Fails on a config key the chart owns or that is a secret; the schema says the same for `helm install`,
@@ -124,6 +124,7 @@ this says it for every path (--set on a schema-less fork, say). */}}
 {{- end -}}
 {{- end -}}
 {{- include "connector-svc.checkOAuth" . -}}
+{{- include "connector-svc.checkMCP" . -}}
 {{- end -}}
 
 {{/* "true" when the internal hop between replicas is mutual TLS: internalTLS.enabled, or, when that is auto,
@@ -180,6 +181,26 @@ in CrashLoopBackOff. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* Fails on an MCP endpoint the service would refuse at start-up (cmd/connector-svc/mcp.go), in a pod in
+CrashLoopBackOff: MCP_ADDR on every interface needs TLS (the gRPC TLS_* files) and API keys, unless AUTH is
+none-any-address. The chart's auth is keys or none-any-address, so that is: auth=keys needs tls.enabled. */}}
+{{- define "connector-svc.checkMCP" -}}
+{{- if .Values.mcp.enabled -}}
+{{- if and (ne .Values.auth "none-any-address") (not .Values.tls.enabled) -}}
+{{- fail (printf "mcp.enabled: every pod would serve the MCP endpoint on all its interfaces (MCP_ADDR=0.0.0.0:%d), and connector-svc refuses that without TLS while callers need API keys (auth=%s): set tls.enabled=true and tls.existingSecret=<a kubernetes.io/tls Secret> (the MCP endpoint serves the gRPC certificate), or auth=none-any-address if something in front of the pods authenticates callers" (int .Values.ports.mcp) .Values.auth) -}}
+{{- end -}}
+{{- $others := list "grpc" "internal" "admin" -}}
+{{- if include "connector-svc.oauthCallback" . -}}
+{{- $others = append $others "oauth" -}}
+{{- end -}}
+{{- range $name := $others -}}
+{{- if eq (int (get $.Values.ports $name)) (int $.Values.ports.mcp) -}}
+{{- fail (printf "ports.mcp=%d is ports.%s too: the MCP endpoint needs a port of its own" (int $.Values.ports.mcp) $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The release's pod template checksum inputs: a changed ConfigMap rolls the pods. */}}
 {{- define "connector-svc.configData" -}}
 {{- range $k, $v := .Values.config }}
@@ -202,6 +223,14 @@ OAUTH_RETURN_TO_ALLOWED: {{ join "," . | quote }}
 {{- end }}
 {{- with .Values.oauth.trustedProxies }}
 OAUTH_CALLBACK_TRUSTED_PROXIES: {{ join "," . | quote }}
+{{- end }}
+{{- if .Values.mcp.enabled }}
+{{- with .Values.mcp.allowedOrigins }}
+MCP_ALLOWED_ORIGINS: {{ join "," . | quote }}
+{{- end }}
+MCP_MAX_BODY_BYTES: {{ include "connector-svc.settingValue" .Values.mcp.maxBodyBytes | quote }}
+MCP_RATE_LIMIT: {{ include "connector-svc.settingValue" .Values.mcp.rateLimit | quote }}
+MCP_RATE_BURST: {{ include "connector-svc.settingValue" .Values.mcp.rateBurst | quote }}
 {{- end }}
 {{- end -}}
 
