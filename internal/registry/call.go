@@ -268,6 +268,9 @@ func callTool(ctx context.Context, s *session, name string, args map[string]any,
 }
 
 func sendCall(ctx context.Context, s *session, name string, args map[string]any, opts CallOptions) (*mcp.CallToolResult, error) {
+	if args == nil {
+		args = map[string]any{} // servers validate arguments as an object; null is refused
+	}
 	var req mcp.CallToolRequest
 	req.Params.Name = name
 	req.Params.Arguments = args

@@ -75,6 +75,11 @@ type Config struct {
 	// detached at shutdown (see DetachSessions), whose MCP session lives on
 	// for another replica.
 	OnSessionClosed func(id int64, sessionID string)
+	// OnResourceEvent, if set, hears of a server's notifications about
+	// its resources and prompts on a connector's shared connection: a
+	// subscribed resource updated, a list changed (see Subscribe). It
+	// runs on the connection's reader: keep it short.
+	OnResourceEvent func(id int64, ev ResourceEvent)
 
 	// Authorize, if set, wraps base, a connector's pooled HTTP transport,
 	// with one that authorizes its requests: as the connector's own

@@ -97,6 +97,9 @@ type conn struct {
 	usage     usage
 	// callLabels are the metric attributes of each tool called, by name.
 	callLabels sync.Map
+	// contents are the server's resources and prompts, and the
+	// subscriptions held (contents.go).
+	contents contentsState
 }
 
 // usage are counters not yet written to the source.
@@ -394,6 +397,7 @@ func (c *conn) publishSession(s *session, version string, tools int, cat *catalo
 	c.reg.logger.Info("connector connected", append(c.logAttrs(), slog.String("protocol_version", version),
 		slog.Int("tools", tools), slog.String("latency", h.Latency.String()))...)
 	c.saveHealth(h)
+	c.reg.contentsLater(c)
 	return nil
 }
 
@@ -411,7 +415,9 @@ func (c *conn) open(ctx context.Context) (*session, string, []mcp.Tool, error) {
 	s.client.OnNotification(func(n mcp.JSONRPCNotification) {
 		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
 			c.reg.refreshLater(c)
+			return
 		}
+		c.contentNotified(n)
 	})
 	return s, version, list.Tools, nil
 }

@@ -47,8 +47,10 @@ const getLinger = 2 * time.Second
 const getConnectWait = time.Second
 
 // listen prepares the GET stream of s, a session of spec initialized at
-// version, when a server's requests may come on it: a classic
-// streamable-HTTP session that declares elicitation or sampling. The
+// version, when a server's requests may come on it (a classic
+// streamable-HTTP session that declares elicitation or sampling) or its
+// notifications of subscribed resources (one whose server takes
+// subscriptions: see holdStream). The
 // stream is open while calls run on the session (and getLinger after):
 // a request there needs an open call to go to anyway, and a stream held
 // open for good would keep a server (or a test's) from shutting down
@@ -56,7 +58,7 @@ const getConnectWait = time.Second
 // session (404) is not asked again.
 func (s *session) listen(c *conn, spec Spec, hc *http.Client) {
 	h, ok := s.client.GetTransport().(*transport.StreamableHTTP)
-	if !ok || s.asks == nil || spec.Transport != TransportStreamableHTTP || mcp.IsModernProtocol(s.version) ||
+	if !ok || (s.asks == nil && !s.caps().Subscribe) || spec.Transport != TransportStreamableHTTP || mcp.IsModernProtocol(s.version) ||
 		h.GetSessionId() == "" {
 		return
 	}
@@ -234,6 +236,7 @@ func (g *getStream) dispatch(ctx context.Context, data []byte) {
 		var n mcp.JSONRPCNotification
 		if json.Unmarshal(data, &n) == nil {
 			g.s.progress.Route(n)
+			g.c.contentNotified(n)
 		}
 		return
 	}
@@ -245,7 +248,11 @@ func (g *getStream) dispatch(ctx context.Context, data []byte) {
 func (g *getStream) answer(ctx context.Context, m message) {
 	rctx, cancel := context.WithTimeout(context.WithValue(ctx, onGETStream{}, true), httpHandlerLimit)
 	defer cancel()
-	result, err := g.s.asks.serve(rctx, m.Method, m.Params)
+	var result any
+	err := error(&requestError{code: mcp.METHOD_NOT_FOUND, msg: "the client declared no capability for " + m.Method})
+	if g.s.asks != nil {
+		result, err = g.s.asks.serve(rctx, m.Method, m.Params)
+	}
 	out := map[string]any{"jsonrpc": "2.0", "id": m.ID}
 	var rerr *requestError
 	switch {

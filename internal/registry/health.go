@@ -62,6 +62,7 @@ func (c *conn) check() Health {
 	h := c.health
 	c.mu.Unlock()
 	c.saveHealth(h)
+	c.checkContents(ctx)
 	return h
 }
 
