@@ -44,7 +44,15 @@ func accessRules() auth.Rules {
 		connectorv1.ConnectorService_GetQueryRun_FullMethodName:          query,
 		connectorv1.ConnectorService_ListQueryRuns_FullMethodName:        query,
 		connectorv1.ConnectorService_ListSessions_FullMethodName:         call,
-		connectorv1.ConnectorService_CloseSession_FullMethodName:         call,
+		// Resources, prompts and completions are read as tools are called.
+		connectorv1.ConnectorService_ListResources_FullMethodName:         call,
+		connectorv1.ConnectorService_ListResourceTemplates_FullMethodName: call,
+		connectorv1.ConnectorService_ReadResource_FullMethodName:          call,
+		connectorv1.ConnectorService_ListPrompts_FullMethodName:           call,
+		connectorv1.ConnectorService_GetPrompt_FullMethodName:             call,
+		connectorv1.ConnectorService_Complete_FullMethodName:              call,
+		connectorv1.ConnectorService_WatchResources_FullMethodName:        call,
+		connectorv1.ConnectorService_CloseSession_FullMethodName:          call,
 		// A chat backend runs its end users' authorizations, lists and
 		// revokes them ("connected accounts"), as it closes their sessions.
 		connectorv1.ConnectorService_StartAuthorization_FullMethodName: query,

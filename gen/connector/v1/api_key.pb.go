@@ -35,7 +35,10 @@ const (
 	// QueryConnector, StreamQueryConnector, ResumeQuery, runs and users'
 	// authorizations; implies call.
 	ApiKeyScope_API_KEY_SCOPE_QUERY ApiKeyScope = 2
-	// CallTool, StreamCallTool, AnswerInput, ListSessions, CloseSession; on
+	// CallTool, StreamCallTool, AnswerInput, ListSessions, CloseSession, and
+	// the resources, prompts and completions (ListResources,
+	// ListResourceTemplates, ReadResource, ListPrompts, GetPrompt, Complete,
+	// WatchResources); on
 	// the MCP endpoint, listing and calling tools (not the agent tools).
 	ApiKeyScope_API_KEY_SCOPE_CALL ApiKeyScope = 3
 	// On the MCP endpoint, naming the end user behind a request (the

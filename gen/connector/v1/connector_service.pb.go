@@ -3800,6 +3800,1668 @@ func (x *RevokeApiKeyResponse) GetApiKey() *ApiKey {
 	return nil
 }
 
+// Resource is one resource a connector's server lists.
+type Resource struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Uri         string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Title       string                 `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	Description string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	MimeType    string                 `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Its size in bytes, when the server says; 0 otherwise.
+	Size          int64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resource) Reset() {
+	*x = Resource{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resource) ProtoMessage() {}
+
+func (x *Resource) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resource.ProtoReflect.Descriptor instead.
+func (*Resource) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Resource) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Resource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Resource) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Resource) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Resource) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *Resource) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// ResourceTemplate is a pattern of resource URIs (RFC 6570).
+type ResourceTemplate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UriTemplate   string                 `protobuf:"bytes,1,opt,name=uri_template,json=uriTemplate,proto3" json:"uri_template,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Title         string                 `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	Description   string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	MimeType      string                 `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceTemplate) Reset() {
+	*x = ResourceTemplate{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceTemplate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceTemplate) ProtoMessage() {}
+
+func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
+func (*ResourceTemplate) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ResourceTemplate) GetUriTemplate() string {
+	if x != nil {
+		return x.UriTemplate
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+// ResourceContents is one part of a resource read: text, or binary data
+// with its MIME type.
+type ResourceContents struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uri      string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	MimeType string                 `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Types that are valid to be assigned to Data:
+	//
+	//	*ResourceContents_Text
+	//	*ResourceContents_Blob
+	Data          isResourceContents_Data `protobuf_oneof:"data"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceContents) Reset() {
+	*x = ResourceContents{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceContents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceContents) ProtoMessage() {}
+
+func (x *ResourceContents) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceContents.ProtoReflect.Descriptor instead.
+func (*ResourceContents) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ResourceContents) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *ResourceContents) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *ResourceContents) GetData() isResourceContents_Data {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ResourceContents) GetText() string {
+	if x != nil {
+		if x, ok := x.Data.(*ResourceContents_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ResourceContents) GetBlob() []byte {
+	if x != nil {
+		if x, ok := x.Data.(*ResourceContents_Blob); ok {
+			return x.Blob
+		}
+	}
+	return nil
+}
+
+type isResourceContents_Data interface {
+	isResourceContents_Data()
+}
+
+type ResourceContents_Text struct {
+	Text string `protobuf:"bytes,3,opt,name=text,proto3,oneof"`
+}
+
+type ResourceContents_Blob struct {
+	Blob []byte `protobuf:"bytes,4,opt,name=blob,proto3,oneof"`
+}
+
+func (*ResourceContents_Text) isResourceContents_Data() {}
+
+func (*ResourceContents_Blob) isResourceContents_Data() {}
+
+type ListResourcesRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// As in CallToolRequest: per_session connectors list over the caller's
+	// session, oauth_user ones as the user.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId    string `protobuf:"bytes,4,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// At most 1000; default 100.
+	PageSize  int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Lists the server's resources now instead of the cached list.
+	Refresh       bool `protobuf:"varint,7,opt,name=refresh,proto3" json:"refresh,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourcesRequest) Reset() {
+	*x = ListResourcesRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourcesRequest) ProtoMessage() {}
+
+func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
+func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ListResourcesRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListResourcesRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ListResourcesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListResourcesRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *ListResourcesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListResourcesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListResourcesRequest) GetRefresh() bool {
+	if x != nil {
+		return x.Refresh
+	}
+	return false
+}
+
+type ListResourcesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resources     []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The server takes subscriptions (WatchResources).
+	SubscribeSupported bool `protobuf:"varint,3,opt,name=subscribe_supported,json=subscribeSupported,proto3" json:"subscribe_supported,omitempty"`
+	// When the list was listed.
+	ListedAt      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=listed_at,json=listedAt,proto3" json:"listed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourcesResponse) Reset() {
+	*x = ListResourcesResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourcesResponse) ProtoMessage() {}
+
+func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
+func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ListResourcesResponse) GetResources() []*Resource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *ListResourcesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListResourcesResponse) GetSubscribeSupported() bool {
+	if x != nil {
+		return x.SubscribeSupported
+	}
+	return false
+}
+
+func (x *ListResourcesResponse) GetListedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ListedAt
+	}
+	return nil
+}
+
+type ListResourceTemplatesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId   string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId        string                 `protobuf:"bytes,4,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	PageSize      int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Refresh       bool                   `protobuf:"varint,7,opt,name=refresh,proto3" json:"refresh,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourceTemplatesRequest) Reset() {
+	*x = ListResourceTemplatesRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourceTemplatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourceTemplatesRequest) ProtoMessage() {}
+
+func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
+func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ListResourceTemplatesRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListResourceTemplatesRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ListResourceTemplatesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListResourceTemplatesRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *ListResourceTemplatesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListResourceTemplatesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListResourceTemplatesRequest) GetRefresh() bool {
+	if x != nil {
+		return x.Refresh
+	}
+	return false
+}
+
+type ListResourceTemplatesResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ResourceTemplates []*ResourceTemplate    `protobuf:"bytes,1,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	NextPageToken     string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ListResourceTemplatesResponse) Reset() {
+	*x = ListResourceTemplatesResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourceTemplatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourceTemplatesResponse) ProtoMessage() {}
+
+func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
+func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ListResourceTemplatesResponse) GetResourceTemplates() []*ResourceTemplate {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *ListResourceTemplatesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ReadResourceRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// A resource's uri: listed, or made from a template. At most 8 KiB.
+	Uri           string `protobuf:"bytes,3,opt,name=uri,proto3" json:"uri,omitempty"`
+	SessionId     string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId        string `protobuf:"bytes,5,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResourceRequest) Reset() {
+	*x = ReadResourceRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResourceRequest) ProtoMessage() {}
+
+func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
+func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ReadResourceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ReadResourceRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ReadResourceRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *ReadResourceRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReadResourceRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+type ReadResourceResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Contents []*ResourceContents    `protobuf:"bytes,1,rep,name=contents,proto3" json:"contents,omitempty"`
+	// The size of the text and binary data read.
+	SizeBytes     int64                `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Duration      *durationpb.Duration `protobuf:"bytes,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResourceResponse) Reset() {
+	*x = ReadResourceResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResourceResponse) ProtoMessage() {}
+
+func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
+func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ReadResourceResponse) GetContents() []*ResourceContents {
+	if x != nil {
+		return x.Contents
+	}
+	return nil
+}
+
+func (x *ReadResourceResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ReadResourceResponse) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+// Prompt is a prompt template a connector's server offers.
+type Prompt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Title         string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Arguments     []*PromptArgument      `protobuf:"bytes,4,rep,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Prompt) Reset() {
+	*x = Prompt{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Prompt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Prompt) ProtoMessage() {}
+
+func (x *Prompt) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Prompt.ProtoReflect.Descriptor instead.
+func (*Prompt) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *Prompt) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Prompt) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Prompt) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Prompt) GetArguments() []*PromptArgument {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+// PromptArgument is one argument a prompt takes.
+type PromptArgument struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Required      bool                   `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptArgument) Reset() {
+	*x = PromptArgument{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptArgument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptArgument) ProtoMessage() {}
+
+func (x *PromptArgument) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
+func (*PromptArgument) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *PromptArgument) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PromptArgument) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+// PromptMessage is one message of a prompt: its role ("user",
+// "assistant") and content (text, an image, audio, a resource link or an
+// embedded resource).
+type PromptMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	Content       *Content               `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptMessage) Reset() {
+	*x = PromptMessage{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptMessage) ProtoMessage() {}
+
+func (x *PromptMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
+func (*PromptMessage) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *PromptMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *PromptMessage) GetContent() *Content {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+type ListPromptsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId   string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId        string                 `protobuf:"bytes,4,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	PageSize      int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Refresh       bool                   `protobuf:"varint,7,opt,name=refresh,proto3" json:"refresh,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPromptsRequest) Reset() {
+	*x = ListPromptsRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPromptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPromptsRequest) ProtoMessage() {}
+
+func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
+func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ListPromptsRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListPromptsRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *ListPromptsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListPromptsRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *ListPromptsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPromptsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListPromptsRequest) GetRefresh() bool {
+	if x != nil {
+		return x.Refresh
+	}
+	return false
+}
+
+type ListPromptsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prompts       []*Prompt              `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPromptsResponse) Reset() {
+	*x = ListPromptsResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPromptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPromptsResponse) ProtoMessage() {}
+
+func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
+func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ListPromptsResponse) GetPrompts() []*Prompt {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
+func (x *ListPromptsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetPromptRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId   string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Arguments     map[string]string      `protobuf:"bytes,4,rep,name=arguments,proto3" json:"arguments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId        string                 `protobuf:"bytes,6,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPromptRequest) Reset() {
+	*x = GetPromptRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPromptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPromptRequest) ProtoMessage() {}
+
+func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
+func (*GetPromptRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *GetPromptRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *GetPromptRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *GetPromptRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetPromptRequest) GetArguments() map[string]string {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *GetPromptRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetPromptRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+type GetPromptResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Description   string                 `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
+	Messages      []*PromptMessage       `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPromptResponse) Reset() {
+	*x = GetPromptResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPromptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPromptResponse) ProtoMessage() {}
+
+func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
+func (*GetPromptResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *GetPromptResponse) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *GetPromptResponse) GetMessages() []*PromptMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type CompleteRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// What the argument belongs to: exactly one.
+	PromptName          string `protobuf:"bytes,3,opt,name=prompt_name,json=promptName,proto3" json:"prompt_name,omitempty"`
+	ResourceTemplateUri string `protobuf:"bytes,4,opt,name=resource_template_uri,json=resourceTemplateUri,proto3" json:"resource_template_uri,omitempty"`
+	ArgumentName        string `protobuf:"bytes,5,opt,name=argument_name,json=argumentName,proto3" json:"argument_name,omitempty"`
+	// What the user typed so far.
+	Value string `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// The values of the arguments filled in already.
+	ContextArguments map[string]string `protobuf:"bytes,7,rep,name=context_arguments,json=contextArguments,proto3" json:"context_arguments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SessionId        string            `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	UserId           string            `protobuf:"bytes,9,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *CompleteRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetPromptName() string {
+	if x != nil {
+		return x.PromptName
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetResourceTemplateUri() string {
+	if x != nil {
+		return x.ResourceTemplateUri
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetArgumentName() string {
+	if x != nil {
+		return x.ArgumentName
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetContextArguments() map[string]string {
+	if x != nil {
+		return x.ContextArguments
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+type CompleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 100, as MCP allows.
+	Values []string `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty"`
+	// How many there are in all, when the server says; 0 otherwise.
+	Total         int32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	HasMore       bool  `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResponse) Reset() {
+	*x = CompleteResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResponse) ProtoMessage() {}
+
+func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
+func (*CompleteResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CompleteResponse) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *CompleteResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *CompleteResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
+type WatchResourcesRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	ConnectorId string                 `protobuf:"bytes,2,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
+	// The resources to hear updates of; 1-100 uris.
+	Uris          []string `protobuf:"bytes,3,rep,name=uris,proto3" json:"uris,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResourcesRequest) Reset() {
+	*x = WatchResourcesRequest{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResourcesRequest) ProtoMessage() {}
+
+func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResourcesRequest.ProtoReflect.Descriptor instead.
+func (*WatchResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *WatchResourcesRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *WatchResourcesRequest) GetConnectorId() string {
+	if x != nil {
+		return x.ConnectorId
+	}
+	return ""
+}
+
+func (x *WatchResourcesRequest) GetUris() []string {
+	if x != nil {
+		return x.Uris
+	}
+	return nil
+}
+
+type WatchResourcesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*WatchResourcesResponse_Started
+	//	*WatchResourcesResponse_Updated
+	//	*WatchResourcesResponse_ListChanged
+	Event         isWatchResourcesResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResourcesResponse) Reset() {
+	*x = WatchResourcesResponse{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResourcesResponse) ProtoMessage() {}
+
+func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResourcesResponse.ProtoReflect.Descriptor instead.
+func (*WatchResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *WatchResourcesResponse) GetEvent() isWatchResourcesResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchResourcesResponse) GetStarted() *WatchStarted {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResourcesResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *WatchResourcesResponse) GetUpdated() *ResourceUpdated {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResourcesResponse_Updated); ok {
+			return x.Updated
+		}
+	}
+	return nil
+}
+
+func (x *WatchResourcesResponse) GetListChanged() *ListChanged {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResourcesResponse_ListChanged); ok {
+			return x.ListChanged
+		}
+	}
+	return nil
+}
+
+type isWatchResourcesResponse_Event interface {
+	isWatchResourcesResponse_Event()
+}
+
+type WatchResourcesResponse_Started struct {
+	// The first message: the subscription is in place.
+	Started *WatchStarted `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type WatchResourcesResponse_Updated struct {
+	// A resource watched was updated: read it again.
+	Updated *ResourceUpdated `protobuf:"bytes,2,opt,name=updated,proto3,oneof"`
+}
+
+type WatchResourcesResponse_ListChanged struct {
+	// The server's list of resources, or of prompts, changed.
+	ListChanged *ListChanged `protobuf:"bytes,3,opt,name=list_changed,json=listChanged,proto3,oneof"`
+}
+
+func (*WatchResourcesResponse_Started) isWatchResourcesResponse_Event() {}
+
+func (*WatchResourcesResponse_Updated) isWatchResourcesResponse_Event() {}
+
+func (*WatchResourcesResponse_ListChanged) isWatchResourcesResponse_Event() {}
+
+// WatchStarted says which uris are watched.
+type WatchStarted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uris          []string               `protobuf:"bytes,1,rep,name=uris,proto3" json:"uris,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchStarted) Reset() {
+	*x = WatchStarted{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchStarted) ProtoMessage() {}
+
+func (x *WatchStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchStarted.ProtoReflect.Descriptor instead.
+func (*WatchStarted) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *WatchStarted) GetUris() []string {
+	if x != nil {
+		return x.Uris
+	}
+	return nil
+}
+
+// ResourceUpdated names the resource the server said changed.
+type ResourceUpdated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceUpdated) Reset() {
+	*x = ResourceUpdated{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceUpdated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceUpdated) ProtoMessage() {}
+
+func (x *ResourceUpdated) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceUpdated.ProtoReflect.Descriptor instead.
+func (*ResourceUpdated) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *ResourceUpdated) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *ResourceUpdated) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+// ListChanged says which of the server's lists changed.
+type ListChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Resources     bool                   `protobuf:"varint,1,opt,name=resources,proto3" json:"resources,omitempty"`
+	Prompts       bool                   `protobuf:"varint,2,opt,name=prompts,proto3" json:"prompts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChanged) Reset() {
+	*x = ListChanged{}
+	mi := &file_connector_v1_connector_service_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChanged) ProtoMessage() {}
+
+func (x *ListChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_connector_v1_connector_service_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChanged.ProtoReflect.Descriptor instead.
+func (*ListChanged) Descriptor() ([]byte, []int) {
+	return file_connector_v1_connector_service_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *ListChanged) GetResources() bool {
+	if x != nil {
+		return x.Resources
+	}
+	return false
+}
+
+func (x *ListChanged) GetPrompts() bool {
+	if x != nil {
+		return x.Prompts
+	}
+	return false
+}
+
 var File_connector_v1_connector_service_proto protoreflect.FileDescriptor
 
 const file_connector_v1_connector_service_proto_rawDesc = "" +
@@ -4064,7 +5726,141 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"E\n" +
 	"\x14RevokeApiKeyResponse\x12-\n" +
-	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey2\xa1\x15\n" +
+	"\aapi_key\x18\x01 \x01(\v2\x14.connector.v1.ApiKeyR\x06apiKey\"\x99\x01\n" +
+	"\bResource\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\"\x9e\x01\n" +
+	"\x10ResourceTemplate\x12!\n" +
+	"\furi_template\x18\x01 \x01(\tR\vuriTemplate\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\"u\n" +
+	"\x10ResourceContents\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x14\n" +
+	"\x04text\x18\x03 \x01(\tH\x00R\x04text\x12\x14\n" +
+	"\x04blob\x18\x04 \x01(\fH\x00R\x04blobB\x06\n" +
+	"\x04data\"\xea\x01\n" +
+	"\x14ListResourcesRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x04 \x01(\tR\x06userId\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x18\n" +
+	"\arefresh\x18\a \x01(\bR\arefresh\"\xdf\x01\n" +
+	"\x15ListResourcesResponse\x124\n" +
+	"\tresources\x18\x01 \x03(\v2\x16.connector.v1.ResourceR\tresources\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12/\n" +
+	"\x13subscribe_supported\x18\x03 \x01(\bR\x12subscribeSupported\x127\n" +
+	"\tlisted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blistedAt\"\xf2\x01\n" +
+	"\x1cListResourceTemplatesRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x04 \x01(\tR\x06userId\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x18\n" +
+	"\arefresh\x18\a \x01(\bR\arefresh\"\x96\x01\n" +
+	"\x1dListResourceTemplatesResponse\x12M\n" +
+	"\x12resource_templates\x18\x01 \x03(\v2\x1e.connector.v1.ResourceTemplateR\x11resourceTemplates\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa5\x01\n" +
+	"\x13ReadResourceRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x10\n" +
+	"\x03uri\x18\x03 \x01(\tR\x03uri\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x05 \x01(\tR\x06userId\"\xa8\x01\n" +
+	"\x14ReadResourceResponse\x12:\n" +
+	"\bcontents\x18\x01 \x03(\v2\x1e.connector.v1.ResourceContentsR\bcontents\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x125\n" +
+	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x90\x01\n" +
+	"\x06Prompt\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12:\n" +
+	"\targuments\x18\x04 \x03(\v2\x1c.connector.v1.PromptArgumentR\targuments\"b\n" +
+	"\x0ePromptArgument\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1a\n" +
+	"\brequired\x18\x03 \x01(\bR\brequired\"T\n" +
+	"\rPromptMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12/\n" +
+	"\acontent\x18\x02 \x01(\v2\x15.connector.v1.ContentR\acontent\"\xe8\x01\n" +
+	"\x12ListPromptsRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x04 \x01(\tR\x06userId\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x18\n" +
+	"\arefresh\x18\a \x01(\bR\arefresh\"m\n" +
+	"\x13ListPromptsResponse\x12.\n" +
+	"\aprompts\x18\x01 \x03(\v2\x14.connector.v1.PromptR\aprompts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x02\n" +
+	"\x10GetPromptRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12K\n" +
+	"\targuments\x18\x04 \x03(\v2-.connector.v1.GetPromptRequest.ArgumentsEntryR\targuments\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x06 \x01(\tR\x06userId\x1a<\n" +
+	"\x0eArgumentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
+	"\x11GetPromptResponse\x12 \n" +
+	"\vdescription\x18\x01 \x01(\tR\vdescription\x127\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1b.connector.v1.PromptMessageR\bmessages\"\xc6\x03\n" +
+	"\x0fCompleteRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x1f\n" +
+	"\vprompt_name\x18\x03 \x01(\tR\n" +
+	"promptName\x122\n" +
+	"\x15resource_template_uri\x18\x04 \x01(\tR\x13resourceTemplateUri\x12#\n" +
+	"\rargument_name\x18\x05 \x01(\tR\fargumentName\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\tR\x05value\x12`\n" +
+	"\x11context_arguments\x18\a \x03(\v23.connector.v1.CompleteRequest.ContextArgumentsEntryR\x10contextArguments\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\t \x01(\tR\x06userId\x1aC\n" +
+	"\x15ContextArgumentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
+	"\x10CompleteResponse\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x19\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore\"q\n" +
+	"\x15WatchResourcesRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12!\n" +
+	"\fconnector_id\x18\x02 \x01(\tR\vconnectorId\x12\x12\n" +
+	"\x04uris\x18\x03 \x03(\tR\x04uris\"\xd4\x01\n" +
+	"\x16WatchResourcesResponse\x126\n" +
+	"\astarted\x18\x01 \x01(\v2\x1a.connector.v1.WatchStartedH\x00R\astarted\x129\n" +
+	"\aupdated\x18\x02 \x01(\v2\x1d.connector.v1.ResourceUpdatedH\x00R\aupdated\x12>\n" +
+	"\flist_changed\x18\x03 \x01(\v2\x19.connector.v1.ListChangedH\x00R\vlistChangedB\a\n" +
+	"\x05event\"\"\n" +
+	"\fWatchStarted\x12\x12\n" +
+	"\x04uris\x18\x01 \x03(\tR\x04uris\"O\n" +
+	"\x0fResourceUpdated\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"E\n" +
+	"\vListChanged\x12\x1c\n" +
+	"\tresources\x18\x01 \x01(\bR\tresources\x12\x18\n" +
+	"\aprompts\x18\x02 \x01(\bR\aprompts2\x90\x1a\n" +
 	"\x10ConnectorService\x12^\n" +
 	"\x0fCreateConnector\x12$.connector.v1.CreateConnectorRequest\x1a%.connector.v1.CreateConnectorResponse\x12U\n" +
 	"\fGetConnector\x12!.connector.v1.GetConnectorRequest\x1a\".connector.v1.GetConnectorResponse\x12[\n" +
@@ -4080,7 +5876,14 @@ const file_connector_v1_connector_service_proto_rawDesc = "" +
 	"\x0eCheckConnector\x12#.connector.v1.CheckConnectorRequest\x1a$.connector.v1.CheckConnectorResponse\x12I\n" +
 	"\bCallTool\x12\x1d.connector.v1.CallToolRequest\x1a\x1e.connector.v1.CallToolResponse\x12]\n" +
 	"\x0eStreamCallTool\x12#.connector.v1.StreamCallToolRequest\x1a$.connector.v1.StreamCallToolResponse0\x01\x12R\n" +
-	"\vAnswerInput\x12 .connector.v1.AnswerInputRequest\x1a!.connector.v1.AnswerInputResponse\x12[\n" +
+	"\vAnswerInput\x12 .connector.v1.AnswerInputRequest\x1a!.connector.v1.AnswerInputResponse\x12X\n" +
+	"\rListResources\x12\".connector.v1.ListResourcesRequest\x1a#.connector.v1.ListResourcesResponse\x12p\n" +
+	"\x15ListResourceTemplates\x12*.connector.v1.ListResourceTemplatesRequest\x1a+.connector.v1.ListResourceTemplatesResponse\x12U\n" +
+	"\fReadResource\x12!.connector.v1.ReadResourceRequest\x1a\".connector.v1.ReadResourceResponse\x12R\n" +
+	"\vListPrompts\x12 .connector.v1.ListPromptsRequest\x1a!.connector.v1.ListPromptsResponse\x12L\n" +
+	"\tGetPrompt\x12\x1e.connector.v1.GetPromptRequest\x1a\x1f.connector.v1.GetPromptResponse\x12I\n" +
+	"\bComplete\x12\x1d.connector.v1.CompleteRequest\x1a\x1e.connector.v1.CompleteResponse\x12]\n" +
+	"\x0eWatchResources\x12#.connector.v1.WatchResourcesRequest\x1a$.connector.v1.WatchResourcesResponse0\x01\x12[\n" +
 	"\x0eQueryConnector\x12#.connector.v1.QueryConnectorRequest\x1a$.connector.v1.QueryConnectorResponse\x12o\n" +
 	"\x14StreamQueryConnector\x12).connector.v1.StreamQueryConnectorRequest\x1a*.connector.v1.StreamQueryConnectorResponse0\x01\x12U\n" +
 	"\fListSessions\x12!.connector.v1.ListSessionsRequest\x1a\".connector.v1.ListSessionsResponse\x12U\n" +
@@ -4109,7 +5912,7 @@ func file_connector_v1_connector_service_proto_rawDescGZIP() []byte {
 	return file_connector_v1_connector_service_proto_rawDescData
 }
 
-var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_connector_v1_connector_service_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*StartAuthorizationRequest)(nil),     // 0: connector.v1.StartAuthorizationRequest
 	(*StartAuthorizationResponse)(nil),    // 1: connector.v1.StartAuthorizationResponse
@@ -4170,154 +5973,208 @@ var file_connector_v1_connector_service_proto_goTypes = []any{
 	(*ListApiKeysResponse)(nil),           // 56: connector.v1.ListApiKeysResponse
 	(*RevokeApiKeyRequest)(nil),           // 57: connector.v1.RevokeApiKeyRequest
 	(*RevokeApiKeyResponse)(nil),          // 58: connector.v1.RevokeApiKeyResponse
-	(*timestamppb.Timestamp)(nil),         // 59: google.protobuf.Timestamp
-	(*Authorization)(nil),                 // 60: connector.v1.Authorization
-	(*Connector)(nil),                     // 61: connector.v1.Connector
-	(*fieldmaskpb.FieldMask)(nil),         // 62: google.protobuf.FieldMask
-	(*Tool)(nil),                          // 63: connector.v1.Tool
-	(ApprovalOverride)(0),                 // 64: connector.v1.ApprovalOverride
-	(*ConnectorHealth)(nil),               // 65: connector.v1.ConnectorHealth
-	(*structpb.Struct)(nil),               // 66: google.protobuf.Struct
-	(*Content)(nil),                       // 67: connector.v1.Content
-	(*durationpb.Duration)(nil),           // 68: google.protobuf.Duration
-	(*InputRequest)(nil),                  // 69: connector.v1.InputRequest
-	(*Progress)(nil),                      // 70: connector.v1.Progress
-	(*QueryResult)(nil),                   // 71: connector.v1.QueryResult
-	(*StepPlanned)(nil),                   // 72: connector.v1.StepPlanned
-	(*ToolCallStarted)(nil),               // 73: connector.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),              // 74: connector.v1.ToolCallFinished
-	(*AnswerReady)(nil),                   // 75: connector.v1.AnswerReady
-	(*ToolCallProgress)(nil),              // 76: connector.v1.ToolCallProgress
-	(*ApprovalRequired)(nil),              // 77: connector.v1.ApprovalRequired
-	(*AuthorizationRequired)(nil),         // 78: connector.v1.AuthorizationRequired
-	(*InputAnswer)(nil),                   // 79: connector.v1.InputAnswer
-	(*Decision)(nil),                      // 80: connector.v1.Decision
-	(*QueryRun)(nil),                      // 81: connector.v1.QueryRun
-	(QueryStatus)(0),                      // 82: connector.v1.QueryStatus
-	(*Session)(nil),                       // 83: connector.v1.Session
-	(ApiKeyScope)(0),                      // 84: connector.v1.ApiKeyScope
-	(*ApiKey)(nil),                        // 85: connector.v1.ApiKey
+	(*Resource)(nil),                      // 59: connector.v1.Resource
+	(*ResourceTemplate)(nil),              // 60: connector.v1.ResourceTemplate
+	(*ResourceContents)(nil),              // 61: connector.v1.ResourceContents
+	(*ListResourcesRequest)(nil),          // 62: connector.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 63: connector.v1.ListResourcesResponse
+	(*ListResourceTemplatesRequest)(nil),  // 64: connector.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 65: connector.v1.ListResourceTemplatesResponse
+	(*ReadResourceRequest)(nil),           // 66: connector.v1.ReadResourceRequest
+	(*ReadResourceResponse)(nil),          // 67: connector.v1.ReadResourceResponse
+	(*Prompt)(nil),                        // 68: connector.v1.Prompt
+	(*PromptArgument)(nil),                // 69: connector.v1.PromptArgument
+	(*PromptMessage)(nil),                 // 70: connector.v1.PromptMessage
+	(*ListPromptsRequest)(nil),            // 71: connector.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 72: connector.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 73: connector.v1.GetPromptRequest
+	(*GetPromptResponse)(nil),             // 74: connector.v1.GetPromptResponse
+	(*CompleteRequest)(nil),               // 75: connector.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 76: connector.v1.CompleteResponse
+	(*WatchResourcesRequest)(nil),         // 77: connector.v1.WatchResourcesRequest
+	(*WatchResourcesResponse)(nil),        // 78: connector.v1.WatchResourcesResponse
+	(*WatchStarted)(nil),                  // 79: connector.v1.WatchStarted
+	(*ResourceUpdated)(nil),               // 80: connector.v1.ResourceUpdated
+	(*ListChanged)(nil),                   // 81: connector.v1.ListChanged
+	nil,                                   // 82: connector.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 83: connector.v1.CompleteRequest.ContextArgumentsEntry
+	(*timestamppb.Timestamp)(nil),         // 84: google.protobuf.Timestamp
+	(*Authorization)(nil),                 // 85: connector.v1.Authorization
+	(*Connector)(nil),                     // 86: connector.v1.Connector
+	(*fieldmaskpb.FieldMask)(nil),         // 87: google.protobuf.FieldMask
+	(*Tool)(nil),                          // 88: connector.v1.Tool
+	(ApprovalOverride)(0),                 // 89: connector.v1.ApprovalOverride
+	(*ConnectorHealth)(nil),               // 90: connector.v1.ConnectorHealth
+	(*structpb.Struct)(nil),               // 91: google.protobuf.Struct
+	(*Content)(nil),                       // 92: connector.v1.Content
+	(*durationpb.Duration)(nil),           // 93: google.protobuf.Duration
+	(*InputRequest)(nil),                  // 94: connector.v1.InputRequest
+	(*Progress)(nil),                      // 95: connector.v1.Progress
+	(*QueryResult)(nil),                   // 96: connector.v1.QueryResult
+	(*StepPlanned)(nil),                   // 97: connector.v1.StepPlanned
+	(*ToolCallStarted)(nil),               // 98: connector.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),              // 99: connector.v1.ToolCallFinished
+	(*AnswerReady)(nil),                   // 100: connector.v1.AnswerReady
+	(*ToolCallProgress)(nil),              // 101: connector.v1.ToolCallProgress
+	(*ApprovalRequired)(nil),              // 102: connector.v1.ApprovalRequired
+	(*AuthorizationRequired)(nil),         // 103: connector.v1.AuthorizationRequired
+	(*InputAnswer)(nil),                   // 104: connector.v1.InputAnswer
+	(*Decision)(nil),                      // 105: connector.v1.Decision
+	(*QueryRun)(nil),                      // 106: connector.v1.QueryRun
+	(QueryStatus)(0),                      // 107: connector.v1.QueryStatus
+	(*Session)(nil),                       // 108: connector.v1.Session
+	(ApiKeyScope)(0),                      // 109: connector.v1.ApiKeyScope
+	(*ApiKey)(nil),                        // 110: connector.v1.ApiKey
 }
 var file_connector_v1_connector_service_proto_depIdxs = []int32{
-	59, // 0: connector.v1.StartAuthorizationResponse.expire_time:type_name -> google.protobuf.Timestamp
-	60, // 1: connector.v1.CompleteAuthorizationResponse.authorization:type_name -> connector.v1.Authorization
-	60, // 2: connector.v1.ListAuthorizationsResponse.authorizations:type_name -> connector.v1.Authorization
-	61, // 3: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
-	61, // 4: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
-	61, // 5: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
-	61, // 6: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
-	61, // 7: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
-	62, // 8: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
-	61, // 9: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
-	61, // 10: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	61, // 11: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
-	63, // 12: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
-	64, // 13: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
-	63, // 14: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
-	63, // 15: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
-	65, // 16: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
-	66, // 17: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	67, // 18: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
-	66, // 19: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	68, // 20: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	69, // 21: connector.v1.CallToolResponse.cancelled_inputs:type_name -> connector.v1.InputRequest
-	66, // 22: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	70, // 23: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
-	31, // 24: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
-	69, // 25: connector.v1.StreamCallToolResponse.input_required:type_name -> connector.v1.InputRequest
-	71, // 26: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	72, // 27: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
-	73, // 28: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
-	74, // 29: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
-	75, // 30: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
-	71, // 31: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
-	76, // 32: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
-	77, // 33: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
-	78, // 34: connector.v1.StreamQueryConnectorResponse.authorization_required:type_name -> connector.v1.AuthorizationRequired
-	38, // 35: connector.v1.StreamQueryConnectorResponse.input_required:type_name -> connector.v1.InputRequired
-	69, // 36: connector.v1.InputRequired.input_requests:type_name -> connector.v1.InputRequest
-	59, // 37: connector.v1.InputRequired.expire_time:type_name -> google.protobuf.Timestamp
-	79, // 38: connector.v1.AnswerInputRequest.answer:type_name -> connector.v1.InputAnswer
-	80, // 39: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
-	79, // 40: connector.v1.ResumeQueryRequest.inputs:type_name -> connector.v1.InputAnswer
-	71, // 41: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
-	80, // 42: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
-	79, // 43: connector.v1.StreamResumeQueryRequest.inputs:type_name -> connector.v1.InputAnswer
-	37, // 44: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
-	81, // 45: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
-	82, // 46: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
-	59, // 47: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
-	59, // 48: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
-	81, // 49: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
-	83, // 50: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
-	83, // 51: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
-	84, // 52: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
-	85, // 53: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	85, // 54: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
-	85, // 55: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
-	8,  // 56: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
-	10, // 57: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
-	12, // 58: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
-	14, // 59: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
-	16, // 60: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
-	18, // 61: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
-	20, // 62: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
-	22, // 63: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
-	24, // 64: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
-	26, // 65: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
-	28, // 66: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
-	30, // 67: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
-	32, // 68: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
-	39, // 69: connector.v1.ConnectorService.AnswerInput:input_type -> connector.v1.AnswerInputRequest
-	34, // 70: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
-	36, // 71: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
-	49, // 72: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
-	51, // 73: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
-	41, // 74: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
-	43, // 75: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
-	45, // 76: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
-	47, // 77: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
-	53, // 78: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
-	55, // 79: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
-	57, // 80: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
-	0,  // 81: connector.v1.ConnectorService.StartAuthorization:input_type -> connector.v1.StartAuthorizationRequest
-	2,  // 82: connector.v1.ConnectorService.CompleteAuthorization:input_type -> connector.v1.CompleteAuthorizationRequest
-	4,  // 83: connector.v1.ConnectorService.ListAuthorizations:input_type -> connector.v1.ListAuthorizationsRequest
-	6,  // 84: connector.v1.ConnectorService.RevokeAuthorization:input_type -> connector.v1.RevokeAuthorizationRequest
-	9,  // 85: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
-	11, // 86: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
-	13, // 87: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
-	15, // 88: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
-	17, // 89: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
-	19, // 90: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
-	21, // 91: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
-	23, // 92: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
-	25, // 93: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
-	27, // 94: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
-	29, // 95: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
-	31, // 96: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
-	33, // 97: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
-	40, // 98: connector.v1.ConnectorService.AnswerInput:output_type -> connector.v1.AnswerInputResponse
-	35, // 99: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
-	37, // 100: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
-	50, // 101: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
-	52, // 102: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
-	42, // 103: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
-	44, // 104: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
-	46, // 105: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
-	48, // 106: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
-	54, // 107: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
-	56, // 108: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
-	58, // 109: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
-	1,  // 110: connector.v1.ConnectorService.StartAuthorization:output_type -> connector.v1.StartAuthorizationResponse
-	3,  // 111: connector.v1.ConnectorService.CompleteAuthorization:output_type -> connector.v1.CompleteAuthorizationResponse
-	5,  // 112: connector.v1.ConnectorService.ListAuthorizations:output_type -> connector.v1.ListAuthorizationsResponse
-	7,  // 113: connector.v1.ConnectorService.RevokeAuthorization:output_type -> connector.v1.RevokeAuthorizationResponse
-	85, // [85:114] is the sub-list for method output_type
-	56, // [56:85] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	84,  // 0: connector.v1.StartAuthorizationResponse.expire_time:type_name -> google.protobuf.Timestamp
+	85,  // 1: connector.v1.CompleteAuthorizationResponse.authorization:type_name -> connector.v1.Authorization
+	85,  // 2: connector.v1.ListAuthorizationsResponse.authorizations:type_name -> connector.v1.Authorization
+	86,  // 3: connector.v1.CreateConnectorRequest.connector:type_name -> connector.v1.Connector
+	86,  // 4: connector.v1.CreateConnectorResponse.connector:type_name -> connector.v1.Connector
+	86,  // 5: connector.v1.GetConnectorResponse.connector:type_name -> connector.v1.Connector
+	86,  // 6: connector.v1.ListConnectorsResponse.connectors:type_name -> connector.v1.Connector
+	86,  // 7: connector.v1.UpdateConnectorRequest.connector:type_name -> connector.v1.Connector
+	87,  // 8: connector.v1.UpdateConnectorRequest.update_mask:type_name -> google.protobuf.FieldMask
+	86,  // 9: connector.v1.UpdateConnectorResponse.connector:type_name -> connector.v1.Connector
+	86,  // 10: connector.v1.ActivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	86,  // 11: connector.v1.DeactivateConnectorResponse.connector:type_name -> connector.v1.Connector
+	88,  // 12: connector.v1.ListToolsResponse.tools:type_name -> connector.v1.Tool
+	89,  // 13: connector.v1.UpdateToolRequest.approval_override:type_name -> connector.v1.ApprovalOverride
+	88,  // 14: connector.v1.UpdateToolResponse.tool:type_name -> connector.v1.Tool
+	88,  // 15: connector.v1.RefreshToolsResponse.tools:type_name -> connector.v1.Tool
+	90,  // 16: connector.v1.CheckConnectorResponse.health:type_name -> connector.v1.ConnectorHealth
+	91,  // 17: connector.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	92,  // 18: connector.v1.CallToolResponse.content:type_name -> connector.v1.Content
+	91,  // 19: connector.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	93,  // 20: connector.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	94,  // 21: connector.v1.CallToolResponse.cancelled_inputs:type_name -> connector.v1.InputRequest
+	91,  // 22: connector.v1.StreamCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	95,  // 23: connector.v1.StreamCallToolResponse.progress:type_name -> connector.v1.Progress
+	31,  // 24: connector.v1.StreamCallToolResponse.result:type_name -> connector.v1.CallToolResponse
+	94,  // 25: connector.v1.StreamCallToolResponse.input_required:type_name -> connector.v1.InputRequest
+	96,  // 26: connector.v1.QueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	97,  // 27: connector.v1.StreamQueryConnectorResponse.step_planned:type_name -> connector.v1.StepPlanned
+	98,  // 28: connector.v1.StreamQueryConnectorResponse.tool_call_started:type_name -> connector.v1.ToolCallStarted
+	99,  // 29: connector.v1.StreamQueryConnectorResponse.tool_call_finished:type_name -> connector.v1.ToolCallFinished
+	100, // 30: connector.v1.StreamQueryConnectorResponse.answer:type_name -> connector.v1.AnswerReady
+	96,  // 31: connector.v1.StreamQueryConnectorResponse.result:type_name -> connector.v1.QueryResult
+	101, // 32: connector.v1.StreamQueryConnectorResponse.tool_call_progress:type_name -> connector.v1.ToolCallProgress
+	102, // 33: connector.v1.StreamQueryConnectorResponse.approval_required:type_name -> connector.v1.ApprovalRequired
+	103, // 34: connector.v1.StreamQueryConnectorResponse.authorization_required:type_name -> connector.v1.AuthorizationRequired
+	38,  // 35: connector.v1.StreamQueryConnectorResponse.input_required:type_name -> connector.v1.InputRequired
+	94,  // 36: connector.v1.InputRequired.input_requests:type_name -> connector.v1.InputRequest
+	84,  // 37: connector.v1.InputRequired.expire_time:type_name -> google.protobuf.Timestamp
+	104, // 38: connector.v1.AnswerInputRequest.answer:type_name -> connector.v1.InputAnswer
+	105, // 39: connector.v1.ResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	104, // 40: connector.v1.ResumeQueryRequest.inputs:type_name -> connector.v1.InputAnswer
+	96,  // 41: connector.v1.ResumeQueryResponse.result:type_name -> connector.v1.QueryResult
+	105, // 42: connector.v1.StreamResumeQueryRequest.decisions:type_name -> connector.v1.Decision
+	104, // 43: connector.v1.StreamResumeQueryRequest.inputs:type_name -> connector.v1.InputAnswer
+	37,  // 44: connector.v1.StreamResumeQueryResponse.event:type_name -> connector.v1.StreamQueryConnectorResponse
+	106, // 45: connector.v1.GetQueryRunResponse.run:type_name -> connector.v1.QueryRun
+	107, // 46: connector.v1.ListQueryRunsRequest.status:type_name -> connector.v1.QueryStatus
+	84,  // 47: connector.v1.ListQueryRunsRequest.start_time:type_name -> google.protobuf.Timestamp
+	84,  // 48: connector.v1.ListQueryRunsRequest.end_time:type_name -> google.protobuf.Timestamp
+	106, // 49: connector.v1.ListQueryRunsResponse.runs:type_name -> connector.v1.QueryRun
+	108, // 50: connector.v1.ListSessionsResponse.sessions:type_name -> connector.v1.Session
+	108, // 51: connector.v1.CloseSessionResponse.sessions:type_name -> connector.v1.Session
+	109, // 52: connector.v1.CreateApiKeyRequest.scopes:type_name -> connector.v1.ApiKeyScope
+	110, // 53: connector.v1.CreateApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	110, // 54: connector.v1.ListApiKeysResponse.api_keys:type_name -> connector.v1.ApiKey
+	110, // 55: connector.v1.RevokeApiKeyResponse.api_key:type_name -> connector.v1.ApiKey
+	59,  // 56: connector.v1.ListResourcesResponse.resources:type_name -> connector.v1.Resource
+	84,  // 57: connector.v1.ListResourcesResponse.listed_at:type_name -> google.protobuf.Timestamp
+	60,  // 58: connector.v1.ListResourceTemplatesResponse.resource_templates:type_name -> connector.v1.ResourceTemplate
+	61,  // 59: connector.v1.ReadResourceResponse.contents:type_name -> connector.v1.ResourceContents
+	93,  // 60: connector.v1.ReadResourceResponse.duration:type_name -> google.protobuf.Duration
+	69,  // 61: connector.v1.Prompt.arguments:type_name -> connector.v1.PromptArgument
+	92,  // 62: connector.v1.PromptMessage.content:type_name -> connector.v1.Content
+	68,  // 63: connector.v1.ListPromptsResponse.prompts:type_name -> connector.v1.Prompt
+	82,  // 64: connector.v1.GetPromptRequest.arguments:type_name -> connector.v1.GetPromptRequest.ArgumentsEntry
+	70,  // 65: connector.v1.GetPromptResponse.messages:type_name -> connector.v1.PromptMessage
+	83,  // 66: connector.v1.CompleteRequest.context_arguments:type_name -> connector.v1.CompleteRequest.ContextArgumentsEntry
+	79,  // 67: connector.v1.WatchResourcesResponse.started:type_name -> connector.v1.WatchStarted
+	80,  // 68: connector.v1.WatchResourcesResponse.updated:type_name -> connector.v1.ResourceUpdated
+	81,  // 69: connector.v1.WatchResourcesResponse.list_changed:type_name -> connector.v1.ListChanged
+	84,  // 70: connector.v1.ResourceUpdated.at:type_name -> google.protobuf.Timestamp
+	8,   // 71: connector.v1.ConnectorService.CreateConnector:input_type -> connector.v1.CreateConnectorRequest
+	10,  // 72: connector.v1.ConnectorService.GetConnector:input_type -> connector.v1.GetConnectorRequest
+	12,  // 73: connector.v1.ConnectorService.ListConnectors:input_type -> connector.v1.ListConnectorsRequest
+	14,  // 74: connector.v1.ConnectorService.UpdateConnector:input_type -> connector.v1.UpdateConnectorRequest
+	16,  // 75: connector.v1.ConnectorService.DeleteConnector:input_type -> connector.v1.DeleteConnectorRequest
+	18,  // 76: connector.v1.ConnectorService.ActivateConnector:input_type -> connector.v1.ActivateConnectorRequest
+	20,  // 77: connector.v1.ConnectorService.DeactivateConnector:input_type -> connector.v1.DeactivateConnectorRequest
+	22,  // 78: connector.v1.ConnectorService.ListTools:input_type -> connector.v1.ListToolsRequest
+	24,  // 79: connector.v1.ConnectorService.UpdateTool:input_type -> connector.v1.UpdateToolRequest
+	26,  // 80: connector.v1.ConnectorService.RefreshTools:input_type -> connector.v1.RefreshToolsRequest
+	28,  // 81: connector.v1.ConnectorService.CheckConnector:input_type -> connector.v1.CheckConnectorRequest
+	30,  // 82: connector.v1.ConnectorService.CallTool:input_type -> connector.v1.CallToolRequest
+	32,  // 83: connector.v1.ConnectorService.StreamCallTool:input_type -> connector.v1.StreamCallToolRequest
+	39,  // 84: connector.v1.ConnectorService.AnswerInput:input_type -> connector.v1.AnswerInputRequest
+	62,  // 85: connector.v1.ConnectorService.ListResources:input_type -> connector.v1.ListResourcesRequest
+	64,  // 86: connector.v1.ConnectorService.ListResourceTemplates:input_type -> connector.v1.ListResourceTemplatesRequest
+	66,  // 87: connector.v1.ConnectorService.ReadResource:input_type -> connector.v1.ReadResourceRequest
+	71,  // 88: connector.v1.ConnectorService.ListPrompts:input_type -> connector.v1.ListPromptsRequest
+	73,  // 89: connector.v1.ConnectorService.GetPrompt:input_type -> connector.v1.GetPromptRequest
+	75,  // 90: connector.v1.ConnectorService.Complete:input_type -> connector.v1.CompleteRequest
+	77,  // 91: connector.v1.ConnectorService.WatchResources:input_type -> connector.v1.WatchResourcesRequest
+	34,  // 92: connector.v1.ConnectorService.QueryConnector:input_type -> connector.v1.QueryConnectorRequest
+	36,  // 93: connector.v1.ConnectorService.StreamQueryConnector:input_type -> connector.v1.StreamQueryConnectorRequest
+	49,  // 94: connector.v1.ConnectorService.ListSessions:input_type -> connector.v1.ListSessionsRequest
+	51,  // 95: connector.v1.ConnectorService.CloseSession:input_type -> connector.v1.CloseSessionRequest
+	41,  // 96: connector.v1.ConnectorService.ResumeQuery:input_type -> connector.v1.ResumeQueryRequest
+	43,  // 97: connector.v1.ConnectorService.StreamResumeQuery:input_type -> connector.v1.StreamResumeQueryRequest
+	45,  // 98: connector.v1.ConnectorService.GetQueryRun:input_type -> connector.v1.GetQueryRunRequest
+	47,  // 99: connector.v1.ConnectorService.ListQueryRuns:input_type -> connector.v1.ListQueryRunsRequest
+	53,  // 100: connector.v1.ConnectorService.CreateApiKey:input_type -> connector.v1.CreateApiKeyRequest
+	55,  // 101: connector.v1.ConnectorService.ListApiKeys:input_type -> connector.v1.ListApiKeysRequest
+	57,  // 102: connector.v1.ConnectorService.RevokeApiKey:input_type -> connector.v1.RevokeApiKeyRequest
+	0,   // 103: connector.v1.ConnectorService.StartAuthorization:input_type -> connector.v1.StartAuthorizationRequest
+	2,   // 104: connector.v1.ConnectorService.CompleteAuthorization:input_type -> connector.v1.CompleteAuthorizationRequest
+	4,   // 105: connector.v1.ConnectorService.ListAuthorizations:input_type -> connector.v1.ListAuthorizationsRequest
+	6,   // 106: connector.v1.ConnectorService.RevokeAuthorization:input_type -> connector.v1.RevokeAuthorizationRequest
+	9,   // 107: connector.v1.ConnectorService.CreateConnector:output_type -> connector.v1.CreateConnectorResponse
+	11,  // 108: connector.v1.ConnectorService.GetConnector:output_type -> connector.v1.GetConnectorResponse
+	13,  // 109: connector.v1.ConnectorService.ListConnectors:output_type -> connector.v1.ListConnectorsResponse
+	15,  // 110: connector.v1.ConnectorService.UpdateConnector:output_type -> connector.v1.UpdateConnectorResponse
+	17,  // 111: connector.v1.ConnectorService.DeleteConnector:output_type -> connector.v1.DeleteConnectorResponse
+	19,  // 112: connector.v1.ConnectorService.ActivateConnector:output_type -> connector.v1.ActivateConnectorResponse
+	21,  // 113: connector.v1.ConnectorService.DeactivateConnector:output_type -> connector.v1.DeactivateConnectorResponse
+	23,  // 114: connector.v1.ConnectorService.ListTools:output_type -> connector.v1.ListToolsResponse
+	25,  // 115: connector.v1.ConnectorService.UpdateTool:output_type -> connector.v1.UpdateToolResponse
+	27,  // 116: connector.v1.ConnectorService.RefreshTools:output_type -> connector.v1.RefreshToolsResponse
+	29,  // 117: connector.v1.ConnectorService.CheckConnector:output_type -> connector.v1.CheckConnectorResponse
+	31,  // 118: connector.v1.ConnectorService.CallTool:output_type -> connector.v1.CallToolResponse
+	33,  // 119: connector.v1.ConnectorService.StreamCallTool:output_type -> connector.v1.StreamCallToolResponse
+	40,  // 120: connector.v1.ConnectorService.AnswerInput:output_type -> connector.v1.AnswerInputResponse
+	63,  // 121: connector.v1.ConnectorService.ListResources:output_type -> connector.v1.ListResourcesResponse
+	65,  // 122: connector.v1.ConnectorService.ListResourceTemplates:output_type -> connector.v1.ListResourceTemplatesResponse
+	67,  // 123: connector.v1.ConnectorService.ReadResource:output_type -> connector.v1.ReadResourceResponse
+	72,  // 124: connector.v1.ConnectorService.ListPrompts:output_type -> connector.v1.ListPromptsResponse
+	74,  // 125: connector.v1.ConnectorService.GetPrompt:output_type -> connector.v1.GetPromptResponse
+	76,  // 126: connector.v1.ConnectorService.Complete:output_type -> connector.v1.CompleteResponse
+	78,  // 127: connector.v1.ConnectorService.WatchResources:output_type -> connector.v1.WatchResourcesResponse
+	35,  // 128: connector.v1.ConnectorService.QueryConnector:output_type -> connector.v1.QueryConnectorResponse
+	37,  // 129: connector.v1.ConnectorService.StreamQueryConnector:output_type -> connector.v1.StreamQueryConnectorResponse
+	50,  // 130: connector.v1.ConnectorService.ListSessions:output_type -> connector.v1.ListSessionsResponse
+	52,  // 131: connector.v1.ConnectorService.CloseSession:output_type -> connector.v1.CloseSessionResponse
+	42,  // 132: connector.v1.ConnectorService.ResumeQuery:output_type -> connector.v1.ResumeQueryResponse
+	44,  // 133: connector.v1.ConnectorService.StreamResumeQuery:output_type -> connector.v1.StreamResumeQueryResponse
+	46,  // 134: connector.v1.ConnectorService.GetQueryRun:output_type -> connector.v1.GetQueryRunResponse
+	48,  // 135: connector.v1.ConnectorService.ListQueryRuns:output_type -> connector.v1.ListQueryRunsResponse
+	54,  // 136: connector.v1.ConnectorService.CreateApiKey:output_type -> connector.v1.CreateApiKeyResponse
+	56,  // 137: connector.v1.ConnectorService.ListApiKeys:output_type -> connector.v1.ListApiKeysResponse
+	58,  // 138: connector.v1.ConnectorService.RevokeApiKey:output_type -> connector.v1.RevokeApiKeyResponse
+	1,   // 139: connector.v1.ConnectorService.StartAuthorization:output_type -> connector.v1.StartAuthorizationResponse
+	3,   // 140: connector.v1.ConnectorService.CompleteAuthorization:output_type -> connector.v1.CompleteAuthorizationResponse
+	5,   // 141: connector.v1.ConnectorService.ListAuthorizations:output_type -> connector.v1.ListAuthorizationsResponse
+	7,   // 142: connector.v1.ConnectorService.RevokeAuthorization:output_type -> connector.v1.RevokeAuthorizationResponse
+	107, // [107:143] is the sub-list for method output_type
+	71,  // [71:107] is the sub-list for method input_type
+	71,  // [71:71] is the sub-list for extension type_name
+	71,  // [71:71] is the sub-list for extension extendee
+	0,   // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_connector_v1_connector_service_proto_init() }
@@ -4346,13 +6203,22 @@ func file_connector_v1_connector_service_proto_init() {
 		(*StreamQueryConnectorResponse_AuthorizationRequired)(nil),
 		(*StreamQueryConnectorResponse_InputRequired)(nil),
 	}
+	file_connector_v1_connector_service_proto_msgTypes[61].OneofWrappers = []any{
+		(*ResourceContents_Text)(nil),
+		(*ResourceContents_Blob)(nil),
+	}
+	file_connector_v1_connector_service_proto_msgTypes[78].OneofWrappers = []any{
+		(*WatchResourcesResponse_Started)(nil),
+		(*WatchResourcesResponse_Updated)(nil),
+		(*WatchResourcesResponse_ListChanged)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_connector_v1_connector_service_proto_rawDesc), len(file_connector_v1_connector_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,13 @@ const (
 	ConnectorService_CallTool_FullMethodName              = "/connector.v1.ConnectorService/CallTool"
 	ConnectorService_StreamCallTool_FullMethodName        = "/connector.v1.ConnectorService/StreamCallTool"
 	ConnectorService_AnswerInput_FullMethodName           = "/connector.v1.ConnectorService/AnswerInput"
+	ConnectorService_ListResources_FullMethodName         = "/connector.v1.ConnectorService/ListResources"
+	ConnectorService_ListResourceTemplates_FullMethodName = "/connector.v1.ConnectorService/ListResourceTemplates"
+	ConnectorService_ReadResource_FullMethodName          = "/connector.v1.ConnectorService/ReadResource"
+	ConnectorService_ListPrompts_FullMethodName           = "/connector.v1.ConnectorService/ListPrompts"
+	ConnectorService_GetPrompt_FullMethodName             = "/connector.v1.ConnectorService/GetPrompt"
+	ConnectorService_Complete_FullMethodName              = "/connector.v1.ConnectorService/Complete"
+	ConnectorService_WatchResources_FullMethodName        = "/connector.v1.ConnectorService/WatchResources"
 	ConnectorService_QueryConnector_FullMethodName        = "/connector.v1.ConnectorService/QueryConnector"
 	ConnectorService_StreamQueryConnector_FullMethodName  = "/connector.v1.ConnectorService/StreamQueryConnector"
 	ConnectorService_ListSessions_FullMethodName          = "/connector.v1.ConnectorService/ListSessions"
@@ -93,6 +100,34 @@ type ConnectorServiceClient interface {
 	// Answers an input request a StreamCallTool carries (input_required).
 	// Runs answer theirs with ResumeQuery.
 	AnswerInput(ctx context.Context, in *AnswerInputRequest, opts ...grpc.CallOption) (*AnswerInputResponse, error)
+	// Lists the resources a connector's server offers, as it last listed
+	// them (at connect, on its list_changed, on health checks), ordered by
+	// uri, in pages. FAILED_PRECONDITION (NO_RESOURCES) when the server
+	// offers none.
+	ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error)
+	// Lists a connector's resource templates (RFC 6570 URI templates),
+	// ordered by uri_template, in pages; NO_RESOURCES as ListResources.
+	ListResourceTemplates(ctx context.Context, in *ListResourceTemplatesRequest, opts ...grpc.CallOption) (*ListResourceTemplatesResponse, error)
+	// Reads one resource from the server now, over the connection a tool
+	// call of the same caller would use. Capped as tool results are
+	// (RESOURCE_EXHAUSTED, RESULT_TOO_LARGE); the server's refusal (an
+	// unknown uri) is FAILED_PRECONDITION, SERVER_REFUSED, with its message.
+	ReadResource(ctx context.Context, in *ReadResourceRequest, opts ...grpc.CallOption) (*ReadResourceResponse, error)
+	// Lists the prompts a connector's server offers, ordered by name, in
+	// pages. FAILED_PRECONDITION (NO_PROMPTS) when the server offers none.
+	ListPrompts(ctx context.Context, in *ListPromptsRequest, opts ...grpc.CallOption) (*ListPromptsResponse, error)
+	// Gets a prompt's messages with its arguments filled in. NOT_FOUND for
+	// a prompt the server does not list; INVALID_ARGUMENT, naming them, for
+	// missing required arguments.
+	GetPrompt(ctx context.Context, in *GetPromptRequest, opts ...grpc.CallOption) (*GetPromptResponse, error)
+	// Completes an argument of a prompt or of a resource template.
+	// FAILED_PRECONDITION (NO_COMPLETIONS) when the server offers none.
+	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
+	// Streams a connector's resource updates for the uris asked, and its
+	// lists' changes, until the caller cancels. The first message says the
+	// watch is in place. However many callers watch a uri, on any replica,
+	// the connector's owner holds one subscription at the server.
+	WatchResources(ctx context.Context, in *WatchResourcesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResourcesResponse], error)
 	// Runs the connector agent on a query.
 	QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
@@ -307,6 +342,85 @@ func (c *connectorServiceClient) AnswerInput(ctx context.Context, in *AnswerInpu
 	return out, nil
 }
 
+func (c *connectorServiceClient) ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResourcesResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) ListResourceTemplates(ctx context.Context, in *ListResourceTemplatesRequest, opts ...grpc.CallOption) (*ListResourceTemplatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResourceTemplatesResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListResourceTemplates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) ReadResource(ctx context.Context, in *ReadResourceRequest, opts ...grpc.CallOption) (*ReadResourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadResourceResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ReadResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) ListPrompts(ctx context.Context, in *ListPromptsRequest, opts ...grpc.CallOption) (*ListPromptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPromptsResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_ListPrompts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) GetPrompt(ctx context.Context, in *GetPromptRequest, opts ...grpc.CallOption) (*GetPromptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPromptResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_GetPrompt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteResponse)
+	err := c.cc.Invoke(ctx, ConnectorService_Complete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *connectorServiceClient) WatchResources(ctx context.Context, in *WatchResourcesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResourcesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[1], ConnectorService_WatchResources_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchResourcesRequest, WatchResourcesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConnectorService_WatchResourcesClient = grpc.ServerStreamingClient[WatchResourcesResponse]
+
 func (c *connectorServiceClient) QueryConnector(ctx context.Context, in *QueryConnectorRequest, opts ...grpc.CallOption) (*QueryConnectorResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueryConnectorResponse)
@@ -319,7 +433,7 @@ func (c *connectorServiceClient) QueryConnector(ctx context.Context, in *QueryCo
 
 func (c *connectorServiceClient) StreamQueryConnector(ctx context.Context, in *StreamQueryConnectorRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamQueryConnectorResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[1], ConnectorService_StreamQueryConnector_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[2], ConnectorService_StreamQueryConnector_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -368,7 +482,7 @@ func (c *connectorServiceClient) ResumeQuery(ctx context.Context, in *ResumeQuer
 
 func (c *connectorServiceClient) StreamResumeQuery(ctx context.Context, in *StreamResumeQueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamResumeQueryResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[2], ConnectorService_StreamResumeQuery_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ConnectorService_ServiceDesc.Streams[3], ConnectorService_StreamResumeQuery_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -518,6 +632,34 @@ type ConnectorServiceServer interface {
 	// Answers an input request a StreamCallTool carries (input_required).
 	// Runs answer theirs with ResumeQuery.
 	AnswerInput(context.Context, *AnswerInputRequest) (*AnswerInputResponse, error)
+	// Lists the resources a connector's server offers, as it last listed
+	// them (at connect, on its list_changed, on health checks), ordered by
+	// uri, in pages. FAILED_PRECONDITION (NO_RESOURCES) when the server
+	// offers none.
+	ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error)
+	// Lists a connector's resource templates (RFC 6570 URI templates),
+	// ordered by uri_template, in pages; NO_RESOURCES as ListResources.
+	ListResourceTemplates(context.Context, *ListResourceTemplatesRequest) (*ListResourceTemplatesResponse, error)
+	// Reads one resource from the server now, over the connection a tool
+	// call of the same caller would use. Capped as tool results are
+	// (RESOURCE_EXHAUSTED, RESULT_TOO_LARGE); the server's refusal (an
+	// unknown uri) is FAILED_PRECONDITION, SERVER_REFUSED, with its message.
+	ReadResource(context.Context, *ReadResourceRequest) (*ReadResourceResponse, error)
+	// Lists the prompts a connector's server offers, ordered by name, in
+	// pages. FAILED_PRECONDITION (NO_PROMPTS) when the server offers none.
+	ListPrompts(context.Context, *ListPromptsRequest) (*ListPromptsResponse, error)
+	// Gets a prompt's messages with its arguments filled in. NOT_FOUND for
+	// a prompt the server does not list; INVALID_ARGUMENT, naming them, for
+	// missing required arguments.
+	GetPrompt(context.Context, *GetPromptRequest) (*GetPromptResponse, error)
+	// Completes an argument of a prompt or of a resource template.
+	// FAILED_PRECONDITION (NO_COMPLETIONS) when the server offers none.
+	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
+	// Streams a connector's resource updates for the uris asked, and its
+	// lists' changes, until the caller cancels. The first message says the
+	// watch is in place. However many callers watch a uri, on any replica,
+	// the connector's owner holds one subscription at the server.
+	WatchResources(*WatchResourcesRequest, grpc.ServerStreamingServer[WatchResourcesResponse]) error
 	// Runs the connector agent on a query.
 	QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error)
 	// Runs the connector agent on a query, streaming its progress.
@@ -624,6 +766,27 @@ func (UnimplementedConnectorServiceServer) StreamCallTool(*StreamCallToolRequest
 }
 func (UnimplementedConnectorServiceServer) AnswerInput(context.Context, *AnswerInputRequest) (*AnswerInputResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AnswerInput not implemented")
+}
+func (UnimplementedConnectorServiceServer) ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResources not implemented")
+}
+func (UnimplementedConnectorServiceServer) ListResourceTemplates(context.Context, *ListResourceTemplatesRequest) (*ListResourceTemplatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResourceTemplates not implemented")
+}
+func (UnimplementedConnectorServiceServer) ReadResource(context.Context, *ReadResourceRequest) (*ReadResourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadResource not implemented")
+}
+func (UnimplementedConnectorServiceServer) ListPrompts(context.Context, *ListPromptsRequest) (*ListPromptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPrompts not implemented")
+}
+func (UnimplementedConnectorServiceServer) GetPrompt(context.Context, *GetPromptRequest) (*GetPromptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPrompt not implemented")
+}
+func (UnimplementedConnectorServiceServer) Complete(context.Context, *CompleteRequest) (*CompleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
+}
+func (UnimplementedConnectorServiceServer) WatchResources(*WatchResourcesRequest, grpc.ServerStreamingServer[WatchResourcesResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchResources not implemented")
 }
 func (UnimplementedConnectorServiceServer) QueryConnector(context.Context, *QueryConnectorRequest) (*QueryConnectorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryConnector not implemented")
@@ -935,6 +1098,125 @@ func _ConnectorService_AnswerInput_Handler(srv interface{}, ctx context.Context,
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _ConnectorService_ListResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListResources(ctx, req.(*ListResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_ListResourceTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResourceTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListResourceTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListResourceTemplates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListResourceTemplates(ctx, req.(*ListResourceTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_ReadResource_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadResourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ReadResource(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ReadResource_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ReadResource(ctx, req.(*ReadResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_ListPrompts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPromptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).ListPrompts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_ListPrompts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).ListPrompts(ctx, req.(*ListPromptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_GetPrompt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPromptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).GetPrompt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_GetPrompt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).GetPrompt(ctx, req.(*GetPromptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_Complete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConnectorServiceServer).Complete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConnectorService_Complete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConnectorServiceServer).Complete(ctx, req.(*CompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConnectorService_WatchResources_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchResourcesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ConnectorServiceServer).WatchResources(m, &grpc.GenericServerStream[WatchResourcesRequest, WatchResourcesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConnectorService_WatchResourcesServer = grpc.ServerStreamingServer[WatchResourcesResponse]
 
 func _ConnectorService_QueryConnector_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(QueryConnectorRequest)
@@ -1252,6 +1534,30 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ConnectorService_AnswerInput_Handler,
 		},
 		{
+			MethodName: "ListResources",
+			Handler:    _ConnectorService_ListResources_Handler,
+		},
+		{
+			MethodName: "ListResourceTemplates",
+			Handler:    _ConnectorService_ListResourceTemplates_Handler,
+		},
+		{
+			MethodName: "ReadResource",
+			Handler:    _ConnectorService_ReadResource_Handler,
+		},
+		{
+			MethodName: "ListPrompts",
+			Handler:    _ConnectorService_ListPrompts_Handler,
+		},
+		{
+			MethodName: "GetPrompt",
+			Handler:    _ConnectorService_GetPrompt_Handler,
+		},
+		{
+			MethodName: "Complete",
+			Handler:    _ConnectorService_Complete_Handler,
+		},
+		{
 			MethodName: "QueryConnector",
 			Handler:    _ConnectorService_QueryConnector_Handler,
 		},
@@ -1308,6 +1614,11 @@ var ConnectorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamCallTool",
 			Handler:       _ConnectorService_StreamCallTool_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchResources",
+			Handler:       _ConnectorService_WatchResources_Handler,
 			ServerStreams: true,
 		},
 		{

@@ -102,7 +102,10 @@ export enum ApiKeyScope {
   QUERY = 2,
 
   /**
-   * CallTool, StreamCallTool, AnswerInput, ListSessions, CloseSession; on
+   * CallTool, StreamCallTool, AnswerInput, ListSessions, CloseSession, and
+   * the resources, prompts and completions (ListResources,
+   * ListResourceTemplates, ReadResource, ListPrompts, GetPrompt, Complete,
+   * WatchResources); on
    * the MCP endpoint, listing and calling tools (not the agent tools).
    *
    * @generated from enum value: API_KEY_SCOPE_CALL = 3;
