@@ -397,7 +397,11 @@ func (c *conn) publishSession(s *session, version string, tools int, cat *catalo
 	c.reg.logger.Info("connector connected", append(c.logAttrs(), slog.String("protocol_version", version),
 		slog.Int("tools", tools), slog.String("latency", h.Latency.String()))...)
 	c.saveHealth(h)
-	c.reg.contentsLater(c)
+	if !perSession {
+		// A per_session connector's contents are listed when asked for:
+		// listing them now would open one more connection of its own.
+		c.reg.contentsLater(c)
+	}
 	return nil
 }
 

@@ -550,8 +550,8 @@ func (c *conn) holdStream(s *session) {
 	first := c.contents.subsOn != s
 	c.contents.subsOn = s
 	c.mu.Unlock()
-	if first && s.get != nil {
-		s.get.enter(s.life) // never left: the stream stays while the session lives
+	if first {
+		s.get.hold(s.life) // never left: the stream stays while the session lives
 	}
 }
 

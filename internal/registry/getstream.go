@@ -67,11 +67,25 @@ func (s *session) listen(c *conn, spec Spec, hc *http.Client) {
 
 // enter counts a call on the session, opening the stream if it is not,
 // and waits up to getConnectWait (or ctx) for it to be open; the returned
-// func ends the call. A nil g does nothing.
+// func ends the call. A nil g does nothing, nor does one of a session
+// that declares nothing a server may ask (its stream carries only the
+// notifications of subscriptions: see hold).
 func (g *getStream) enter(ctx context.Context) func() {
-	if g == nil {
+	if g == nil || g.s.asks == nil {
 		return func() {}
 	}
+	return g.open1(ctx)
+}
+
+// hold opens the stream for good: the session holds subscriptions, whose
+// notifications come on it.
+func (g *getStream) hold(ctx context.Context) {
+	if g != nil {
+		g.open1(ctx)
+	}
+}
+
+func (g *getStream) open1(ctx context.Context) func() {
 	g.mu.Lock()
 	g.calls++
 	if g.linger != nil {
