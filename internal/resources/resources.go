@@ -318,10 +318,16 @@ func ContentsSize(cs []mcp.ResourceContents) int {
 		case mcp.TextResourceContents:
 			n += len(c.Text)
 		case mcp.BlobResourceContents:
-			n += base64.StdEncoding.DecodedLen(len(c.Blob))
+			n += decodedSize(c.Blob)
 		}
 	}
 	return n
+}
+
+// decodedSize is the size of standard base64 data once decoded.
+func decodedSize(b64 string) int {
+	n := base64.StdEncoding.DecodedLen(len(b64))
+	return n - (len(b64) - len(strings.TrimRight(b64, "=")))
 }
 
 func contentSize(c mcp.Content) int {
@@ -329,9 +335,9 @@ func contentSize(c mcp.Content) int {
 	case mcp.TextContent:
 		return len(c.Text)
 	case mcp.ImageContent:
-		return base64.StdEncoding.DecodedLen(len(c.Data))
+		return decodedSize(c.Data)
 	case mcp.AudioContent:
-		return base64.StdEncoding.DecodedLen(len(c.Data))
+		return decodedSize(c.Data)
 	case mcp.EmbeddedResource:
 		return ContentsSize([]mcp.ResourceContents{c.Resource})
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/orchestrator"
 	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/resources"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
 )
@@ -71,6 +72,17 @@ const (
 	// ReasonTaskUnsupported: the tool must run as an MCP task, which the
 	// connection's protocol generation does not carry here.
 	ReasonTaskUnsupported = "TASK_UNSUPPORTED"
+	// The connector's server offers no resources, prompts, completions or
+	// subscriptions (it did not declare them), or does not list the
+	// prompt or resource asked for; or it refused the request (its
+	// message says why).
+	ReasonNoResources      = "NO_RESOURCES"
+	ReasonNoPrompts        = "NO_PROMPTS"
+	ReasonNoCompletions    = "NO_COMPLETIONS"
+	ReasonNoSubscribe      = "NO_SUBSCRIBE"
+	ReasonPromptNotFound   = "PROMPT_NOT_FOUND"
+	ReasonResourceNotFound = "RESOURCE_NOT_FOUND"
+	ReasonServerRefused    = "SERVER_REFUSED"
 )
 
 // newStatus builds a status error with an ErrorInfo detail.
@@ -295,6 +307,22 @@ var errorTable = []errorRow{
 	{match: is(registry.ErrNotLoaded), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
 	{match: is(registry.ErrClosed), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
 	{match: is(live.ErrNoRoute), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	// Resources, prompts and completions: what the server does not offer,
+	// and its own refusals (before the tool calls' rows of JSON-RPC errors).
+	{match: is(resources.ErrNoResources), code: codes.FailedPrecondition, reason: ReasonNoResources},
+	{match: is(resources.ErrNoPrompts), code: codes.FailedPrecondition, reason: ReasonNoPrompts},
+	{match: is(resources.ErrNoCompletions), code: codes.FailedPrecondition, reason: ReasonNoCompletions},
+	{match: is(registry.ErrNoSubscribe), code: codes.FailedPrecondition, reason: ReasonNoSubscribe},
+	{match: is(registry.ErrSubscribeShared), code: codes.FailedPrecondition, reason: ReasonNoSubscribe},
+	{match: as[*resources.UnknownPromptError](), code: codes.NotFound, reason: ReasonPromptNotFound},
+	{match: as[*resources.MissingArgumentsError](), field: "arguments"},
+	{match: func(err error) bool {
+		var e *resources.ServerError
+		return errors.As(err, &e) && errors.Is(err, mcp.ErrResourceNotFound)
+	},
+		code: codes.NotFound, reason: ReasonResourceNotFound, message: own[*resources.ServerError]()},
+	{match: as[*resources.ServerError](), code: codes.FailedPrecondition, reason: ReasonServerRefused,
+		message: own[*resources.ServerError]()},
 	{match: is(mcp.ErrInvalidParams), code: codes.InvalidArgument, reason: ReasonToolExecutionFailed,
 		message: prefixed("the MCP server rejected the arguments: ")},
 	{match: isJSONRPCError, code: codes.FailedPrecondition, reason: ReasonToolExecutionFailed,

@@ -31,6 +31,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/ratelimit"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/resources"
 	"github.com/connector-svc/connector-svc/internal/rpcmw"
 	"github.com/connector-svc/connector-svc/internal/runs"
 	"github.com/connector-svc/connector-svc/internal/secret"
@@ -65,6 +66,8 @@ type Server struct {
 	asks *pending.Table
 	// calls runs direct tool calls.
 	calls *calls.Service
+	// resources serves connectors' resources, prompts and completions.
+	resources *resources.Service
 	// sessionsUC lists and closes callers' sessions on every replica.
 	sessionsUC *sessions.Service
 	// queries runs queries and resumes them.
@@ -145,6 +148,7 @@ func New(d Deps, cfg Config) *Server {
 	s.calls = calls.New(calls.Deps{Registry: d.Registry, Live: d.Live, Store: d.DB, Limits: s.limits, Counters: s.counts,
 		Asks: s.asks, Placer: s.place, MaxArgumentsBytes: cfg.MaxToolArgumentsBytes, MaxResultBytes: cfg.MaxToolResultBytes,
 		SamplingBudget: cfg.SamplingBudget})
+	s.resources = resources.New(resources.Deps{Registry: d.Registry, Calls: s.calls, MaxResultBytes: cfg.MaxToolResultBytes})
 	s.queries = queries.New(queries.Deps{Agent: d.Agent, Registry: d.Registry, Live: d.Live, Connectors: s.calls, Runs: d.DB,
 		Log: s.runs, Counters: s.counts, Limits: s.limits, Asks: s.asks, Placer: s.place, Authorizations: s.authz,
 		SamplingBudget: cfg.SamplingBudget, ErrorMessage: s.runErrorMessage,
@@ -174,6 +178,7 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 // questions, limits, counters and run records.
 type UseCases struct {
 	Calls          *calls.Service
+	Resources      *resources.Service
 	Queries        *queries.Service
 	Placer         *live.Placer
 	Sessions       *sessions.Service
@@ -182,7 +187,7 @@ type UseCases struct {
 
 // UseCases returns the Server's use cases.
 func (s *Server) UseCases() UseCases {
-	return UseCases{Calls: s.calls, Queries: s.queries, Placer: s.place, Sessions: s.sessionsUC, Authorizations: s.authz}
+	return UseCases{Calls: s.calls, Resources: s.resources, Queries: s.queries, Placer: s.place, Sessions: s.sessionsUC, Authorizations: s.authz}
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service
