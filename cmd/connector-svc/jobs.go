@@ -104,7 +104,10 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 		internal := server.NewInternalGRPCServer(s.srv, slices.Concat(connOptions(cfg.Conn, false), internalServerCreds(s.rep.tls),
 			forward.ServerConfig{Self: s.rep.members.Config().Addr, Key: s.rep.key, Older: s.rep.older}.Options())...)
 		serving = append(serving, job{"internal listener", func(ctx context.Context) error {
-			return serveGRPC(ctx, internal, s.rep.internal, func() { stopGracefully(internal, cfg.ShutdownGrace) })
+			return serveGRPC(ctx, internal, s.rep.internal, func() {
+				s.srv.StopWatches() // watches relayed to other replicas: their callers watch again elsewhere
+				stopGracefully(internal, cfg.ShutdownGrace)
+			})
 		}})
 	}
 	liveStopped := make(chan struct{})
@@ -155,6 +158,7 @@ func (s *parts) grpcJob(g *grpc.Server, hs *health.Server) func(context.Context)
 			s.logger.Info("shutting down", slog.String("delay", cfg.Conn.ShutdownDelay.String()),
 				slog.String("grace", cfg.ShutdownGrace.String()))
 			time.Sleep(cfg.Conn.ShutdownDelay)
+			s.srv.StopWatches() // open-ended streams: their callers watch again, through another replica
 			stopGracefully(g, cfg.ShutdownGrace)
 		})
 	}

@@ -255,7 +255,9 @@ func (c *conn) contentNotified(n mcp.JSONRPCNotification) {
 	default:
 		return
 	}
-	if fn := c.reg.cfg.OnResourceEvent; fn != nil {
+	if fn := c.reg.resourceEvents.Load(); fn != nil {
+		(*fn)(c.spec.ID, ev)
+	} else if fn := c.reg.cfg.OnResourceEvent; fn != nil {
 		fn(c.spec.ID, ev)
 	}
 }
@@ -511,6 +513,11 @@ func (r *Registry) subscription(ctx context.Context, id int64, uri string, on bo
 	return err
 }
 
+// OnResourceEvent has fn hear of the servers' notifications about their
+// resources and prompts in place of Config.OnResourceEvent: for a
+// collaborator made after the registry.
+func (r *Registry) OnResourceEvent(fn func(id int64, ev ResourceEvent)) { r.resourceEvents.Store(&fn) }
+
 // Subscriptions returns the URIs connector id holds subscriptions to.
 func (r *Registry) Subscriptions(id int64) []string {
 	c, err := r.get(id)
@@ -520,6 +527,20 @@ func (r *Registry) Subscriptions(id int64) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Sorted(maps.Keys(c.contents.subs))
+}
+
+// inheritSubscriptions has c, a new connection of a connector, take out
+// the subscriptions old held, once it connects.
+func (c *conn) inheritSubscriptions(old *conn) {
+	if old == nil {
+		return
+	}
+	old.mu.Lock()
+	subs := maps.Clone(old.contents.subs)
+	old.mu.Unlock()
+	c.mu.Lock()
+	c.contents.subs = subs
+	c.mu.Unlock()
 }
 
 // resubscribe takes c's subscriptions out on its current session, if they

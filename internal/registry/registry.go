@@ -64,6 +64,8 @@ type Registry struct {
 
 	// catVersions numbers the catalogs of every connection (see Catalog).
 	catVersions atomic.Uint64
+	// resourceEvents, if set, takes Config.OnResourceEvent's place.
+	resourceEvents atomic.Pointer[func(int64, ResourceEvent)]
 }
 
 // New returns a Registry over source. It starts nothing: call Run.
@@ -206,6 +208,7 @@ func (r *Registry) SetToolApproval(id int64, name string, override *bool) {
 func (r *Registry) Add(spec Spec) {
 	c := newConn(r, spec)
 	r.mu.Lock()
+	c.inheritSubscriptions(r.conns[spec.ID])
 	old := r.put(c)
 	r.mu.Unlock()
 	r.retireLater(old)
@@ -223,6 +226,7 @@ func (r *Registry) Replace(ctx context.Context, spec Spec) {
 	c := newConn(r, spec)
 	r.mu.Lock()
 	c.owner = !r.followers[spec.ID] // before its connect, which writes only as the owner
+	c.inheritSubscriptions(r.conns[spec.ID])
 	r.mu.Unlock()
 	_ = c.connectShared(ctx) // arms c's timer, for a check or a reconnect
 	r.mu.Lock()

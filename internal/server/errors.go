@@ -25,6 +25,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/resources"
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/watches"
 )
 
 // errorDomain is the ErrorInfo domain of every error the service returns.
@@ -284,6 +285,7 @@ var errorTable = []errorRow{
 	{match: is(registry.ErrToolDisabled), code: codes.FailedPrecondition, reason: ReasonToolDisabled,
 		message: text("tool is disabled; enable it with UpdateTool")},
 	{match: is(queries.ErrReplicaStopping), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
+	{match: is(watches.ErrStopping), code: codes.Unavailable, reason: ReasonConnectorUnavailable},
 	{match: is(registry.ErrTaskUnsupported), code: codes.FailedPrecondition, reason: ReasonTaskUnsupported,
 		message: func(err error) string {
 			return err.Error() + ": set the connector's protocol_preference to PROTOCOL_PREFERENCE_CLASSIC"

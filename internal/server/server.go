@@ -37,6 +37,7 @@ import (
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/sessions"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/watches"
 )
 
 var _ connectorv1.ConnectorServiceServer = (*Server)(nil)
@@ -68,6 +69,8 @@ type Server struct {
 	calls *calls.Service
 	// resources serves connectors' resources, prompts and completions.
 	resources *resources.Service
+	// watches holds the watches of connectors' resources served here.
+	watches *watches.Hub
 	// sessionsUC lists and closes callers' sessions on every replica.
 	sessionsUC *sessions.Service
 	// queries runs queries and resumes them.
@@ -149,6 +152,10 @@ func New(d Deps, cfg Config) *Server {
 		Asks: s.asks, Placer: s.place, MaxArgumentsBytes: cfg.MaxToolArgumentsBytes, MaxResultBytes: cfg.MaxToolResultBytes,
 		SamplingBudget: cfg.SamplingBudget})
 	s.resources = resources.New(resources.Deps{Registry: d.Registry, Calls: s.calls, MaxResultBytes: cfg.MaxToolResultBytes})
+	s.watches = watches.New(d.Registry, d.Logger)
+	if d.Registry != nil {
+		d.Registry.OnResourceEvent(s.watches.Notify)
+	}
 	s.queries = queries.New(queries.Deps{Agent: d.Agent, Registry: d.Registry, Live: d.Live, Connectors: s.calls, Runs: d.DB,
 		Log: s.runs, Counters: s.counts, Limits: s.limits, Asks: s.asks, Placer: s.place, Authorizations: s.authz,
 		SamplingBudget: cfg.SamplingBudget, ErrorMessage: s.runErrorMessage,
@@ -179,6 +186,7 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 type UseCases struct {
 	Calls          *calls.Service
 	Resources      *resources.Service
+	Watches        *watches.Hub
 	Queries        *queries.Service
 	Placer         *live.Placer
 	Sessions       *sessions.Service
@@ -187,7 +195,7 @@ type UseCases struct {
 
 // UseCases returns the Server's use cases.
 func (s *Server) UseCases() UseCases {
-	return UseCases{Calls: s.calls, Resources: s.resources, Queries: s.queries, Placer: s.place, Sessions: s.sessionsUC, Authorizations: s.authz}
+	return UseCases{Calls: s.calls, Resources: s.resources, Watches: s.watches, Queries: s.queries, Placer: s.place, Sessions: s.sessionsUC, Authorizations: s.authz}
 }
 
 // NewGRPCServer returns a grpc.Server serving s, the standard health service
