@@ -96,7 +96,7 @@ func (s *parts) newMCPJob(keysExist bool) (*mcpJob, error) {
 		sessionKey = m.Sum(nil)
 	}
 	uc := s.srv.UseCases()
-	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
 		Authorizations: uc.Authorizations, Live: s.lv, Registry: s.reg, Tools: s.db, Keys: s.keys, Relay: s.db, Logger: s.logger},
 		mcpserve.Config{Auth: cfg.Auth, SessionKey: sessionKey, AllowedOrigins: cfg.MCP.AllowedOrigins,
 			MaxBodyBytes: cfg.MCP.MaxBodyBytes, RateLimit: cfg.MCP.RateLimit, Burst: cfg.MCP.RateBurst,

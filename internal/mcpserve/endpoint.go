@@ -40,6 +40,10 @@ type endpoint struct {
 	// request's); it guards fingerprint, the hash of the list last set.
 	syncMu      sync.Mutex
 	fingerprint string
+	// contentsPrint is the hash of the resources, templates and prompts
+	// last set (under syncMu); subs the MCP sessions' subscriptions.
+	contentsPrint string
+	subs          subscriptions
 }
 
 func (h *Handler) endpoint(ctx context.Context, ws, connector string) (*endpoint, error) {
@@ -52,30 +56,48 @@ func (h *Handler) endpoint(ctx context.Context, ws, connector string) (*endpoint
 	}
 	h.mu.Lock()
 	ep, ok := h.endpoints[path]
-	if !ok {
-		ep = h.newEndpoint(ws, connector, path)
-		h.endpoints[path] = ep
-	}
 	h.mu.Unlock()
+	if !ok {
+		// What the connector offers beside tools is declared when its
+		// endpoint is made.
+		k := &endpointContents{}
+		if connector != "" {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var err error
+			if k, err = h.contentsOf(cctx, ws, connector); err != nil {
+				h.logger.WarnContext(ctx, "list a connector's resources and prompts for its MCP endpoint",
+					slog.String("connector_id", connector), slog.String("error", err.Error()))
+				k = &endpointContents{}
+			}
+			cancel()
+		}
+		h.mu.Lock()
+		if ep, ok = h.endpoints[path]; !ok {
+			ep = h.newEndpoint(ws, connector, path, k)
+			h.endpoints[path] = ep
+		}
+		h.mu.Unlock()
+	}
 	if !ok {
 		ep.sync(ctx)
 	}
 	return ep, nil
 }
 
-func (h *Handler) newEndpoint(ws, connector, path string) *endpoint {
+func (h *Handler) newEndpoint(ws, connector, path string, k *endpointContents) *endpoint {
 	ep := &endpoint{h: h, ws: ws, connector: connector, path: path}
 	instructions := "The tools of workspace " + ws + "'s connectors, each named <connector>" + Separator + "<tool>; " +
 		agentPrefix + "<connector> asks a connector's agent, which picks and runs its tools and answers with a trace."
 	if connector != "" {
 		instructions = "The tools of connector " + connector + " of workspace " + ws + ", under its server's own names."
 	}
-	ep.mcp = server.NewMCPServer("connector-svc", h.cfg.Version,
+	opts := append([]server.ServerOption{
 		server.WithToolCapabilities(true),
 		server.WithLogging(),
 		server.WithToolFilter(scopeFilter),
 		server.WithRecovery(),
-		server.WithInstructions(instructions))
+		server.WithInstructions(instructions)}, h.contentOptions(ep, k)...)
+	ep.mcp = server.NewMCPServer("connector-svc", h.cfg.Version, opts...)
 	ep.http = server.NewStreamableHTTPServer(ep.mcp,
 		server.WithSessionIdManagerResolver(&resolver{ids: h.ids, path: path, onDelete: ep.sessionEnded}),
 		server.WithHeartbeatInterval(30*time.Second),
@@ -125,6 +147,7 @@ func (ep *endpoint) sync(ctx context.Context) {
 		sum.Write(b)
 	}
 	fp := hex.EncodeToString(sum.Sum(nil))
+	ep.syncContents(ctx)
 	if fp == ep.fingerprint {
 		return
 	}
@@ -253,6 +276,7 @@ func agentTool(row *store.Connector, cat []mcp.Tool) mcp.Tool {
 
 // sessionEnded closes what a deleted MCP session held upstream.
 func (ep *endpoint) sessionEnded(id string) {
+	ep.unsubscribe(id, "")
 	if ep.h.d.Sessions == nil {
 		return
 	}

@@ -92,8 +92,8 @@ func newInteropEnv(t *testing.T, rows ...*store.Connector) *interopEnv {
 	}
 	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv}, server.Config{Auth: auth.ModeNone})
 	uc := srv.UseCases()
-	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
-		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db},
+	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries,
+		Placer: uc.Placer, Sessions: uc.Sessions, Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db},
 		mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond})
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { _ = h.Run(rctx) }()

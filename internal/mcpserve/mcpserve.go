@@ -41,15 +41,22 @@ import (
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/queries"
 	"github.com/connector-svc/connector-svc/internal/registry"
+	"github.com/connector-svc/connector-svc/internal/resources"
 	"github.com/connector-svc/connector-svc/internal/sessions"
 	"github.com/connector-svc/connector-svc/internal/store"
+	"github.com/connector-svc/connector-svc/internal/watches"
 )
 
 // Deps are the Handler's collaborators: the use cases the gRPC adapter
 // calls (the same instances), and the live state it lists tools from.
 type Deps struct {
-	Calls   *calls.Service
-	Queries *queries.Service
+	Calls *calls.Service
+	// Resources serves the connectors' resources, prompts and completions;
+	// Watches their subscriptions. Nil: the endpoints offer tools only
+	// (nil Watches: no subscriptions).
+	Resources *resources.Service
+	Watches   *watches.Hub
+	Queries   *queries.Service
 	// Placer says where a call runs; the connection it returns is the
 	// internal hop to that replica.
 	Placer *live.Placer

@@ -1,0 +1,119 @@
+package mcpserve_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/connector-svc/connector-svc/internal/store"
+)
+
+// The reference server's resources, templates, prompts, completions and
+// subscriptions pass through a connector's endpoint unchanged, to the
+// official Go SDK's client.
+func TestContentsPassThrough(t *testing.T) {
+	js := everythingEntry(t)
+	e := newInteropEnv(t, &store.Connector{ExternalID: "everything", Transport: store.TransportStdio,
+		Config: store.Config{Command: "node", Args: []string{js, "stdio"}, ConnectTimeout: store.Duration(30 * time.Second),
+			CallTimeout: store.Duration(60 * time.Second)}})
+	updated := make(chan string, 64)
+	cs := goSDKConnect(t, e.url+"/mcp/ws/everything", "2025-11-25", &gomcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *gomcp.ResourceUpdatedNotificationRequest) {
+			updated <- req.Params.URI
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	caps := cs.InitializeResult().Capabilities
+	if caps.Resources == nil || !caps.Resources.Subscribe || caps.Prompts == nil || caps.Completions == nil {
+		t.Fatalf("capabilities = %+v; want resources with subscribe, prompts, completions", caps)
+	}
+
+	// The lists as the server gives them.
+	id, _ := e.reg.Lookup("ws", "everything")
+	k, err := e.reg.Contents(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for r, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, r.URI)
+	}
+	var want []string
+	for _, r := range k.Resources {
+		want = append(want, r.URI)
+	}
+	slices.Sort(uris)
+	slices.Sort(want)
+	if !slices.Equal(uris, want) || len(uris) == 0 {
+		t.Errorf("resources through the endpoint %v, the server's %v", uris, want)
+	}
+	tmpl, err := cs.ListResourceTemplates(ctx, nil)
+	if err != nil || len(tmpl.ResourceTemplates) != len(k.Templates) {
+		t.Fatalf("templates = %v, %v", tmpl, err)
+	}
+
+	// Reads: a listed text resource, and a blob from a template.
+	text, err := cs.ReadResource(ctx, &gomcp.ReadResourceParams{URI: want[0]})
+	if err != nil || len(text.Contents) == 0 || text.Contents[0].URI != want[0] {
+		t.Fatalf("read %s = %+v, %v", want[0], text, err)
+	}
+	blob, err := cs.ReadResource(ctx, &gomcp.ReadResourceParams{URI: "demo://resource/dynamic/blob/5"})
+	if err != nil || len(blob.Contents) == 0 || len(blob.Contents[0].Blob) == 0 {
+		t.Fatalf("read blob = %+v, %v", blob, err)
+	}
+
+	// Prompts, with arguments and an embedded resource.
+	p, err := cs.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "args-prompt", Arguments: map[string]string{"city": "Oslo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, ok := p.Messages[0].Content.(*gomcp.TextContent); !ok || tc.Text != "What's weather in Oslo?" {
+		t.Errorf("args-prompt = %+v", p.Messages[0].Content)
+	}
+	rp, err := cs.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "resource-prompt", Arguments: map[string]string{"resourceType": "Text", "resourceId": "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if er, ok := rp.Messages[1].Content.(*gomcp.EmbeddedResource); !ok || er.Resource.URI != "demo://resource/dynamic/text/2" {
+		t.Errorf("resource-prompt's second message = %+v", rp.Messages[1].Content)
+	}
+	if _, err := cs.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "no-such-prompt"}); err == nil {
+		t.Error("an unknown prompt was got")
+	}
+
+	comp, err := cs.Complete(ctx, &gomcp.CompleteParams{Ref: &gomcp.CompleteReference{Type: "ref/prompt", Name: "completable-prompt"},
+		Argument: gomcp.CompleteParamsArgument{Name: "name", Value: ""},
+		Context:  &gomcp.CompleteContext{Arguments: map[string]string{"department": "Engineering"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(comp.Completion.Values, ","); got != "Alice,Bob,Charlie" {
+		t.Errorf("completions = %q", got)
+	}
+
+	// A subscription through the endpoint: the server's updates arrive.
+	if err := cs.Subscribe(ctx, &gomcp.SubscribeParams{URI: want[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CallTool(ctx, &gomcp.CallToolParams{Name: "toggle-subscriber-updates", Arguments: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uri := <-updated:
+		if uri != want[0] {
+			t.Errorf("update of %s, want %s", uri, want[0])
+		}
+	case <-ctx.Done():
+		t.Fatal("no resource update through the endpoint")
+	}
+	if err := cs.Unsubscribe(ctx, &gomcp.UnsubscribeParams{URI: want[0]}); err != nil {
+		t.Fatal(err)
+	}
+}
