@@ -142,7 +142,7 @@ func newBenchRig(b *testing.B) *benchRig {
 	r.gctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 
 	uc := srv.UseCases()
-	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
 		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys},
 		mcpserve.Config{Auth: auth.ModeKeys, SessionKey: []byte("bench session key")})
 	wg.Add(1)

@@ -1014,7 +1014,7 @@ func newInteropReplica(t *testing.T, db *store.DB, id string) *interopReplica {
 	ig := server.NewInternalGRPCServer(srv, forward.ServerOptions(interopForwardKey, 0)...)
 	go func() { _ = ig.Serve(internal) }()
 	uc := srv.UseCases()
-	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
 		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Logger: logger},
 		mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond})
 	go func() { _ = h.Run(rctx) }()

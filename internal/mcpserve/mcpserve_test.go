@@ -152,7 +152,7 @@ func newEnv(t *testing.T, withKeys bool, tune func(*mcpserve.Config), model ...l
 	if tune != nil {
 		tune(&cfg)
 	}
-	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
 		Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys}, cfg)
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { _ = h.Run(rctx) }()
@@ -176,7 +176,7 @@ func newEnv(t *testing.T, withKeys bool, tune func(*mcpserve.Config), model ...l
 		return true
 	})
 	newHandler := func(relay mcpserve.Relay) *mcpserve.Handler {
-		return mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
+		return mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries, Placer: uc.Placer, Sessions: uc.Sessions,
 			Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db, Keys: keys, Relay: relay}, cfg)
 	}
 	return &env{url: hs.URL, newHandler: newHandler, lv: lv, reg: reg, db: db, keys: keys, up: up}
