@@ -42,7 +42,10 @@ type config struct {
 	// Narrowing of large catalogs: a query of a connector with more enabled
 	// tools than NarrowToolsAbove is offered the NarrowToolsTo best.
 	NarrowToolsAbove, NarrowToolsTo int
-	LogLevel                        slog.Level
+	// AgentResourceBudget is how many bytes of resources one query may
+	// read (read_resource).
+	AgentResourceBudget int
+	LogLevel            slog.Level
 	// Egress CIDRs: Deny always wins; Allow opens default-refused ranges.
 	EgressAllow, EgressDeny []netip.Prefix
 	// Auth is when callers need API keys (AUTH).
@@ -190,6 +193,8 @@ func newFlagSet() (*flag.FlagSet, *config, *flagValues) {
 	fs.IntVar(&cfg.NarrowToolsAbove, "narrow-tools-above", orchestrator.DefaultNarrowAbove,
 		"a query of a connector with more enabled tools than this is offered only the best-fitting ones, and search_tools (NARROW_TOOLS_ABOVE)")
 	fs.IntVar(&cfg.NarrowToolsTo, "narrow-tools-to", orchestrator.DefaultNarrowTo, "how many tools a narrowed query is offered (NARROW_TOOLS_TO)")
+	fs.IntVar(&cfg.AgentResourceBudget, "agent-resource-budget-bytes", orchestrator.DefaultResourceBudget,
+		"how many bytes of a connector's resources one query's agent may read with read_resource (AGENT_RESOURCE_BUDGET_BYTES)")
 	fs.StringVar(&v.level, "log-level", "info", "debug, info, warn or error (LOG_LEVEL)")
 	fs.StringVar(&v.egressAllow, "egress-allow-cidrs", "", "comma-separated CIDRs HTTP connectors may reach though refused by default (EGRESS_ALLOW_CIDRS)")
 	fs.StringVar(&v.egressDeny, "egress-deny-cidrs", "", "comma-separated CIDRs HTTP connectors may never reach; wins over the allow list (EGRESS_DENY_CIDRS)")
@@ -264,6 +269,9 @@ func (cfg *config) readLimits(v *flagValues, otel otelEnv) error {
 	}
 	if cfg.MaxSessions <= 0 {
 		return fmt.Errorf("MAX_SESSIONS_PER_CONNECTOR %d: want a positive number", cfg.MaxSessions)
+	}
+	if cfg.AgentResourceBudget <= 0 {
+		return fmt.Errorf("AGENT_RESOURCE_BUDGET_BYTES %d: want a positive number of bytes", cfg.AgentResourceBudget)
 	}
 	if cfg.NarrowToolsAbove <= 0 || cfg.NarrowToolsTo <= 0 {
 		return fmt.Errorf("NARROW_TOOLS_ABOVE %d, NARROW_TOOLS_TO %d: want positive numbers", cfg.NarrowToolsAbove, cfg.NarrowToolsTo)

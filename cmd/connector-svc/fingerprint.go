@@ -21,11 +21,12 @@ func sharedSettings(cfg config) map[string]string {
 	return map[string]string{
 		// Where queries and servers' sampling requests go: a query, or a
 		// paused run resumed, may run on any replica.
-		"LLM_BASE_URL":       cfg.LLMBaseURL,
-		"LLM_MODEL":          cfg.LLMModel,
-		"EMBEDDINGS_MODEL":   cfg.EmbeddingsModel,
-		"NARROW_TOOLS_ABOVE": fmt.Sprint(cfg.NarrowToolsAbove),
-		"NARROW_TOOLS_TO":    fmt.Sprint(cfg.NarrowToolsTo),
+		"LLM_BASE_URL":                cfg.LLMBaseURL,
+		"LLM_MODEL":                   cfg.LLMModel,
+		"EMBEDDINGS_MODEL":            cfg.EmbeddingsModel,
+		"NARROW_TOOLS_ABOVE":          fmt.Sprint(cfg.NarrowToolsAbove),
+		"NARROW_TOOLS_TO":             fmt.Sprint(cfg.NarrowToolsTo),
+		"AGENT_RESOURCE_BUDGET_BYTES": fmt.Sprint(cfg.AgentResourceBudget),
 		// What a connector may run or reach: it is created on one replica
 		// and run by its owner.
 		"STDIO_ALLOWED_COMMANDS": sortedList(cfg.StdioAllowedCommands),

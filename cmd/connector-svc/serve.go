@@ -319,7 +319,8 @@ func newAgent(cfg config, reg *registry.Registry, meters metric.MeterProvider, t
 	}
 	logger.Info("LLM configured", slog.String("base_url", secret.RedactText(cfg.LLMBaseURL)), slog.String("model", cfg.LLMModel),
 		slog.String("embeddings_model", cfg.EmbeddingsModel), slog.Bool("api_key_set", cfg.LLMAPIKey != ""))
-	acfg := orchestrator.Config{NarrowAbove: cfg.NarrowToolsAbove, NarrowTo: cfg.NarrowToolsTo, MeterProvider: meters, TracerProvider: tp}
+	acfg := orchestrator.Config{NarrowAbove: cfg.NarrowToolsAbove, NarrowTo: cfg.NarrowToolsTo, ResourceBudget: cfg.AgentResourceBudget,
+		MeterProvider: meters, TracerProvider: tp}
 	if cfg.EmbeddingsModel != "" {
 		acfg.Embedder = model
 	}

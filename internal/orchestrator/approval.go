@@ -194,6 +194,7 @@ func (a *Agent) Resume(ctx context.Context, req Request, st *State, emit func(Ev
 		retries: st.Retries}
 	return a.execute(ctx, "connector.query.resume", r, func(ctx context.Context) (*Result, error) {
 		r.restoreTools()
+		r.offerRead(ctx)
 		r.res.Pending, r.res.State = nil, nil
 		msgs := st.Messages
 		outputs := padded(st.Outputs, len(msgs[len(msgs)-1].ToolCalls))

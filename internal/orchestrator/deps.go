@@ -87,6 +87,9 @@ type Config struct {
 	NarrowTo    int // 24
 	// SearchResults is how many tools one search_tools call finds; 8.
 	SearchResults int
+	// ResourceBudget is how many bytes of resources one run may read
+	// (read_resource); 256 KiB.
+	ResourceBudget int
 	// Embedder, when set, adds a semantic ranking to narrowing: the
 	// query's embedding against the tools' (Connector.WithVectors).
 	Embedder Embedder

@@ -77,6 +77,7 @@ func (a *Agent) Run(ctx context.Context, req Request, emit func(Event)) (res *Re
 	r := &run{agent: a, req: req, conn: req.Connector, emit: serialize(emit), res: &Result{}, progress: emit != nil}
 	return a.execute(ctx, "connector.query", r, func(ctx context.Context) (*Result, error) {
 		r.selectTools(ctx)
+		r.offerRead(ctx)
 		if req.PlanOnly {
 			return r.plan(ctx)
 		}
@@ -141,6 +142,9 @@ type run struct {
 
 	// progress asks tool calls for progress: someone listens to events.
 	progress bool
+	// read is the name of the read_resource tool, "" when the run offers
+	// none (resources.go).
+	read string
 
 	// mu guards what the calls of a step record while they run (their
 	// inputs, samplings, contexts, the usage they add) and the step

@@ -104,6 +104,8 @@ type Call struct {
 	Samplings []ask.SamplingRecord `json:",omitempty"`
 	// TaskID is the server's id of the task the call ran as, if it did.
 	TaskID string `json:",omitempty"`
+	// Resource is what a read_resource call read: its uri and size.
+	Resource *ResourceRead `json:",omitempty"`
 }
 
 // Step is one model turn with tool calls.
@@ -138,6 +140,9 @@ type Result struct {
 	Status    Status
 	Answer    string
 	ToolsUsed []string
+	// ResourceBytes is how many bytes of resources the run has read
+	// (read_resource), against Config.ResourceBudget.
+	ResourceBytes int `json:",omitempty"`
 	// ToolsTotal is how many enabled tools the connector has; ToolsOffered
 	// are the ones the model was offered (those search_tools found
 	// included), all of them unless Narrowed.

@@ -33,6 +33,13 @@ func (r *run) step(ctx context.Context, index int, msg openai.ChatCompletionMess
 	for i, tc := range calls {
 		call := Call{ID: tc.ID, Tool: tc.Function.Name}
 		switch {
+		case r.isRead(tc.Function.Name):
+			// Answered here, within the run's byte budget; it is no tool
+			// call of the budget.
+			outputs[i] = r.readResource(ctx, tc.Function.Arguments, &call)
+			call.ResultExcerpt = Truncate(outputs[i], r.agent.cfg.ExcerptSize)
+			call.IsError = strings.HasPrefix(outputs[i], "Error: ")
+			outputs[i] = Truncate(outputs[i], r.agent.cfg.ResultLimit)
 		case r.isSearch(tc.Function.Name):
 			// Answered here, at once; it is no tool call of the budget.
 			call.Arguments, _ = decodeArguments(tc.Function.Arguments)

@@ -189,6 +189,9 @@ func callToProto(c orchestrator.Call) *connectorv1.ToolCall {
 		IsError: c.IsError, RejectedReason: c.RejectedReason, Duration: durationpb.New(c.Duration),
 		Pending: c.Pending, Decision: decisionToProto(c.Decision), TaskId: c.TaskID,
 	}
+	if c.Resource != nil {
+		p.ResourceUri, p.ResourceBytes = c.Resource.URI, int64(c.Resource.Bytes)
+	}
 	// The inputs' connector and server are the run's: its caller knows them.
 	for _, in := range c.Inputs {
 		p.Inputs = append(p.Inputs, inputToProto("", "", in))

@@ -32,3 +32,18 @@ func (t ToolCaller) CallTool(ctx context.Context, id int64, name string, args ma
 	}
 	return res, err
 }
+
+// Resources implements orchestrator.ResourceReader: the connector's
+// resources as last listed.
+func (t ToolCaller) Resources(ctx context.Context, id int64, _ orchestrator.CallOptions) ([]mcp.Resource, bool) {
+	k, err := t.Registry.Contents(ctx, id, false)
+	if err != nil || !k.Caps.Resources {
+		return nil, false
+	}
+	return k.Resources, true
+}
+
+// ReadResource implements orchestrator.ResourceReader.
+func (t ToolCaller) ReadResource(ctx context.Context, id int64, uri string, opts orchestrator.CallOptions) (*mcp.ReadResourceResult, error) {
+	return t.Registry.ReadResource(ctx, id, uri, registry.CallOptions{Session: opts.Session, UserID: opts.UserID})
+}

@@ -997,7 +997,12 @@ type ToolCall struct {
 	// refused) by the connector's model.
 	Samplings []*SamplingCall `protobuf:"bytes,11,rep,name=samplings,proto3" json:"samplings,omitempty"`
 	// The call ran as an MCP task (its tool requires it): the server's id.
-	TaskId        string `protobuf:"bytes,12,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TaskId string `protobuf:"bytes,12,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// A read of a resource by the agent (the read_resource tool): its uri,
+	// and the bytes read (text and decoded binary data), which count against
+	// the run's budget (AGENT_RESOURCE_BUDGET_BYTES).
+	ResourceUri   string `protobuf:"bytes,13,opt,name=resource_uri,json=resourceUri,proto3" json:"resource_uri,omitempty"`
+	ResourceBytes int64  `protobuf:"varint,14,opt,name=resource_bytes,json=resourceBytes,proto3" json:"resource_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1114,6 +1119,20 @@ func (x *ToolCall) GetTaskId() string {
 		return x.TaskId
 	}
 	return ""
+}
+
+func (x *ToolCall) GetResourceUri() string {
+	if x != nil {
+		return x.ResourceUri
+	}
+	return ""
+}
+
+func (x *ToolCall) GetResourceBytes() int64 {
+	if x != nil {
+		return x.ResourceBytes
+	}
+	return 0
 }
 
 // Step is one model turn and the tool calls it asked for.
@@ -2654,7 +2673,7 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\vdecide_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"decideTime\x12\x1c\n" +
 	"\n" +
-	"api_key_id\x18\x06 \x01(\tR\bapiKeyId\"\xe0\x03\n" +
+	"api_key_id\x18\x06 \x01(\tR\bapiKeyId\"\xaa\x04\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x125\n" +
@@ -2668,7 +2687,9 @@ const file_connector_v1_query_proto_rawDesc = "" +
 	"\x06inputs\x18\n" +
 	" \x03(\v2\x1a.connector.v1.InputRequestR\x06inputs\x128\n" +
 	"\tsamplings\x18\v \x03(\v2\x1a.connector.v1.SamplingCallR\tsamplings\x12\x17\n" +
-	"\atask_id\x18\f \x01(\tR\x06taskId\"h\n" +
+	"\atask_id\x18\f \x01(\tR\x06taskId\x12!\n" +
+	"\fresource_uri\x18\r \x01(\tR\vresourceUri\x12%\n" +
+	"\x0eresource_bytes\x18\x0e \x01(\x03R\rresourceBytes\"h\n" +
 	"\x04Step\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12,\n" +
 	"\x05calls\x18\x02 \x03(\v2\x16.connector.v1.ToolCallR\x05calls\x12\x1c\n" +
