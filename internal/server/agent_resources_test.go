@@ -118,4 +118,3 @@ func TestAgentWithoutResources(t *testing.T) {
 		}
 	}
 }
-
