@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,52 +158,128 @@ func (h *Handler) contentOptions(ep *endpoint, k *endpointContents) []server.Ser
 	return opts
 }
 
-// syncContents sets a connector endpoint's resources, templates and
-// prompts when they changed since the last sync. ep.syncMu is held.
+// syncContents sets the endpoint's resources, templates and prompts when
+// they changed since the last sync: its connector's, or on the workspace
+// endpoint every active connector's, federated (federatedURI, prefixed
+// names). ep.syncMu is held.
 func (ep *endpoint) syncContents(ctx context.Context) {
-	if ep.connector == "" || ep.h.d.Resources == nil {
+	if ep.h.d.Resources == nil {
 		return
 	}
-	k, err := ep.h.contentsOf(ctx, ep.ws, ep.connector)
-	if err != nil {
-		return // the last lists stay
-	}
+	var rs []server.ServerResource
+	var ts []server.ServerResourceTemplate
+	var ps []server.ServerPrompt
+	prompts := map[string]promptRef{}
 	sum := sha256.New()
-	for _, v := range []any{k.resources, k.templates, k.prompts} {
-		b, _ := json.Marshal(v)
-		sum.Write(b)
+	connectors := []string{ep.connector}
+	if ep.connector == "" {
+		connectors = nil
+		for _, row := range ep.h.d.Live.InWorkspace(ep.ws) {
+			if row.Active {
+				connectors = append(connectors, row.ExternalID)
+			}
+		}
+	}
+	var caps registry.ContentCaps
+	for _, connector := range connectors {
+		k, err := ep.h.contentsOf(ctx, ep.ws, connector)
+		if err != nil {
+			if ep.connector != "" {
+				return // the last lists stay
+			}
+			continue
+		}
+		sum.Write([]byte(connector))
+		for _, v := range []any{k.resources, k.templates, k.prompts} {
+			b, _ := json.Marshal(v)
+			sum.Write(b)
+		}
+		caps.Resources = caps.Resources || k.caps.Resources
+		caps.Prompts = caps.Prompts || k.caps.Prompts
+		for _, r := range k.resources {
+			r.URI, r.Name = ep.outURI(connector, r.URI), ep.outName(connector, r.Name)
+			rs = append(rs, server.ServerResource{Resource: r, Handler: ep.reader(connector)})
+		}
+		for _, t := range k.templates {
+			raw := ep.outURI(connector, templateText(t))
+			t.URITemplate, t.Name = mcp.NewResourceTemplate(raw, "").URITemplate, ep.outName(connector, t.Name)
+			ts = append(ts, server.ServerResourceTemplate{Template: t, Handler: server.ResourceTemplateHandlerFunc(ep.reader(connector))})
+		}
+		for _, p := range k.prompts {
+			orig := p.Name
+			p.Name = ep.outName(connector, orig)
+			prompts[p.Name] = promptRef{connector: connector, name: orig}
+			ps = append(ps, server.ServerPrompt{Prompt: p, Handler: ep.prompter(connector, orig)})
+		}
 	}
 	fp := hex.EncodeToString(sum.Sum(nil))
 	if fp == ep.contentsPrint {
 		return
 	}
 	ep.contentsPrint = fp
-	if k.caps.Resources {
-		rs := make([]server.ServerResource, 0, len(k.resources))
-		for _, r := range k.resources {
-			rs = append(rs, server.ServerResource{Resource: r, Handler: ep.readResource})
-		}
+	ep.subs.mu.Lock()
+	ep.prompts = prompts
+	ep.subs.mu.Unlock()
+	if caps.Resources || ep.connector == "" {
 		ep.mcp.SetResources(rs...)
-		ts := make([]server.ServerResourceTemplate, 0, len(k.templates))
-		for _, t := range k.templates {
-			ts = append(ts, server.ServerResourceTemplate{Template: t, Handler: ep.readResource})
-		}
 		ep.mcp.SetResourceTemplates(ts...)
 	}
-	if k.caps.Prompts {
-		ps := make([]server.ServerPrompt, 0, len(k.prompts))
-		for _, p := range k.prompts {
-			ps = append(ps, server.ServerPrompt{Prompt: p, Handler: ep.getPrompt})
-		}
+	if caps.Prompts || ep.connector == "" {
 		ep.mcp.SetPrompts(ps...)
 	}
 }
 
-// target is the connector's caller in ctx: its MCP session (for a
+// promptRef is a federated prompt's connector and own name.
+type promptRef struct{ connector, name string }
+
+// templateText is a template's URI template as the server gave it.
+func templateText(t mcp.ResourceTemplate) string {
+	if t.URITemplate == nil || t.URITemplate.Template == nil {
+		return ""
+	}
+	return t.URITemplate.Raw()
+}
+
+// FederatedScheme starts the workspace endpoint's resource URIs:
+// connector-svc://<connector>/<the server's own uri>.
+const FederatedScheme = "connector-svc://"
+
+// outURI is the uri a client of the endpoint sees of connector's uri.
+func (ep *endpoint) outURI(connector, uri string) string {
+	if ep.connector != "" {
+		return uri
+	}
+	return FederatedScheme + connector + "/" + uri
+}
+
+// outName is the name a client of the endpoint sees of connector's
+// resource or prompt name.
+func (ep *endpoint) outName(connector, name string) string {
+	if ep.connector != "" {
+		return name
+	}
+	return connectorPart(connector) + Separator + name
+}
+
+// route is the connector and its server's own uri of a uri a client of
+// the endpoint sent.
+func (ep *endpoint) route(uri string) (connector, orig string, ok bool) {
+	if ep.connector != "" {
+		return ep.connector, uri, true
+	}
+	rest, found := strings.CutPrefix(uri, FederatedScheme)
+	if !found {
+		return "", "", false
+	}
+	connector, orig, found = strings.Cut(rest, "/")
+	return connector, orig, found && connector != "" && orig != ""
+}
+
+// target is connector's caller in ctx: its MCP session (for a
 // per_session connector) and the user the key names.
-func (ep *endpoint) target(ctx context.Context) resources.Target {
-	t := resources.Target{WorkspaceID: ep.ws, ConnectorID: ep.connector, UserID: callerFrom(ctx).userID}
-	if row, ok := ep.h.d.Live.Lookup(ep.ws, ep.connector); ok && row.Config.SessionMode == registry.SessionPerSession {
+func (ep *endpoint) target(ctx context.Context, connector string) resources.Target {
+	t := resources.Target{WorkspaceID: ep.ws, ConnectorID: connector, UserID: callerFrom(ctx).userID}
+	if row, ok := ep.h.d.Live.Lookup(ep.ws, connector); ok && row.Config.SessionMode == registry.SessionPerSession {
 		if s := server.ClientSessionFromContext(ctx); s != nil {
 			t.SessionID = serviceSession(s.SessionID())
 		}
@@ -219,10 +297,33 @@ func (ep *endpoint) place(ctx context.Context, t resources.Target) (connectorv1.
 	return connectorv1.NewConnectorServiceClient(conn), nil
 }
 
-// readResource reads a resource of the endpoint's connector, as its
-// server gave it.
-func (ep *endpoint) readResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	t := ep.target(ctx)
+// reader reads resources of connector, as its server gave them (their
+// uris as the endpoint shows them).
+func (ep *endpoint) reader(connector string) server.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		c, orig, ok := ep.route(req.Params.URI)
+		if !ok || c != connector {
+			return nil, fmt.Errorf("%w: %s", mcp.ErrResourceNotFound, req.Params.URI)
+		}
+		req.Params.URI = orig
+		out, err := ep.readResource(ctx, connector, req)
+		for i, rc := range out {
+			switch rc := rc.(type) {
+			case mcp.TextResourceContents:
+				rc.URI = ep.outURI(connector, rc.URI)
+				out[i] = rc
+			case mcp.BlobResourceContents:
+				rc.URI = ep.outURI(connector, rc.URI)
+				out[i] = rc
+			}
+		}
+		return out, err
+	}
+}
+
+// readResource reads a resource of connector.
+func (ep *endpoint) readResource(ctx context.Context, connector string, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	t := ep.target(ctx, connector)
 	client, err := ep.place(ctx, t)
 	if err != nil {
 		return nil, err
@@ -253,9 +354,17 @@ func (ep *endpoint) readResource(ctx context.Context, req mcp.ReadResourceReques
 	return res.Contents, nil
 }
 
-// getPrompt gets a prompt of the endpoint's connector.
-func (ep *endpoint) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	t := ep.target(ctx)
+// prompter gets connector's prompt name.
+func (ep *endpoint) prompter(connector, name string) server.PromptHandlerFunc {
+	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		req.Params.Name = name
+		return ep.getPrompt(ctx, connector, req)
+	}
+}
+
+// getPrompt gets a prompt of connector.
+func (ep *endpoint) getPrompt(ctx context.Context, connector string, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	t := ep.target(ctx, connector)
 	client, err := ep.place(ctx, t)
 	if err != nil {
 		return nil, err
@@ -286,15 +395,29 @@ type completer struct {
 }
 
 func (c *completer) CompletePromptArgument(ctx context.Context, prompt string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	return c.complete(ctx, registry.CompleteRequest{Prompt: prompt, Argument: arg.Name, Value: arg.Value, Context: cc.Arguments})
+	connector := c.ep.connector
+	if connector == "" {
+		c.ep.subs.mu.Lock()
+		ref, ok := c.ep.prompts[prompt]
+		c.ep.subs.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("prompt %q is not listed", prompt)
+		}
+		connector, prompt = ref.connector, ref.name
+	}
+	return c.complete(ctx, connector, registry.CompleteRequest{Prompt: prompt, Argument: arg.Name, Value: arg.Value, Context: cc.Arguments})
 }
 
 func (c *completer) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	return c.complete(ctx, registry.CompleteRequest{TemplateURI: uri, Argument: arg.Name, Value: arg.Value, Context: cc.Arguments})
+	connector, orig, ok := c.ep.route(uri)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", mcp.ErrResourceNotFound, uri)
+	}
+	return c.complete(ctx, connector, registry.CompleteRequest{TemplateURI: orig, Argument: arg.Name, Value: arg.Value, Context: cc.Arguments})
 }
 
-func (c *completer) complete(ctx context.Context, req registry.CompleteRequest) (*mcp.Completion, error) {
-	t := c.ep.target(ctx)
+func (c *completer) complete(ctx context.Context, connector string, req registry.CompleteRequest) (*mcp.Completion, error) {
+	t := c.ep.target(ctx, connector)
 	client, err := c.ep.place(ctx, t)
 	if err != nil {
 		return nil, err
@@ -326,7 +449,8 @@ type subscriptions struct {
 // owner, until it unsubscribes or ends; updates go to that session.
 func (ep *endpoint) subscribe(ctx context.Context, uri string) {
 	s := server.ClientSessionFromContext(ctx)
-	if s == nil {
+	connector, orig, ok := ep.route(uri)
+	if s == nil || !ok {
 		return
 	}
 	session := s.SessionID()
@@ -351,9 +475,9 @@ func (ep *endpoint) subscribe(ctx context.Context, uri string) {
 	started := make(chan error, 1)
 	go func() {
 		defer ep.unsubscribe(session, uri)
-		err := ep.watch(wctx, uri, started, notify)
+		err := ep.watch(wctx, connector, orig, started, notify)
 		if err != nil && wctx.Err() == nil {
-			ep.h.logger.WarnContext(wctx, "an MCP session's resource subscription ended", slog.String("connector_id", ep.connector),
+			ep.h.logger.WarnContext(wctx, "an MCP session's resource subscription ended", slog.String("connector_id", connector),
 				slog.String("uri", uri), slog.String("error", err.Error()))
 		}
 	}()
@@ -368,17 +492,17 @@ func (ep *endpoint) subscribe(ctx context.Context, uri string) {
 // watch relays uri's updates to notify until ctx ends: from this
 // replica's hub when it owns the connector, else from the owner's
 // WatchResources. started hears once the watch is in place (or failed).
-func (ep *endpoint) watch(ctx context.Context, uri string, started chan<- error, notify func()) error {
+func (ep *endpoint) watch(ctx context.Context, connector, uri string, started chan<- error, notify func()) error {
 	once := sync.OnceFunc(func() { close(started) })
 	defer once()
-	conn, err := ep.h.d.Placer.Place(ctx, live.Target{WorkspaceID: ep.ws, ConnectorID: ep.connector, OwnerOnly: true})
+	conn, err := ep.h.d.Placer.Place(ctx, live.Target{WorkspaceID: ep.ws, ConnectorID: connector, OwnerOnly: true})
 	if err != nil {
 		return err
 	}
 	if conn != nil {
-		return ep.watchOn(ctx, conn, uri, once, notify)
+		return ep.watchOn(ctx, conn, connector, uri, once, notify)
 	}
-	id, err := ep.h.d.Calls.Callable(ctx, ep.ws, ep.connector)
+	id, err := ep.h.d.Calls.Callable(ctx, ep.ws, connector)
 	if err != nil {
 		return err
 	}
@@ -396,9 +520,9 @@ func (ep *endpoint) watch(ctx context.Context, uri string, started chan<- error,
 	return w.Err()
 }
 
-func (ep *endpoint) watchOn(ctx context.Context, conn *grpc.ClientConn, uri string, started func(), notify func()) error {
+func (ep *endpoint) watchOn(ctx context.Context, conn *grpc.ClientConn, connector, uri string, started func(), notify func()) error {
 	st, err := connectorv1.NewConnectorServiceClient(conn).WatchResources(ctx, &connectorv1.WatchResourcesRequest{
-		WorkspaceId: ep.ws, ConnectorId: ep.connector, Uris: []string{uri}})
+		WorkspaceId: ep.ws, ConnectorId: connector, Uris: []string{uri}})
 	if err != nil {
 		return err
 	}

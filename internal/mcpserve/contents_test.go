@@ -117,3 +117,53 @@ func TestContentsPassThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// On the workspace endpoint, every connector's resources and prompts,
+// their uris and names saying which connector; a read of a federated uri
+// returns the connector's content.
+func TestContentsFederated(t *testing.T) {
+	js := everythingEntry(t)
+	e := newInteropEnv(t, &store.Connector{ExternalID: "everything", Transport: store.TransportStdio,
+		Config: store.Config{Command: "node", Args: []string{js, "stdio"}, ConnectTimeout: store.Duration(30 * time.Second),
+			CallTimeout: store.Duration(60 * time.Second)}})
+	cs := goSDKConnect(t, e.url+"/mcp/ws", "2025-11-25", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var uris, names []string
+	for r, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris, names = append(uris, r.URI), append(names, r.Name)
+	}
+	if len(uris) == 0 {
+		t.Fatal("no resources on the workspace endpoint")
+	}
+	for i := range uris {
+		if !strings.HasPrefix(uris[i], "connector-svc://everything/demo://") || !strings.HasPrefix(names[i], "everything__") {
+			t.Errorf("federated resource %q named %q", uris[i], names[i])
+		}
+	}
+	r, err := cs.ReadResource(ctx, &gomcp.ReadResourceParams{URI: "connector-svc://everything/demo://resource/dynamic/text/3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Contents[0]; c.URI != "connector-svc://everything/demo://resource/dynamic/text/3" || !strings.HasPrefix(c.Text, "Resource 3:") {
+		t.Errorf("read = %+v", c)
+	}
+	p, err := cs.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "everything__args-prompt", Arguments: map[string]string{"city": "Rome"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, ok := p.Messages[0].Content.(*gomcp.TextContent); !ok || tc.Text != "What's weather in Rome?" {
+		t.Errorf("prompt = %+v", p.Messages[0].Content)
+	}
+	comp, err := cs.Complete(ctx, &gomcp.CompleteParams{Ref: &gomcp.CompleteReference{Type: "ref/prompt", Name: "everything__completable-prompt"},
+		Argument: gomcp.CompleteParamsArgument{Name: "department", Value: "M"}})
+	if err != nil || strings.Join(comp.Completion.Values, ",") != "Marketing" {
+		t.Errorf("completion = %+v, %v", comp, err)
+	}
+	if _, err := cs.ReadResource(ctx, &gomcp.ReadResourceParams{URI: "demo://resource/dynamic/text/3"}); err == nil {
+		t.Error("a uri that names no connector was read on the workspace endpoint")
+	}
+}

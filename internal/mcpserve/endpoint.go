@@ -44,6 +44,9 @@ type endpoint struct {
 	// last set (under syncMu); subs the MCP sessions' subscriptions.
 	contentsPrint string
 	subs          subscriptions
+	// prompts are the workspace endpoint's prompts by the names it lists
+	// them under (under subs.mu).
+	prompts map[string]promptRef
 }
 
 func (h *Handler) endpoint(ctx context.Context, ws, connector string) (*endpoint, error) {
@@ -61,6 +64,11 @@ func (h *Handler) endpoint(ctx context.Context, ws, connector string) (*endpoint
 		// What the connector offers beside tools is declared when its
 		// endpoint is made.
 		k := &endpointContents{}
+		if connector == "" && h.d.Resources != nil {
+			// The workspace's: its connectors come and go; each request
+			// goes to the connector its name or uri says.
+			k.caps = registry.ContentCaps{Resources: true, Subscribe: true, Prompts: true, Completions: true}
+		}
 		if connector != "" {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			var err error

@@ -348,6 +348,13 @@ func (c *conn) connect(link trace.Link, replacing *session) (err error) {
 		c.fail(err, replacing)
 		return err
 	}
+	if c.spec.perSession() {
+		// Its contents are listed on this connection too, before it
+		// closes: the connector keeps none of its own to list on later.
+		if _, err := c.listContentsOn(ctx, s); err != nil {
+			c.reg.logger.Debug("list resources and prompts", append(c.logAttrs(), slog.String("error", err.Error()))...)
+		}
+	}
 	return c.publishSession(s, version, len(tools), cat, seq, start, replacing)
 }
 

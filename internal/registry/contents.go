@@ -169,8 +169,13 @@ func (c *conn) listContents(ctx context.Context) (*Contents, error) {
 		return nil, err
 	}
 	defer done()
+	return c.listContentsOn(ctx, s)
+}
+
+// listContentsOn lists c's contents over s and publishes them.
+func (c *conn) listContentsOn(ctx context.Context, s *session) (*Contents, error) {
 	k := &Contents{Caps: contentCaps(s.client.GetServerCapabilities()), ListedAt: time.Now()}
-	err = func() error {
+	err := func() error {
 		if k.Caps.Resources {
 			res, err := s.client.ListResources(ctx, mcp.ListResourcesRequest{})
 			if err != nil {
