@@ -163,10 +163,13 @@ func (r rpc) call(ctx context.Context, conn *grpc.ClientConn, workspace string) 
 	}
 }
 
-// queryRPCs are the RPCs of scope query; the others need admin.
+// queryRPCs are the RPCs a query key may call (scopes query and call); the others need admin.
 var queryRPCs = map[string]bool{"CallTool": true, "StreamCallTool": true, "QueryConnector": true, "StreamQueryConnector": true,
 	"ListSessions": true, "CloseSession": true, "ResumeQuery": true, "StreamResumeQuery": true, "GetQueryRun": true, "ListQueryRuns": true,
-	"StartAuthorization": true, "CompleteAuthorization": true, "ListAuthorizations": true, "RevokeAuthorization": true, "AnswerInput": true}
+	"StartAuthorization": true, "CompleteAuthorization": true, "ListAuthorizations": true, "RevokeAuthorization": true, "AnswerInput": true,
+	// Resources, prompts and completions are read as tools are called (scope call, which query implies).
+	"ListResources": true, "ListResourceTemplates": true, "ReadResource": true, "ListPrompts": true, "GetPrompt": true, "Complete": true,
+	"WatchResources": true}
 
 // TestEndToEndAuth runs the real run() with keys and checks who may call
 // what, over gRPC.
