@@ -87,14 +87,22 @@ func (e *ArgumentsTooLargeError) Error() string {
 // ResultTooLargeError: the tool's result is over the limit. Its message
 // names the sizes, never the content. Size 0: the registry stopped
 // reading it at the limit, and its size is not known.
-type ResultTooLargeError struct{ Size, Limit int }
+type ResultTooLargeError struct {
+	Size, Limit int
+	// What was read: "" for a tool result, else what ("resource", "prompt").
+	What string
+}
 
 func (e *ResultTooLargeError) Error() string {
-	const advice = "; ask the tool for less, or raise MAX_TOOL_RESULT_BYTES with GRPC_MAX_SEND_BYTES and the client's receive limit"
-	if e.Size == 0 {
-		return fmt.Sprintf("the tool result is over the limit of %d bytes (MAX_TOOL_RESULT_BYTES) and was not read", e.Limit) + advice
+	what, from := "tool result", "ask the tool for less"
+	if e.What != "" {
+		what, from = e.What, "read less"
 	}
-	return fmt.Sprintf("the tool result is %d bytes, over the limit of %d bytes (MAX_TOOL_RESULT_BYTES)", e.Size, e.Limit) + advice
+	advice := "; " + from + ", or raise MAX_TOOL_RESULT_BYTES with GRPC_MAX_SEND_BYTES and the client's receive limit"
+	if e.Size == 0 {
+		return fmt.Sprintf("the %s is over the limit of %d bytes (MAX_TOOL_RESULT_BYTES) and was not read", what, e.Limit) + advice
+	}
+	return fmt.Sprintf("the %s is %d bytes, over the limit of %d bytes (MAX_TOOL_RESULT_BYTES)", what, e.Size, e.Limit) + advice
 }
 
 // InputNotFoundError: no question of a direct call waits for the answer

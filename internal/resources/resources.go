@@ -170,10 +170,10 @@ func (s *Service) Read(ctx context.Context, t Target, uri string) (_ *ReadResult
 	start := time.Now()
 	res, err := s.d.Registry.ReadResource(ctx, id, uri, s.options(row, t))
 	if err != nil {
-		return nil, s.serverError(err)
+		return nil, s.serverError(err, "resource")
 	}
 	n := ContentsSize(res.Contents)
-	if err := s.checkSize(n); err != nil {
+	if err := s.checkSize(n, "resource"); err != nil {
 		return nil, err
 	}
 	return &ReadResult{Contents: res.Contents, Bytes: n, Duration: time.Since(start)}, nil
@@ -216,13 +216,13 @@ func (s *Service) GetPrompt(ctx context.Context, t Target, name string, args map
 	defer s.authorization(row, t, &err)
 	res, err := s.d.Registry.GetPrompt(ctx, id, name, args, s.options(row, t))
 	if err != nil {
-		return nil, s.serverError(err)
+		return nil, s.serverError(err, "prompt")
 	}
 	n := 0
 	for _, m := range res.Messages {
 		n += contentSize(m.Content)
 	}
-	if err := s.checkSize(n); err != nil {
+	if err := s.checkSize(n, "prompt"); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -246,7 +246,7 @@ func (s *Service) Complete(ctx context.Context, t Target, req registry.CompleteR
 	defer s.authorization(row, t, &err)
 	res, err := s.d.Registry.Complete(ctx, id, req, s.options(row, t))
 	if err != nil {
-		return nil, s.serverError(err)
+		return nil, s.serverError(err, "completion")
 	}
 	return res, nil
 }
@@ -289,9 +289,9 @@ func (s *Service) authorization(row *store.Connector, t Target, err *error) {
 
 // serverError maps the registry's errors: an answer over its limit, and
 // the server's own refusals.
-func (s *Service) serverError(err error) error {
+func (s *Service) serverError(err error, what string) error {
 	if errors.Is(err, registry.ErrResultTooLarge) {
-		return &calls.ResultTooLargeError{Limit: s.d.MaxResultBytes}
+		return &calls.ResultTooLargeError{Limit: s.d.MaxResultBytes, What: what}
 	}
 	for _, e := range []error{mcp.ErrMethodNotFound, mcp.ErrInvalidParams, mcp.ErrInvalidRequest,
 		mcp.ErrResourceNotFound, mcp.ErrInternalError} {
@@ -302,9 +302,9 @@ func (s *Service) serverError(err error) error {
 	return err
 }
 
-func (s *Service) checkSize(n int) error {
+func (s *Service) checkSize(n int, what string) error {
 	if limit := s.d.MaxResultBytes; limit > 0 && n > limit {
-		return &calls.ResultTooLargeError{Size: n, Limit: limit}
+		return &calls.ResultTooLargeError{Size: n, Limit: limit, What: what}
 	}
 	return nil
 }
