@@ -78,7 +78,7 @@ func (db *DB) RegisterReplica(ctx context.Context, id, internalAddr string, ttl 
 		WITH up AS (
 			INSERT INTO replicas (id, internal_addr, started_at, heartbeat_at, expires_at, listening_since)
 			VALUES ($1, $2, now(), now(), now() + $3::interval,
-				(SELECT now() FROM pg_stat_activity WHERE application_name = $4 LIMIT 1))
+				(SELECT now() FROM pg_stat_activity WHERE application_name = $4 AND datname = current_database() LIMIT 1))
 			ON CONFLICT (id) DO UPDATE SET internal_addr = EXCLUDED.internal_addr,
 				started_at = now(), heartbeat_at = now(), expires_at = EXCLUDED.expires_at,
 				listening_since = EXCLUDED.listening_since
@@ -139,13 +139,15 @@ func (db *DB) HeartbeatReplica(ctx context.Context, id string, ttl time.Duration
 // its own clock. It returns the ids expired, in order. A replica cut off
 // by a partition keeps its connection open as far as Postgres knows: then
 // only its TTL tells. The statement writes nothing while nobody vanished.
+// Listeners are looked for in this database only: another deployment (or
+// test) on the same Postgres server may name its replicas alike.
 func (db *DB) ExpireVanishedReplicas(ctx context.Context, self string) ([]string, error) {
 	rows, err := db.pool.Query(ctx, `
 		WITH gone AS (
 			UPDATE replicas r SET expires_at = now()
 			WHERE r.expires_at > now() AND r.id <> $1
 				AND r.listening_since > pg_postmaster_start_time()
-				AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = $2 || r.id)
+				AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = $2 || r.id AND a.datname = current_database())
 			RETURNING r.id
 		), told AS (
 			SELECT id, `+notify(ClusterEvent{Kind: EventMember})+` FROM gone
