@@ -76,6 +76,13 @@ type interopEnv struct {
 // "ws"), no keys, and every connector READY before it returns.
 func newInteropEnv(t *testing.T, rows ...*store.Connector) *interopEnv {
 	t.Helper()
+	return newInteropEnvWith(t, nil, rows...)
+}
+
+// newInteropEnvWith is newInteropEnv with the endpoint's config changed
+// by with (if not nil).
+func newInteropEnvWith(t *testing.T, with func(*mcpserve.Config), rows ...*store.Connector) *interopEnv {
+	t.Helper()
 	db := storetest.NewDB(t)
 	reg, lv := livetest.Run(t, db)
 	ctx := context.Background()
@@ -92,9 +99,12 @@ func newInteropEnv(t *testing.T, rows ...*store.Connector) *interopEnv {
 	}
 	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv}, server.Config{Auth: auth.ModeNone})
 	uc := srv.UseCases()
+	cfg := mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond}
+	if with != nil {
+		with(&cfg)
+	}
 	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries,
-		Placer: uc.Placer, Sessions: uc.Sessions, Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db},
-		mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond})
+		Placer: uc.Placer, Sessions: uc.Sessions, Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db}, cfg)
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { _ = h.Run(rctx) }()
 	mux := http.NewServeMux()
