@@ -3,6 +3,7 @@ package mcpserve_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1131,5 +1132,136 @@ func TestInteropEverythingForwarded(t *testing.T) {
 				t.Logf("KNOWN DIFFERENCE: %s's content annotations do not cross the internal hop", c.name)
 			}
 		})
+	}
+}
+
+// Through a replica that does not hold the stdio connector, its
+// endpoint's resources, reads, prompts, completions and subscriptions
+// are the owner's, forwarded: the same as the server's own.
+func TestInteropEverythingContentsForwarded(t *testing.T) {
+	js := everythingEntry(t)
+	db := storetest.NewDB(t)
+	a := newInteropReplica(t, db, "interop-a")
+	b := newInteropReplica(t, db, "interop-b")
+	testsupport.WaitFor(t, "both replicas live", func() bool {
+		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
+		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
+			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owner *interopReplica
+	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
+		for _, r := range []*interopReplica{a, b} {
+			if _, ok := r.owners.Owned(row.ID); ok {
+				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
+					owner = r
+				}
+			}
+		}
+		return owner != nil
+	})
+	other := a
+	if owner == a {
+		other = b
+	}
+	if other.reg.Has(row.ID) {
+		t.Fatal("the replica that does not own the stdio connector runs it too")
+	}
+	k, err := owner.reg.Contents(ctx, row.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	updated := make(chan string, 64)
+	cs := goSDKConnect(t, other.url+"/mcp/ws/everything", "2025-11-25", &gomcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *gomcp.ResourceUpdatedNotificationRequest) {
+			updated <- req.Params.URI
+		}})
+	caps := cs.InitializeResult().Capabilities
+	if caps.Resources == nil || !caps.Resources.Subscribe || caps.Prompts == nil || caps.Completions == nil {
+		t.Fatalf("capabilities through the other replica = %+v; want resources with subscribe, prompts, completions", caps)
+	}
+	var uris, want []string
+	for r, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, r.URI)
+	}
+	for _, r := range k.Resources {
+		want = append(want, r.URI)
+	}
+	slices.Sort(uris)
+	slices.Sort(want)
+	if len(want) == 0 || !slices.Equal(uris, want) {
+		t.Fatalf("resources through the other replica %v; the server's %v", uris, want)
+	}
+
+	direct, err := mcpclient.NewStdioMCPClient("node", nil, js, "stdio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	if _, err := direct.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25",
+		ClientInfo: mcp.Implementation{Name: "direct", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, uri := range []string{want[0], "demo://resource/dynamic/blob/7"} {
+		d, err := direct.ReadResource(ctx, mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: uri}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.ReadResource(ctx, &gomcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			t.Fatalf("read %s through the other replica: %v", uri, err)
+		}
+		if len(got.Contents) != len(d.Contents) || len(got.Contents) == 0 {
+			t.Fatalf("read %s: %d contents, the server's %d", uri, len(got.Contents), len(d.Contents))
+		}
+		switch dc := d.Contents[0].(type) {
+		case mcp.TextResourceContents:
+			if g := got.Contents[0]; g.URI != dc.URI || g.Text != dc.Text || g.MIMEType != dc.MIMEType {
+				t.Errorf("read %s = %+v; the server's %+v", uri, g, dc)
+			}
+		case mcp.BlobResourceContents:
+			if g := got.Contents[0]; g.URI != dc.URI || base64.StdEncoding.EncodeToString(g.Blob) != dc.Blob || g.MIMEType != dc.MIMEType {
+				t.Errorf("read %s = %+v; the server's %+v", uri, g, dc)
+			}
+		default:
+			t.Fatalf("read %s directly: %T", uri, dc)
+		}
+	}
+
+	p, err := cs.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "args-prompt", Arguments: map[string]string{"city": "Lima"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, ok := p.Messages[0].Content.(*gomcp.TextContent); !ok || tc.Text != "What's weather in Lima?" {
+		t.Errorf("args-prompt through the other replica = %+v", p.Messages[0].Content)
+	}
+	comp, err := cs.Complete(ctx, &gomcp.CompleteParams{Ref: &gomcp.CompleteReference{Type: "ref/prompt", Name: "completable-prompt"},
+		Argument: gomcp.CompleteParamsArgument{Name: "department", Value: "M"}})
+	if err != nil || strings.Join(comp.Completion.Values, ",") != "Marketing" {
+		t.Errorf("completion through the other replica = %+v, %v", comp, err)
+	}
+
+	if err := cs.Subscribe(ctx, &gomcp.SubscribeParams{URI: want[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CallTool(ctx, &gomcp.CallToolParams{Name: "toggle-subscriber-updates", Arguments: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uri := <-updated:
+		if uri != want[0] {
+			t.Errorf("update of %s, want %s", uri, want[0])
+		}
+	case <-ctx.Done():
+		t.Fatal("no resource update through the other replica")
 	}
 }
