@@ -102,20 +102,7 @@ func TestContentsPassThrough(t *testing.T) {
 	}
 
 	// A subscription through the endpoint: the server's updates arrive.
-	if err := cs.Subscribe(ctx, &gomcp.SubscribeParams{URI: want[0]}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CallTool(ctx, &gomcp.CallToolParams{Name: "toggle-subscriber-updates", Arguments: map[string]any{}}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case uri := <-updated:
-		if uri != want[0] {
-			t.Errorf("update of %s, want %s", uri, want[0])
-		}
-	case <-ctx.Done():
-		t.Fatal("no resource update through the endpoint")
-	}
+	everythingUpdate(ctx, t, cs, updated, want[0])
 	if err := cs.Unsubscribe(ctx, &gomcp.UnsubscribeParams{URI: want[0]}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,5 +246,25 @@ func TestContentsPagesAndErrors(t *testing.T) {
 	_, err = ws.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "args-prompt"})
 	if err == nil || code(err) != -32602 {
 		t.Errorf("federated prompt without its connector: %v; want -32602", err)
+	}
+}
+
+// everythingUpdate subscribes cs to uri, has the reference server send
+// its subscribers updates, and waits for uri's on updated.
+func everythingUpdate(ctx context.Context, t *testing.T, cs *gomcp.ClientSession, updated <-chan string, uri string) {
+	t.Helper()
+	if err := cs.Subscribe(ctx, &gomcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CallTool(ctx, &gomcp.CallToolParams{Name: "toggle-subscriber-updates", Arguments: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-updated:
+		if got != uri {
+			t.Errorf("update of %s, want %s", got, uri)
+		}
+	case <-ctx.Done():
+		t.Fatalf("no update of %s through the endpoint", uri)
 	}
 }

@@ -1051,37 +1051,8 @@ func newInteropReplica(t *testing.T, db *store.DB, id string) *interopReplica {
 // (forward.go: "content annotations and _meta stay behind on the owner").
 func TestInteropEverythingForwarded(t *testing.T) {
 	js := everythingEntry(t)
-	db := storetest.NewDB(t)
-	a := newInteropReplica(t, db, "interop-a")
-	b := newInteropReplica(t, db, "interop-b")
-	testsupport.WaitFor(t, "both replicas live", func() bool {
-		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
-	})
+	_, other, _ := everythingOnTwoReplicas(t, js)
 	ctx := context.Background()
-	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
-		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
-			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var owner, other *interopReplica
-	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
-		for _, r := range []*interopReplica{a, b} {
-			if _, ok := r.owners.Owned(row.ID); ok {
-				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
-					owner = r
-				}
-			}
-		}
-		return owner != nil
-	})
-	other = a
-	if owner == a {
-		other = b
-	}
-	if other.reg.Has(row.ID) {
-		t.Fatal("the replica that does not own the stdio connector runs it too")
-	}
 
 	direct, err := mcpclient.NewStdioMCPClient("node", nil, js, "stdio")
 	if err != nil {
@@ -1140,39 +1111,10 @@ func TestInteropEverythingForwarded(t *testing.T) {
 // are the owner's, forwarded: the same as the server's own.
 func TestInteropEverythingContentsForwarded(t *testing.T) {
 	js := everythingEntry(t)
-	db := storetest.NewDB(t)
-	a := newInteropReplica(t, db, "interop-a")
-	b := newInteropReplica(t, db, "interop-b")
-	testsupport.WaitFor(t, "both replicas live", func() bool {
-		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
-	})
+	owner, other, id := everythingOnTwoReplicas(t, js)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
-		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
-			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var owner *interopReplica
-	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
-		for _, r := range []*interopReplica{a, b} {
-			if _, ok := r.owners.Owned(row.ID); ok {
-				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
-					owner = r
-				}
-			}
-		}
-		return owner != nil
-	})
-	other := a
-	if owner == a {
-		other = b
-	}
-	if other.reg.Has(row.ID) {
-		t.Fatal("the replica that does not own the stdio connector runs it too")
-	}
-	k, err := owner.reg.Contents(ctx, row.ID, false)
+	k, err := owner.reg.Contents(ctx, id, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1250,18 +1192,43 @@ func TestInteropEverythingContentsForwarded(t *testing.T) {
 		t.Errorf("completion through the other replica = %+v, %v", comp, err)
 	}
 
-	if err := cs.Subscribe(ctx, &gomcp.SubscribeParams{URI: want[0]}); err != nil {
+	everythingUpdate(ctx, t, cs, updated, want[0])
+}
+
+// everythingOnTwoReplicas runs two replicas and the reference server as a
+// stdio connector ("everything" in "ws"): the replica that owns and
+// serves it, the other (which does not run it), and its id.
+func everythingOnTwoReplicas(t *testing.T, js string) (owner, other *interopReplica, id int64) {
+	t.Helper()
+	db := storetest.NewDB(t)
+	a := newInteropReplica(t, db, "interop-a")
+	b := newInteropReplica(t, db, "interop-b")
+	testsupport.WaitFor(t, "both replicas live", func() bool {
+		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
+	})
+	ctx := context.Background()
+	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
+		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
+			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CallTool(ctx, &gomcp.CallToolParams{Name: "toggle-subscriber-updates", Arguments: map[string]any{}}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case uri := <-updated:
-		if uri != want[0] {
-			t.Errorf("update of %s, want %s", uri, want[0])
+	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
+		for _, r := range []*interopReplica{a, b} {
+			if _, ok := r.owners.Owned(row.ID); ok {
+				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
+					owner = r
+				}
+			}
 		}
-	case <-ctx.Done():
-		t.Fatal("no resource update through the other replica")
+		return owner != nil
+	})
+	other = a
+	if owner == a {
+		other = b
 	}
+	if other.reg.Has(row.ID) {
+		t.Fatal("the replica that does not own the stdio connector runs it too")
+	}
+	return owner, other, row.ID
 }
