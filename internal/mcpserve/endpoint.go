@@ -104,6 +104,7 @@ func (h *Handler) newEndpoint(ws, connector, path string, k *endpointContents) *
 		server.WithLogging(),
 		server.WithToolFilter(scopeFilter),
 		server.WithRecovery(),
+		server.WithPaginationLimit(h.cfg.ListPageSize),
 		server.WithInstructions(instructions)}, h.contentOptions(ep, k)...)
 	ep.mcp = server.NewMCPServer("connector-svc", h.cfg.Version, opts...)
 	ep.http = server.NewStreamableHTTPServer(ep.mcp,

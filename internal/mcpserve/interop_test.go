@@ -3,6 +3,7 @@ package mcpserve_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,6 +77,13 @@ type interopEnv struct {
 // "ws"), no keys, and every connector READY before it returns.
 func newInteropEnv(t *testing.T, rows ...*store.Connector) *interopEnv {
 	t.Helper()
+	return newInteropEnvWith(t, nil, rows...)
+}
+
+// newInteropEnvWith is newInteropEnv with the endpoint's config changed
+// by with (if not nil).
+func newInteropEnvWith(t *testing.T, with func(*mcpserve.Config), rows ...*store.Connector) *interopEnv {
+	t.Helper()
 	db := storetest.NewDB(t)
 	reg, lv := livetest.Run(t, db)
 	ctx := context.Background()
@@ -92,9 +100,12 @@ func newInteropEnv(t *testing.T, rows ...*store.Connector) *interopEnv {
 	}
 	srv := server.New(server.Deps{DB: db, Registry: reg, Live: lv}, server.Config{Auth: auth.ModeNone})
 	uc := srv.UseCases()
+	cfg := mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond}
+	if with != nil {
+		with(&cfg)
+	}
 	h := mcpserve.New(mcpserve.Deps{Calls: uc.Calls, Resources: uc.Resources, Watches: uc.Watches, Queries: uc.Queries,
-		Placer: uc.Placer, Sessions: uc.Sessions, Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db},
-		mcpserve.Config{Auth: auth.ModeNone, SessionKey: []byte("interop session key"), ListInterval: 100 * time.Millisecond})
+		Placer: uc.Placer, Sessions: uc.Sessions, Authorizations: uc.Authorizations, Live: lv, Registry: reg, Tools: db}, cfg)
 	rctx, cancel := context.WithCancel(ctx)
 	go func() { _ = h.Run(rctx) }()
 	mux := http.NewServeMux()
@@ -1040,37 +1051,8 @@ func newInteropReplica(t *testing.T, db *store.DB, id string) *interopReplica {
 // (forward.go: "content annotations and _meta stay behind on the owner").
 func TestInteropEverythingForwarded(t *testing.T) {
 	js := everythingEntry(t)
-	db := storetest.NewDB(t)
-	a := newInteropReplica(t, db, "interop-a")
-	b := newInteropReplica(t, db, "interop-b")
-	testsupport.WaitFor(t, "both replicas live", func() bool {
-		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
-	})
+	_, other, _ := everythingOnTwoReplicas(t, js)
 	ctx := context.Background()
-	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
-		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
-			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var owner, other *interopReplica
-	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
-		for _, r := range []*interopReplica{a, b} {
-			if _, ok := r.owners.Owned(row.ID); ok {
-				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
-					owner = r
-				}
-			}
-		}
-		return owner != nil
-	})
-	other = a
-	if owner == a {
-		other = b
-	}
-	if other.reg.Has(row.ID) {
-		t.Fatal("the replica that does not own the stdio connector runs it too")
-	}
 
 	direct, err := mcpclient.NewStdioMCPClient("node", nil, js, "stdio")
 	if err != nil {
@@ -1122,4 +1104,131 @@ func TestInteropEverythingForwarded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Through a replica that does not hold the stdio connector, its
+// endpoint's resources, reads, prompts, completions and subscriptions
+// are the owner's, forwarded: the same as the server's own.
+func TestInteropEverythingContentsForwarded(t *testing.T) {
+	js := everythingEntry(t)
+	owner, other, id := everythingOnTwoReplicas(t, js)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	k, err := owner.reg.Contents(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	updated := make(chan string, 64)
+	cs := goSDKConnect(t, other.url+"/mcp/ws/everything", "2025-11-25", &gomcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *gomcp.ResourceUpdatedNotificationRequest) {
+			updated <- req.Params.URI
+		}})
+	caps := cs.InitializeResult().Capabilities
+	if caps.Resources == nil || !caps.Resources.Subscribe || caps.Prompts == nil || caps.Completions == nil {
+		t.Fatalf("capabilities through the other replica = %+v; want resources with subscribe, prompts, completions", caps)
+	}
+	var uris, want []string
+	for r, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, r.URI)
+	}
+	for _, r := range k.Resources {
+		want = append(want, r.URI)
+	}
+	slices.Sort(uris)
+	slices.Sort(want)
+	if len(want) == 0 || !slices.Equal(uris, want) {
+		t.Fatalf("resources through the other replica %v; the server's %v", uris, want)
+	}
+
+	direct, err := mcpclient.NewStdioMCPClient("node", nil, js, "stdio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	if _, err := direct.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25",
+		ClientInfo: mcp.Implementation{Name: "direct", Version: "1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, uri := range []string{want[0], "demo://resource/dynamic/blob/7"} {
+		d, err := direct.ReadResource(ctx, mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: uri}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.ReadResource(ctx, &gomcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			t.Fatalf("read %s through the other replica: %v", uri, err)
+		}
+		if len(got.Contents) != len(d.Contents) || len(got.Contents) == 0 {
+			t.Fatalf("read %s: %d contents, the server's %d", uri, len(got.Contents), len(d.Contents))
+		}
+		switch dc := d.Contents[0].(type) {
+		case mcp.TextResourceContents:
+			if g := got.Contents[0]; g.URI != dc.URI || g.Text != dc.Text || g.MIMEType != dc.MIMEType {
+				t.Errorf("read %s = %+v; the server's %+v", uri, g, dc)
+			}
+		case mcp.BlobResourceContents:
+			if g := got.Contents[0]; g.URI != dc.URI || base64.StdEncoding.EncodeToString(g.Blob) != dc.Blob || g.MIMEType != dc.MIMEType {
+				t.Errorf("read %s = %+v; the server's %+v", uri, g, dc)
+			}
+		default:
+			t.Fatalf("read %s directly: %T", uri, dc)
+		}
+	}
+
+	p, err := cs.GetPrompt(ctx, &gomcp.GetPromptParams{Name: "args-prompt", Arguments: map[string]string{"city": "Lima"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, ok := p.Messages[0].Content.(*gomcp.TextContent); !ok || tc.Text != "What's weather in Lima?" {
+		t.Errorf("args-prompt through the other replica = %+v", p.Messages[0].Content)
+	}
+	comp, err := cs.Complete(ctx, &gomcp.CompleteParams{Ref: &gomcp.CompleteReference{Type: "ref/prompt", Name: "completable-prompt"},
+		Argument: gomcp.CompleteParamsArgument{Name: "department", Value: "M"}})
+	if err != nil || strings.Join(comp.Completion.Values, ",") != "Marketing" {
+		t.Errorf("completion through the other replica = %+v, %v", comp, err)
+	}
+
+	everythingUpdate(ctx, t, cs, updated, want[0])
+}
+
+// everythingOnTwoReplicas runs two replicas and the reference server as a
+// stdio connector ("everything" in "ws"): the replica that owns and
+// serves it, the other (which does not run it), and its id.
+func everythingOnTwoReplicas(t *testing.T, js string) (owner, other *interopReplica, id int64) {
+	t.Helper()
+	db := storetest.NewDB(t)
+	a := newInteropReplica(t, db, "interop-a")
+	b := newInteropReplica(t, db, "interop-b")
+	testsupport.WaitFor(t, "both replicas live", func() bool {
+		return len(a.members.Live()) == 2 && len(b.members.Live()) == 2
+	})
+	ctx := context.Background()
+	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "everything", Name: "everything", Active: true,
+		Transport: store.TransportStdio, Config: store.Config{Command: "node", Args: []string{js, "stdio"},
+			ConnectTimeout: store.Duration(30 * time.Second), CallTimeout: store.Duration(60 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsupport.WaitFor(t, "one replica owns the stdio connector and serves it", func() bool {
+		for _, r := range []*interopReplica{a, b} {
+			if _, ok := r.owners.Owned(row.ID); ok {
+				if h, err := r.reg.Health(row.ID); err == nil && h.State == registry.StateReady {
+					owner = r
+				}
+			}
+		}
+		return owner != nil
+	})
+	other = a
+	if owner == a {
+		other = b
+	}
+	if other.reg.Has(row.ID) {
+		t.Fatal("the replica that does not own the stdio connector runs it too")
+	}
+	return owner, other, row.ID
 }

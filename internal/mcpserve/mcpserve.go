@@ -113,6 +113,9 @@ type Config struct {
 	// ListInterval is how often an endpoint with clients compares its
 	// catalogs, to tell them of a change; 0 means 2 s.
 	ListInterval time.Duration
+	// ListPageSize is how many tools, resources, templates or prompts
+	// one list answer holds, the rest behind its nextCursor; 0 means 100.
+	ListPageSize int
 	// CallTimeout bounds a tool call that has no deadline of its own; the
 	// agent tools take QueryTimeout.
 	CallTimeout, QueryTimeout time.Duration
@@ -129,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ListInterval <= 0 {
 		c.ListInterval = 2 * time.Second
+	}
+	if c.ListPageSize <= 0 {
+		c.ListPageSize = 100
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 5 * time.Minute
