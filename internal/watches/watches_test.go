@@ -1,22 +1,17 @@
 package watches_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/connector-svc/connector-svc/internal/live/livetest"
+	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/store"
 	"github.com/connector-svc/connector-svc/internal/store/storetest"
@@ -25,64 +20,15 @@ import (
 
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-// upstream is an mcp-go server, taking subscriptions or not, that counts
-// the subscribe and unsubscribe requests it gets.
-type upstream struct {
-	mcp *mcpserver.MCPServer
-	srv *httptest.Server
-
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func newUpstream(t *testing.T, subscribe bool) *upstream {
-	t.Helper()
-	u := &upstream{counts: map[string]int{}}
-	u.mcp = mcpserver.NewMCPServer("subs", "1", mcpserver.WithResourceCapabilities(subscribe, true))
-	u.mcp.AddTool(mcp.NewTool("noop"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("ok"), nil
-	})
-	for _, uri := range []string{"mem://a", "mem://b"} {
-		u.mcp.AddResource(mcp.NewResource(uri, uri), func(_ context.Context, r mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-			return []mcp.ResourceContents{mcp.TextResourceContents{URI: r.Params.URI, Text: "v"}}, nil
-		})
-	}
-	h := mcpserver.NewStreamableHTTPServer(u.mcp)
-	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			var msg struct {
-				Method string
-				Params struct{ URI string }
-			}
-			if json.Unmarshal(body, &msg) == nil && (msg.Method == "resources/subscribe" || msg.Method == "resources/unsubscribe" || msg.Method == "initialize") {
-				u.mu.Lock()
-				u.counts[msg.Method+" "+msg.Params.URI]++
-				u.mu.Unlock()
-			}
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(u.srv.Close)
-	return u
-}
-
-func (u *upstream) count(what string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.counts[what]
-}
-
 // setup runs one replica's registry with a READY connector on u, and a
 // hub over it hearing its resource events.
-func setup(t *testing.T, u *upstream) (*watches.Hub, *registry.Registry, int64) {
+func setup(t *testing.T, u *mcptest.Subscribable) (*watches.Hub, *registry.Registry, int64) {
 	t.Helper()
 	db := storetest.NewDB(t)
 	reg, lv := livetest.Run(t, db)
 	ctx := context.Background()
 	row, err := db.CreateConnector(ctx, &store.Connector{WorkspaceID: "ws", ExternalID: "subs", Name: "Subs", Active: true,
-		Transport: store.TransportStreamableHTTP, Config: store.Config{URL: u.srv.URL + "/mcp", CallTimeout: store.Duration(10 * time.Second)}})
+		Transport: store.TransportStreamableHTTP, Config: store.Config{URL: u.HTTP.URL + "/mcp", CallTimeout: store.Duration(10 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +50,7 @@ func setup(t *testing.T, u *upstream) (*watches.Hub, *registry.Registry, int64) 
 
 // hear sends updates of uri (or list changes, uri empty) until every one
 // of ws hears one; other events are passed over.
-func hear(t *testing.T, u *upstream, uri string, ws ...*watches.Watch) {
+func hear(t *testing.T, u *mcptest.Subscribable, uri string, ws ...*watches.Watch) {
 	t.Helper()
 	method, params := mcp.MethodNotificationResourceUpdated, map[string]any{"uri": uri}
 	if uri == "" {
@@ -113,7 +59,7 @@ func hear(t *testing.T, u *upstream, uri string, ws ...*watches.Watch) {
 	deadline := time.After(20 * time.Second)
 	for i, w := range ws {
 		for heard := false; !heard; {
-			u.mcp.SendNotificationToAllClients(method, params)
+			u.MCP.SendNotificationToAllClients(method, params)
 			select {
 			case ev, ok := <-w.Events:
 				if !ok {
@@ -136,7 +82,7 @@ func hear(t *testing.T, u *upstream, uri string, ws ...*watches.Watch) {
 // its updates, the first to go keeps it, the last (its context ended)
 // ends it; a list change reaches every watcher of the connector.
 func TestOneSubscriptionForEveryWatcher(t *testing.T) {
-	u := newUpstream(t, true)
+	u := mcptest.NewSubscribable(t, true)
 	h, reg, id := setup(t, u)
 	ctx := context.Background()
 
@@ -154,8 +100,8 @@ func TestOneSubscriptionForEveryWatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := u.count("resources/subscribe mem://a"); n != 1 {
-		t.Errorf("%d subscribes of mem://a for two watchers, want 1 (%d initialize)", n, u.count("initialize "))
+	if n := u.Count("resources/subscribe mem://a"); n != 1 {
+		t.Errorf("%d subscribes of mem://a for two watchers, want 1", n)
 	}
 	if got := reg.Subscriptions(id); !slices.Equal(got, []string{"mem://a", "mem://b"}) {
 		t.Errorf("subscriptions %v", got)
@@ -173,23 +119,23 @@ func TestOneSubscriptionForEveryWatcher(t *testing.T) {
 	if w1.Err() != nil {
 		t.Errorf("closed watch's error %v", w1.Err())
 	}
-	if n := u.count("resources/unsubscribe mem://a"); n != 0 {
+	if n := u.Count("resources/unsubscribe mem://a"); n != 0 {
 		t.Errorf("%d unsubscribes with a watcher left, want 0", n)
 	}
 	hear(t, u, "mem://a", w2)
 
 	cancel2() // the last watcher of mem://a goes away
 	deadline := time.Now().Add(10 * time.Second)
-	for u.count("resources/unsubscribe mem://a") != 1 {
+	for u.Count("resources/unsubscribe mem://a") != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d unsubscribes after the last watcher's context ended, want 1", u.count("resources/unsubscribe mem://a"))
+			t.Fatalf("%d unsubscribes after the last watcher's context ended, want 1", u.Count("resources/unsubscribe mem://a"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if got := reg.Subscriptions(id); !slices.Equal(got, []string{"mem://b"}) {
 		t.Errorf("subscriptions after the last watcher of mem://a left: %v", got)
 	}
-	if n := u.count("resources/subscribe mem://a"); n != 1 {
+	if n := u.Count("resources/subscribe mem://a"); n != 1 {
 		t.Errorf("%d subscribes of mem://a in all, want 1", n)
 	}
 
@@ -213,7 +159,7 @@ func TestOneSubscriptionForEveryWatcher(t *testing.T) {
 // Many watchers coming and going at once leave no subscription behind,
 // and took it out at most once per time it was needed.
 func TestConcurrentWatchers(t *testing.T) {
-	u := newUpstream(t, true)
+	u := mcptest.NewSubscribable(t, true)
 	h, reg, id := setup(t, u)
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
@@ -238,7 +184,7 @@ func TestConcurrentWatchers(t *testing.T) {
 		t.Errorf("subscriptions left after every watcher went: %v", got)
 	}
 	for _, uri := range []string{"mem://a", "mem://b"} {
-		s, un := u.count("resources/subscribe "+uri), u.count("resources/unsubscribe "+uri)
+		s, un := u.Count("resources/subscribe "+uri), u.Count("resources/unsubscribe "+uri)
 		if s != un || s < 1 {
 			t.Errorf("%s: %d subscribes, %d unsubscribes; want as many, at least 1", uri, s, un)
 		}
@@ -251,7 +197,7 @@ func TestConcurrentWatchers(t *testing.T) {
 // A server that takes no subscriptions: the watch fails with
 // registry.ErrNoSubscribe and holds nothing.
 func TestWatchNoSubscribe(t *testing.T) {
-	u := newUpstream(t, false)
+	u := mcptest.NewSubscribable(t, false)
 	h, _, id := setup(t, u)
 	if _, err := h.Watch(context.Background(), id, []string{"mem://a"}); !errors.Is(err, registry.ErrNoSubscribe) {
 		t.Fatalf("watch: %v, want ErrNoSubscribe", err)
