@@ -99,9 +99,11 @@ var (
 // contentsState is a conn's contents and subscriptions.
 type contentsState struct {
 	cur atomic.Pointer[Contents]
-	// subs holds the URIs subscribed at the server, under conn.mu.
-	subs map[string]bool
-	// subsOn is the session they were taken out on, under conn.mu.
+	// subs holds the URIs subscribed at the server, each with the session
+	// it was taken out on (nil: on none yet), under conn.mu.
+	subs map[string]*session
+	// subsOn is the session whose GET stream is held for them, under
+	// conn.mu.
 	subsOn *session
 	reqs   atomic.Uint64 // ids of our own requests (see rawRequest)
 }
@@ -484,11 +486,13 @@ func (r *Registry) subscription(ctx context.Context, id int64, uri string, on bo
 	}
 	c.mu.Lock()
 	if c.contents.subs == nil {
-		c.contents.subs = map[string]bool{}
+		c.contents.subs = map[string]*session{}
 	}
-	had := c.contents.subs[uri]
+	_, had := c.contents.subs[uri]
 	if on {
-		c.contents.subs[uri] = true
+		if !had {
+			c.contents.subs[uri] = nil
+		}
 	} else {
 		delete(c.contents.subs, uri)
 	}
@@ -503,6 +507,19 @@ func (r *Registry) subscription(ctx context.Context, id int64, uri string, on bo
 	err = c.onShared(ctx, func(ctx context.Context, s *session) error {
 		if !s.caps().Subscribe {
 			return ErrNoSubscribe
+		}
+		if on {
+			// Marked before it is sent, so that resubscribe (after a new
+			// session) does not take it out on s a second time.
+			c.mu.Lock()
+			at, ok := c.contents.subs[uri]
+			if ok {
+				c.contents.subs[uri] = s
+			}
+			c.mu.Unlock()
+			if !ok || at == s {
+				return nil
+			}
 		}
 		if err := c.rawRequest(ctx, s, method, map[string]any{"uri": uri}); err != nil {
 			return err
@@ -541,7 +558,10 @@ func (c *conn) inheritSubscriptions(old *conn) {
 		return
 	}
 	old.mu.Lock()
-	subs := maps.Clone(old.contents.subs)
+	subs := make(map[string]*session, len(old.contents.subs))
+	for uri := range old.contents.subs {
+		subs[uri] = nil
+	}
 	old.mu.Unlock()
 	c.mu.Lock()
 	c.contents.subs = subs
@@ -552,16 +572,31 @@ func (c *conn) inheritSubscriptions(old *conn) {
 // were taken out on another one.
 func (c *conn) resubscribe(ctx context.Context) {
 	c.mu.Lock()
-	s, uris := c.sess, slices.Collect(maps.Keys(c.contents.subs))
-	same := s == c.contents.subsOn
+	s := c.sess
+	var uris []string
+	if s != nil {
+		for uri, at := range c.contents.subs {
+			if at != s {
+				c.contents.subs[uri] = s // taken out below: Subscribe leaves it
+				uris = append(uris, uri)
+			}
+		}
+	}
 	c.mu.Unlock()
-	if s == nil || same || len(uris) == 0 {
+	if len(uris) == 0 {
 		return
 	}
-	for _, uri := range uris {
+	for i, uri := range uris {
 		if err := c.rawRequest(ctx, s, "resources/subscribe", map[string]any{"uri": uri}); err != nil {
 			c.reg.logger.Warn("resubscribe to a resource", append(c.logAttrs(), slog.String("uri", uri),
 				slog.String("error", c.redact.err(err).Error()))...)
+			c.mu.Lock()
+			for _, u := range uris[i:] {
+				if at, ok := c.contents.subs[u]; ok && at == s {
+					c.contents.subs[u] = nil // taken out again next time
+				}
+			}
+			c.mu.Unlock()
 			return
 		}
 	}

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/forward"
 	"github.com/connector-svc/connector-svc/internal/live"
 	"github.com/connector-svc/connector-svc/internal/registry"
 	"github.com/connector-svc/connector-svc/internal/resources"
@@ -23,9 +28,19 @@ var errWatchMoved = fmt.Errorf("%w: the connector's subscriptions moved to anoth
 // its connector.
 const watchRecheck = 2 * time.Second
 
+// watchRetryWait is the pause before a watch whose owner went away is
+// taken out again; watchRetryFor is how long it is retried before the
+// watch ends with the last error, unless it was taken out again.
+const (
+	watchRetryWait = 500 * time.Millisecond
+	watchRetryFor  = time.Minute
+)
+
 // WatchResources implements connector.v1.ConnectorService. A watch runs
 // on the connector's owner, which alone holds its subscriptions; through
-// another replica it is relayed from there.
+// another replica it is relayed from there. When the owner goes away or
+// ownership moves, the watch is taken out again on the new owner and the
+// caller's stream goes on (events sent in between are not heard).
 func (s *Server) WatchResources(req *connectorv1.WatchResourcesRequest, stream connectorv1.ConnectorService_WatchResourcesServer) error {
 	ctx := stream.Context()
 	var c checker
@@ -45,8 +60,71 @@ func (s *Server) WatchResources(req *connectorv1.WatchResourcesRequest, stream c
 	if err := c.err(); err != nil {
 		return s.toStatus(ctx, err)
 	}
-	if done, err := forwardStream(ctx, s, s.toOwner(req.GetWorkspaceId(), req.GetConnectorId()), req,
-		connectorv1.ConnectorServiceClient.WatchResources, stream.Send); done {
+	// The caller's stream outlives the owner: a watch relayed from the
+	// owner, or held here until ownership moved, is taken out again on the
+	// new owner, and the caller hears one started message and then the
+	// events of whichever owner holds the subscription.
+	started, resumed := false, false
+	send := func(m *connectorv1.WatchResourcesResponse) error {
+		if m.GetStarted() != nil {
+			if started {
+				resumed = true
+				return nil
+			}
+			started = true
+		}
+		return stream.Send(m)
+	}
+	var failingSince time.Time
+	for {
+		err := s.watchOnce(ctx, req, send)
+		if !started || forward.Forwarded(ctx) || ctx.Err() != nil || status.Code(err) != codes.Unavailable {
+			return err
+		}
+		select {
+		case <-s.watches.Stopping():
+			return s.toStatus(ctx, watches.ErrStopping)
+		default:
+		}
+		if resumed {
+			failingSince, resumed = time.Time{}, false
+		}
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+		} else if time.Since(failingSince) > watchRetryFor {
+			return err
+		}
+		s.logger.InfoContext(ctx, "a watch's owner went away; watching again", slog.String("error", status.Convert(err).Message()))
+		select {
+		case <-ctx.Done():
+			return s.toStatus(ctx, ctx.Err())
+		case <-s.watches.Stopping():
+			return s.toStatus(ctx, watches.ErrStopping)
+		case <-time.After(watchRetryWait):
+		}
+	}
+}
+
+// watchOnce serves one watch on the connector's current owner: here, or
+// relayed from there. It returns when the caller goes away, or with the
+// error that ended the watch (UNAVAILABLE when the owner went away or
+// ownership moved: WatchResources watches again).
+func (s *Server) watchOnce(ctx context.Context, req *connectorv1.WatchResourcesRequest, send func(*connectorv1.WatchResourcesResponse) error) error {
+	// A relayed watch ends when this replica stops, like the ones held here.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.watches.Stopping():
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	if done, err := forwardStream(fctx, s, s.toOwner(req.GetWorkspaceId(), req.GetConnectorId()), req,
+		connectorv1.ConnectorServiceClient.WatchResources, send); done {
+		if ctx.Err() == nil && fctx.Err() != nil {
+			return s.toStatus(ctx, watches.ErrStopping)
+		}
 		return err
 	}
 	id, err := s.calls.Callable(ctx, req.GetWorkspaceId(), req.GetConnectorId())
@@ -58,7 +136,7 @@ func (s *Server) WatchResources(req *connectorv1.WatchResourcesRequest, stream c
 		return s.toStatus(ctx, err)
 	}
 	defer w.Close()
-	if err := stream.Send(&connectorv1.WatchResourcesResponse{Event: &connectorv1.WatchResourcesResponse_Started{
+	if err := send(&connectorv1.WatchResourcesResponse{Event: &connectorv1.WatchResourcesResponse_Started{
 		Started: &connectorv1.WatchStarted{Uris: w.URIs()}}}); err != nil {
 		return err
 	}
@@ -73,7 +151,7 @@ func (s *Server) WatchResources(req *connectorv1.WatchResourcesRequest, stream c
 				}
 				return s.toStatus(ctx, ctx.Err())
 			}
-			if err := stream.Send(watchEventToProto(ev)); err != nil {
+			if err := send(watchEventToProto(ev)); err != nil {
 				return err
 			}
 		case <-tick.C:

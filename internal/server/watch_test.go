@@ -1,77 +1,17 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
-	mcpserver "github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
+	"github.com/connector-svc/connector-svc/internal/mcptest"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/testsupport"
 )
-
-// subscribeServer is an mcp-go server that takes subscriptions and counts
-// the subscribe and unsubscribe requests it gets.
-type subscribeServer struct {
-	mcp  *mcpserver.MCPServer
-	http *httptest.Server
-
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func newSubscribeServer(t *testing.T) *subscribeServer {
-	t.Helper()
-	s := &subscribeServer{counts: map[string]int{}}
-	s.mcp = mcpserver.NewMCPServer("subs", "1", mcpserver.WithResourceCapabilities(true, true))
-	s.mcp.AddTool(mcp.NewTool("noop"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return mcp.NewToolResultText("ok"), nil
-	})
-	for _, uri := range []string{"mem://a", "mem://b"} {
-		s.mcp.AddResource(mcp.NewResource(uri, uri), func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, Text: "v"}}, nil
-		})
-	}
-	h := mcpserver.NewStreamableHTTPServer(s.mcp)
-	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			var msg struct {
-				Method string
-				Params struct{ URI string }
-			}
-			if json.Unmarshal(body, &msg) == nil && (msg.Method == "resources/subscribe" || msg.Method == "resources/unsubscribe") {
-				s.mu.Lock()
-				s.counts[msg.Method+" "+msg.Params.URI]++
-				s.mu.Unlock()
-			}
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(s.http.Close)
-	return s
-}
-
-func (s *subscribeServer) count(what string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.counts[what]
-}
-
-func (s *subscribeServer) update(uri string) {
-	s.mcp.SendNotificationToAllClients(mcp.MethodNotificationResourceUpdated, map[string]any{"uri": uri})
-}
 
 // watch opens a WatchResources stream and reads its started message.
 func (f *fixture) watch(t *testing.T, ctx context.Context, id string, uris ...string) connectorv1.ConnectorService_WatchResourcesClient {
@@ -93,7 +33,7 @@ func (f *fixture) watch(t *testing.T, ctx context.Context, id string, uris ...st
 // recvUpdate waits for an update of uri on st, sending updates until one
 // arrives (a notification sent before the subscription is in place is
 // not heard).
-func recvUpdate(t *testing.T, st connectorv1.ConnectorService_WatchResourcesClient, srv *subscribeServer, uri string) {
+func recvUpdate(t *testing.T, st connectorv1.ConnectorService_WatchResourcesClient, srv *mcptest.Subscribable, uri string) {
 	t.Helper()
 	got := make(chan string, 16)
 	go func() {
@@ -110,7 +50,7 @@ func recvUpdate(t *testing.T, st connectorv1.ConnectorService_WatchResourcesClie
 	}()
 	deadline := time.After(20 * time.Second)
 	for {
-		srv.update(uri)
+		srv.Update(uri)
 		select {
 		case u, ok := <-got:
 			if !ok {
@@ -131,8 +71,8 @@ func recvUpdate(t *testing.T, st connectorv1.ConnectorService_WatchResourcesClie
 // hears the update; the subscription ends with the last watcher.
 func TestWatchResourcesHoldsOneSubscription(t *testing.T) {
 	f := setup(t)
-	srv := newSubscribeServer(t)
-	f.create(t, "ws", mcpConnector("subs", srv.http.URL+"/mcp"))
+	srv := mcptest.NewSubscribable(t, true)
+	f.create(t, "ws", mcpConnector("subs", srv.HTTP.URL+"/mcp"))
 	f.waitReady(t, "ws", "subs")
 
 	ctx1, cancel1 := context.WithCancel(ctx(t))
@@ -141,7 +81,7 @@ func TestWatchResourcesHoldsOneSubscription(t *testing.T) {
 	defer cancel2()
 	w1 := f.watch(t, ctx1, "subs", "mem://a")
 	w2 := f.watch(t, ctx2, "subs", "mem://a", "mem://b")
-	if n := srv.count("resources/subscribe mem://a"); n != 1 {
+	if n := srv.Count("resources/subscribe mem://a"); n != 1 {
 		t.Errorf("%d subscribes to mem://a, want 1", n)
 	}
 	recvUpdate(t, w1, srv, "mem://a")
@@ -149,14 +89,14 @@ func TestWatchResourcesHoldsOneSubscription(t *testing.T) {
 
 	cancel1() // the first watcher goes away: the subscription stays for the second
 	time.Sleep(300 * time.Millisecond)
-	if n := srv.count("resources/unsubscribe mem://a"); n != 0 {
+	if n := srv.Count("resources/unsubscribe mem://a"); n != 0 {
 		t.Errorf("unsubscribed with a watcher left")
 	}
 	cancel2()
 	testsupport.WaitFor(t, "the last watcher's unsubscribes", func() bool {
-		return srv.count("resources/unsubscribe mem://a") == 1 && srv.count("resources/unsubscribe mem://b") == 1
+		return srv.Count("resources/unsubscribe mem://a") == 1 && srv.Count("resources/unsubscribe mem://b") == 1
 	})
-	if n := srv.count("resources/subscribe mem://a"); n != 1 {
+	if n := srv.Count("resources/subscribe mem://a"); n != 1 {
 		t.Errorf("%d subscribes to mem://a in all, want 1", n)
 	}
 

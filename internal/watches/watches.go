@@ -62,6 +62,8 @@ type Hub struct {
 	byURI   map[key]map[*Watch]struct{}
 	byConn  map[int64]map[*Watch]struct{}
 	stopped bool
+	// stop is closed by Stop.
+	stop chan struct{}
 	// pending serializes the subscribe and unsubscribe of one key.
 	locks map[key]*sync.Mutex
 }
@@ -78,8 +80,12 @@ func New(sub Subscriber, logger *slog.Logger) *Hub {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Hub{sub: sub, logger: logger, byURI: map[key]map[*Watch]struct{}{}, byConn: map[int64]map[*Watch]struct{}{},
-		locks: map[key]*sync.Mutex{}}
+		locks: map[key]*sync.Mutex{}, stop: make(chan struct{})}
 }
+
+// Stopping is closed once Stop was called: a front door that relays a
+// watch from another replica ends it then too.
+func (h *Hub) Stopping() <-chan struct{} { return h.stop }
 
 // Watch is one watcher's watch of some resources of a connector.
 type Watch struct {
@@ -238,6 +244,9 @@ func (h *Hub) Watchers(id int64) int {
 // connections.
 func (h *Hub) Stop() {
 	h.mu.Lock()
+	if !h.stopped {
+		close(h.stop)
+	}
 	h.stopped = true
 	var all []*Watch
 	for _, ws := range h.byConn {
