@@ -135,6 +135,9 @@ type options struct {
 	samplingBudget func(*store.Connector) *ask.Budget
 	// meters records the server's metrics (Deps.MeterProvider).
 	meters *telemetrytest.Meters
+	// maxResultBytes is MAX_TOOL_RESULT_BYTES, given to the server and the
+	// registry as main does (0: the default).
+	maxResultBytes int
 }
 
 // forwardKey signs the calls replicas forward to each other.
@@ -198,6 +201,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 
 		ElicitationTimeout: o.elicitationTimeout,
 		Sample:             o.sample,
+		MaxResultBytes:     o.maxResultBytes,
 	}
 	if o.replica != "" {
 		regCfg.OnSessionOpened = func(id int64, sid string, h registry.SessionHandle) { sessions.Opened(id, sid, h) }
@@ -311,7 +315,7 @@ func setup(t testing.TB, opts ...options) *fixture {
 		Replicas: replicas, OAuth: authorizer, Router: router, Sessions: sessions, MeterProvider: meters},
 		server.Config{StdioAllowedCommands: []string{"npx", "/usr/bin/mcp-server"}, Egress: o.egress, Auth: o.auth,
 			ApprovalTimeout: o.approvalTimeout, RunFlushInterval: min(orDur(o.runSweep, time.Second), time.Second),
-			SamplingBudget: o.samplingBudget})
+			SamplingBudget: o.samplingBudget, MaxToolResultBytes: o.maxResultBytes})
 	// As in main: the counters and run records are written in the
 	// background until the gRPC server stops (cleanups run last first),
 	// and a sweeper (the leader's) ends and purges runs.
