@@ -85,6 +85,8 @@ type config struct {
 
 	// MCP is the MCP endpoint's listener (mcp.go).
 	MCP mcpConfig
+	// Console is the web console's listener (console.go).
+	Console consoleConfig
 
 	// Conn is how the gRPC server treats its clients' connections: their
 	// age (so clients balancing over replicas re-resolve), keepalive, and
@@ -204,6 +206,7 @@ func newFlagSet() (*flag.FlagSet, *config, *flagValues) {
 	tlsFlags(fs, cfg)
 	adminFlags(fs, cfg)
 	mcpFlags(fs, &cfg.MCP, &v.mcpOrigins)
+	consoleFlags(fs, &cfg.Console)
 	clusterFlags(fs, &cfg.Cluster, &v.replicaTTL, &v.reconcile)
 	internalTLSFlags(fs, &cfg.InternalTLS)
 	oauthFlags(fs, &cfg.OAuth, &v.oauthStateTTL, &v.oauthReturnTo, &v.oauthProxies)
@@ -289,6 +292,9 @@ func (cfg *config) readLimits(v *flagValues, otel otelEnv) error {
 		return err
 	}
 	if err := cfg.readAdmin(otel); err != nil {
+		return err
+	}
+	if err := cfg.Console.read(*cfg); err != nil {
 		return err
 	}
 	if err := cfg.MCP.read(v.mcpOrigins, *cfg); err != nil {

@@ -100,6 +100,9 @@ func (s *parts) stages(g *grpc.Server, hs *health.Server, admin *adminJob) [][]j
 	if s.mcp != nil {
 		serving = append(serving, job{"mcp endpoint", s.mcp.run}, job{"mcp endpoint's tool lists", s.mcp.handler.Run})
 	}
+	if s.console != nil {
+		serving = append(serving, job{"console", s.console.run})
+	}
 	if s.rep.internal != nil {
 		internal := server.NewInternalGRPCServer(s.srv, slices.Concat(connOptions(cfg.Conn, false), internalServerCreds(s.rep.tls),
 			forward.ServerConfig{Self: s.rep.members.Config().Addr, Key: s.rep.key, Older: s.rep.older}.Options())...)

@@ -56,7 +56,8 @@ type parts struct {
 	listener         *store.Listener
 	srv              *server.Server
 	leader           *leaderWork
-	mcp              *mcpJob // nil: no MCP_ADDR
+	mcp              *mcpJob     // nil: no MCP_ADDR
+	console          *consoleJob // nil: no CONSOLE_ADDR
 }
 
 // lateHooks are the registry's ways to parts made after it, since they
@@ -134,6 +135,9 @@ func serve(ctx context.Context, cfg config, db *store.DB, box *secret.Box, keys 
 	s.srv = server.New(s.deps(), s.serverConfig())
 	// The MCP endpoint listens before "serving" is logged, as gRPC does.
 	if s.mcp, err = s.newMCPJob(keys != nil && keys.Exist()); err != nil {
+		return err
+	}
+	if s.console, err = s.newConsoleJob(); err != nil {
 		return err
 	}
 	g, hs := server.NewGRPCServer(s.srv, append(connOptions(cfg.Conn, true), creds...)...)

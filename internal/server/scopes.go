@@ -27,3 +27,8 @@ func ScopeMethods(s auth.Scope) []string {
 	}
 	return out
 }
+
+// ScopeOf is the scope the API key guard asks of a method (its full name,
+// "/connector.v1.ConnectorService/CallTool"); "" for a method any valid key
+// may call, or that needs none.
+func ScopeOf(fullMethod string) auth.Scope { return accessRules()[fullMethod].Scope }

@@ -454,3 +454,27 @@ func (db *DB) SaveHealthFenced(ctx context.Context, id int64, f Fence, h Health)
 	}
 	return nil
 }
+
+// WorkspaceOwners maps the connectors of workspace (their ids as callers
+// name them) to the live replica that owns each; a connector nobody live
+// owns is missing.
+func (db *DB) WorkspaceOwners(ctx context.Context, workspace string) (map[string]string, error) {
+	rows, err := db.pool.Query(ctx, `
+		SELECT c.external_id, o.replica_id
+		FROM connectors c
+		JOIN connector_owners o ON o.connector_id = c.id
+		JOIN replicas r ON r.id = o.replica_id AND r.expires_at > now()
+		WHERE c.workspace_id = $1`, workspace)
+	if err != nil {
+		return nil, fmt.Errorf("owners of workspace %q's connectors: %w", workspace, err)
+	}
+	owners := map[string]string{}
+	var id, replica string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &replica}, func() error {
+		owners[id] = replica
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("owners of workspace %q's connectors: %w", workspace, err)
+	}
+	return owners, nil
+}
