@@ -44,6 +44,8 @@ var testKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32))
 type service struct {
 	addr  string
 	admin string // the admin listener's address
+	// console is the console's address, when -console-addr was given.
+	console string
 	out   *lockedBuffer
 	stop  func() error // cancels run's context and returns run's error
 }
@@ -86,6 +88,7 @@ func start(t *testing.T, databaseURL string, env map[string]string, args ...stri
 	}()
 	addr := make(chan string, 1)
 	var admin string
+	consoleAddr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -93,6 +96,9 @@ func start(t *testing.T, databaseURL string, env map[string]string, args ...stri
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "admin serving" {
 				admin = line.Addr // logged before serving
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "console serving" {
+				consoleAddr <- line.Addr // logged before serving
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
 				addr <- line.Addr
@@ -111,7 +117,12 @@ func start(t *testing.T, databaseURL string, env map[string]string, args ...stri
 	t.Cleanup(func() { _ = stop() })
 	select {
 	case a := <-addr:
-		return &service{addr: a, admin: admin, out: out, stop: stop}
+		svc := &service{addr: a, admin: admin, out: out, stop: stop}
+		select {
+		case svc.console = <-consoleAddr:
+		default:
+		}
+		return svc
 	case err := <-done:
 		t.Fatalf("run returned before serving: %v\n%s", err, out.String())
 	case <-time.After(30 * time.Second):

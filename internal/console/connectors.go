@@ -240,6 +240,9 @@ func (h *Handler) createConnector(w http.ResponseWriter, r *http.Request, s *ses
 // are not sent back.
 func (h *Handler) formError(w http.ResponseWriter, r *http.Request, s *session, title string, f connectorForm, err error) {
 	f.Error = apiMessage(err)
+	if !strings.HasSuffix(f.Error, ".") {
+		f.Error += "."
+	}
 	if f.Env != "" || f.Headers != "" {
 		f.Error += " The environment values and headers you entered are not shown again: enter them again."
 	}

@@ -124,7 +124,7 @@ type failData struct{ Message string }
 
 // fail writes an error page.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *session, code int, title, msg string) {
-	h.render(w, r, s, code, "error", title, failData{Message: msg})
+	h.render(w, r, s, code, "error", capitalize(title), failData{Message: capitalize(msg)})
 }
 
 // apiFail writes the page of an API error: its message is the API's.
