@@ -46,8 +46,8 @@ type service struct {
 	admin string // the admin listener's address
 	// console is the console's address, when -console-addr was given.
 	console string
-	out   *lockedBuffer
-	stop  func() error // cancels run's context and returns run's error
+	out     *lockedBuffer
+	stop    func() error // cancels run's context and returns run's error
 }
 
 type lockedBuffer struct {
