@@ -34,7 +34,7 @@ func screenshotsDir(t *testing.T) string {
 
 // browser starts the system's Chromium headless, as a person's browser
 // with its own profile, and returns a context to drive it with.
-func browser(t *testing.T) context.Context {
+func consoleBrowser(t *testing.T) context.Context {
 	t.Helper()
 	path := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -52,7 +52,7 @@ func browser(t *testing.T) context.Context {
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Run(ctx); err != nil {
+	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("start %s: %v", path, err)
 	}
 	return ctx
@@ -60,31 +60,56 @@ func browser(t *testing.T) context.Context {
 
 // do runs browser actions within a generous bound, so that a page that
 // never shows what is waited for fails the test instead of hanging it.
-func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
+func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	run, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
-	if err := chromedp.Run(ctx, actions...); err != nil {
-		var loc, body string
-		_ = chromedp.Run(ctx, chromedp.Location(&loc), chromedp.Text("body", &body, chromedp.ByQuery))
-		t.Fatalf("%s: %v\nat %s:\n%s", what, err, loc, body)
+	if err := chromedp.Do(run, actions...); err != nil {
+		failAt(t, ctx, what, err)
+	}
+}
+
+// read runs one browser action that returns a value.
+func read[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	run, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(run, a)
+	if err != nil {
+		failAt(t, ctx, what, err)
+	}
+	return v
+}
+
+// failAt fails the test with the page the browser is on.
+func failAt(t *testing.T, ctx context.Context, what string, err error) {
+	t.Helper()
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	loc, _ := chromedp.Run(short, chromedp.Location())
+	body, _ := chromedp.Run(short, chromedp.Text(chromedp.CSS("body")))
+	t.Fatalf("%s: %v\nat %s:\n%s", what, err, loc, body)
+}
+
+// evaluate runs a script in the page for its effect.
+func evaluate(js string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Evaluate[any](js + "; null")(ctx, t)
+		return chromedp.Void{}, err
 	}
 }
 
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	var png []byte
-	do(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&png, 100))
+	png := read(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	if err := os.WriteFile(filepath.Join(screenshotsDir(t), name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func text(t *testing.T, ctx context.Context, sel string) string {
+func pageText(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	var s string
-	do(t, ctx, "read "+sel, chromedp.Text(sel, &s, chromedp.ByQuery))
-	return s
+	return read(t, ctx, "read "+sel, chromedp.Text(chromedp.CSS(sel)))
 }
 
 // TestConsoleInABrowser drives the console in Chromium as an operator
@@ -95,7 +120,7 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 // without admin scope).
 func TestConsoleInABrowser(t *testing.T) {
 	script, _ := everythingScript(t)
-	ctx := browser(t)
+	ctx := consoleBrowser(t)
 	model := llmtest.New(t,
 		llmtest.CallToolsSaying("The user wants their words echoed.", llmtest.Call{Tool: "echo", Args: `{"message":"hello from the model"}`}),
 		llmtest.Answer("Echoed."))
@@ -111,50 +136,48 @@ func TestConsoleInABrowser(t *testing.T) {
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 
 	// A wrong key is refused on the sign-in page.
-	do(t, ctx, "open the console", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible("#key", chromedp.ByQuery))
+	do(t, ctx, "open the console", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible(chromedp.CSS("#key")))
 	screenshot(t, ctx, "signin")
-	do(t, ctx, "sign in with a wrong key", chromedp.SendKeys("#key", "csk_aaaaaaaa_"+strings.Repeat("x", 43), chromedp.ByQuery),
-		chromedp.Submit("#key", chromedp.ByQuery), chromedp.WaitVisible(".error", chromedp.ByQuery))
-	if got := text(t, ctx, ".error"); !strings.Contains(got, "not known") {
+	do(t, ctx, "sign in with a wrong key", chromedp.SendKeys(chromedp.CSS("#key"), "csk_aaaaaaaa_"+strings.Repeat("x", 43)),
+		chromedp.Submit(chromedp.CSS("#key")), chromedp.WaitVisible(chromedp.CSS(".error")))
+	if got := pageText(t, ctx, ".error"); !strings.Contains(got, "not known") {
 		t.Errorf("a wrong key's page says %q; want it to say the key is not known", got)
 	}
 
 	// The right key lands on the page asked for.
-	do(t, ctx, "sign in", chromedp.SetValue("#key", admin, chromedp.ByQuery), chromedp.Submit("#key", chromedp.ByQuery),
-		chromedp.WaitVisible("#connector-rows", chromedp.ByQuery))
+	do(t, ctx, "sign in", chromedp.SetValue(chromedp.CSS("#key"), admin), chromedp.Submit(chromedp.CSS("#key")),
+		chromedp.WaitVisible(chromedp.CSS("#connector-rows")))
 
 	// A new stdio connector to the reference server; every call waits.
-	do(t, ctx, "fill the new connector's form", chromedp.Click(`a[href="/connectors/new"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#id", chromedp.ByQuery),
-		chromedp.SendKeys("#id", "everything", chromedp.ByQuery),
-		chromedp.SetValue("#transport", "stdio", chromedp.ByQuery),
-		chromedp.SendKeys("#command", script, chromedp.ByQuery),
-		chromedp.SetValue("#approval", "all", chromedp.ByQuery),
-		chromedp.SendKeys("#env", "CONSOLE_TEST_SECRET=hunter2", chromedp.ByQuery))
+	do(t, ctx, "fill the new connector's form", chromedp.Click(chromedp.CSS(`a[href="/connectors/new"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#id")),
+		chromedp.SendKeys(chromedp.CSS("#id"), "everything"),
+		chromedp.SetValue(chromedp.CSS("#transport"), "stdio"),
+		chromedp.SendKeys(chromedp.CSS("#command"), script),
+		chromedp.SetValue(chromedp.CSS("#approval"), "all"),
+		chromedp.SendKeys(chromedp.CSS("#env"), "CONSOLE_TEST_SECRET=hunter2"))
 	screenshot(t, ctx, "connector-new")
-	do(t, ctx, "create it", chromedp.Submit("#id", chromedp.ByQuery), chromedp.WaitVisible(".flash", chromedp.ByQuery))
-	if got := text(t, ctx, ".flash"); !strings.Contains(got, "Created connector everything") {
+	do(t, ctx, "create it", chromedp.Submit(chromedp.CSS("#id")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if got := pageText(t, ctx, ".flash"); !strings.Contains(got, "Created connector everything") {
 		t.Errorf("after create the page says %q", got)
 	}
 
 	// The live list shows it READY without a reload.
-	var marked bool
-	do(t, ctx, "watch the live list", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible("#connector-rows", chromedp.ByQuery),
-		chromedp.Evaluate(`window.notReloaded = true`, nil),
-		chromedp.WaitVisible(`tr[data-connector="everything"] td[data-state="READY"]`, chromedp.ByQuery),
-		chromedp.Evaluate(`window.notReloaded === true`, &marked))
-	if !marked {
+	do(t, ctx, "watch the live list", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible(chromedp.CSS("#connector-rows")),
+		evaluate(`window.notReloaded = true`),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-connector="everything"] td[data-state="READY"]`)))
+	if !read(t, ctx, "look for the mark", chromedp.Evaluate[bool](`window.notReloaded === true`)) {
 		t.Error("the list reloaded the page to show READY; want it updated in place (server-sent events)")
 	}
 	screenshot(t, ctx, "connectors")
-	if body := text(t, ctx, "body"); strings.Contains(body, "hunter2") {
+	if body := pageText(t, ctx, "body"); strings.Contains(body, "hunter2") {
 		t.Error("the console shows an environment value")
 	}
 
 	// Disable a tool from the connector's page.
 	do(t, ctx, "disable get-env", chromedp.Navigate(base+"/connectors/everything"),
-		chromedp.Click(`tr[data-tool="get-env"] button[aria-label="Disable get-env"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`tr[data-tool="get-env"] button[aria-label="Enable get-env"]`, chromedp.ByQuery))
+		chromedp.Click(chromedp.CSS(`tr[data-tool="get-env"] button[aria-label="Disable get-env"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-tool="get-env"] button[aria-label="Enable get-env"]`)))
 	tools, err := client.ListTools(withKey(testCtx(t), admin), &connectorv1.ListToolsRequest{WorkspaceId: "acme", ConnectorId: "everything"})
 	if err != nil {
 		t.Fatal(err)
@@ -168,11 +191,11 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Call a tool from the form made from its schema.
 	do(t, ctx, "call echo", chromedp.Navigate(base+"/connectors/everything/tools/echo"),
-		chromedp.SendKeys(`[name="arg.message"]`, "typed in a form", chromedp.ByQuery),
-		chromedp.Click("#approved", chromedp.ByQuery),
-		chromedp.Submit(`[name="arg.message"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#result", chromedp.ByQuery))
-	if got := text(t, ctx, "#result"); !strings.Contains(got, "Echo: typed in a form") {
+		chromedp.SendKeys(chromedp.CSS(`[name="arg.message"]`), "typed in a form"),
+		chromedp.Click(chromedp.CSS("#approved")),
+		chromedp.Submit(chromedp.CSS(`[name="arg.message"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#result")))
+	if got := pageText(t, ctx, "#result"); !strings.Contains(got, "Echo: typed in a form") {
 		t.Errorf("echo's result in the console = %q", got)
 	}
 	screenshot(t, ctx, "tool")
@@ -188,19 +211,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("query = %v; want it awaiting approval", res.GetResult())
 	}
 	do(t, ctx, "find the run", chromedp.Navigate(base+"/runs?status=AWAITING_APPROVAL"),
-		chromedp.Click(fmt.Sprintf(`tr[data-run=%q] a`, runID), chromedp.ByQuery),
-		chromedp.WaitVisible(`[name="c0.arg.message"]`, chromedp.ByQuery))
-	var prefilled string
-	do(t, ctx, "read the prefilled arguments", chromedp.Value(`[name="c0.arg.message"]`, &prefilled, chromedp.ByQuery))
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-run=%q] a`, runID))),
+		chromedp.WaitVisible(chromedp.CSS(`[name="c0.arg.message"]`)))
+	prefilled := read(t, ctx, "read the prefilled arguments", chromedp.Value(chromedp.CSS(`[name="c0.arg.message"]`)))
 	if prefilled != "hello from the model" {
 		t.Errorf("the approval form holds %q; want the model's arguments", prefilled)
 	}
-	do(t, ctx, "edit the arguments", chromedp.SetValue(`[name="c0.arg.message"]`, "", chromedp.ByQuery),
-		chromedp.SendKeys(`[name="c0.arg.message"]`, "edited by a person", chromedp.ByQuery))
+	do(t, ctx, "edit the arguments", chromedp.Clear(chromedp.CSS(`[name="c0.arg.message"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[name="c0.arg.message"]`), "edited by a person"))
 	screenshot(t, ctx, "approval")
-	do(t, ctx, "approve", chromedp.Click(`form.decisions button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(".flash", chromedp.ByQuery))
-	if got := text(t, ctx, "#run-status"); got != "COMPLETED" {
+	do(t, ctx, "approve", chromedp.Click(chromedp.CSS(`form.decisions button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".flash")))
+	if got := pageText(t, ctx, "#run-status"); got != "COMPLETED" {
 		t.Errorf("after approval the run's page says %q; want COMPLETED", got)
 	}
 	run, err := client.GetQueryRun(withKey(testCtx(t), admin), &connectorv1.GetQueryRunRequest{WorkspaceId: "acme", RunId: runID})
@@ -216,23 +238,23 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// A form without its CSRF token is refused, and nothing changes.
 	do(t, ctx, "forge a form", chromedp.Navigate(base+"/connectors/everything"),
-		chromedp.Evaluate(`document.querySelectorAll('input[name=csrf]').forEach(function (e) { e.remove(); })`, nil),
-		chromedp.Click(`tr[data-tool="echo"] button[aria-label="Disable echo"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(".error", chromedp.ByQuery))
-	if got := text(t, ctx, ".error"); !strings.Contains(got, "CSRF") {
+		evaluate(`document.querySelectorAll('input[name=csrf]').forEach(function (e) { e.remove(); })`),
+		chromedp.Click(chromedp.CSS(`tr[data-tool="echo"] button[aria-label="Disable echo"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".error")))
+	if got := pageText(t, ctx, ".error"); !strings.Contains(got, "CSRF") {
 		t.Errorf("a form without its CSRF token: the page says %q", got)
 	}
 
 	// Sign out; a key without admin scope sees no connector.
-	do(t, ctx, "sign out", chromedp.Navigate(base+"/runs"), chromedp.Click(".signout button", chromedp.ByQuery),
-		chromedp.WaitVisible("#key", chromedp.ByQuery),
-		chromedp.SetValue("#key", caller, chromedp.ByQuery), chromedp.Submit("#key", chromedp.ByQuery),
-		chromedp.WaitVisible("main h1", chromedp.ByQuery))
-	if nav := text(t, ctx, "header nav"); strings.Contains(nav, "Connectors") || !strings.Contains(nav, "Sessions") {
+	do(t, ctx, "sign out", chromedp.Navigate(base+"/runs"), chromedp.Click(chromedp.CSS(".signout button")),
+		chromedp.WaitVisible(chromedp.CSS("#key")),
+		chromedp.SetValue(chromedp.CSS("#key"), caller), chromedp.Submit(chromedp.CSS("#key")),
+		chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if nav := pageText(t, ctx, "header nav"); strings.Contains(nav, "Connectors") || !strings.Contains(nav, "Sessions") {
 		t.Errorf("a call key's navigation shows %q; want Sessions and no Connectors", nav)
 	}
-	do(t, ctx, "open connectors with a call key", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible(".error", chromedp.ByQuery))
-	if got := text(t, ctx, ".error"); !strings.Contains(got, "needs an API key with scope admin") {
+	do(t, ctx, "open connectors with a call key", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible(chromedp.CSS(".error")))
+	if got := pageText(t, ctx, ".error"); !strings.Contains(got, "needs an API key with scope admin") {
 		t.Errorf("a call key on the connectors page: %q", got)
 	}
 	if strings.Contains(svc.out.String(), "hunter2") || strings.Contains(svc.out.String(), admin) {
