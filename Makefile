@@ -18,6 +18,7 @@ run: .dev/secret_key
 	OAUTH_REDIRECT_URL="$${OAUTH_REDIRECT_URL-http://localhost:8081/oauth/callback}" \
 	OAUTH_CALLBACK_ADDR="$${OAUTH_CALLBACK_ADDR-127.0.0.1:8081}" \
 	MCP_ADDR="$${MCP_ADDR-127.0.0.1:8090}" \
+	CONSOLE_ADDR="$${CONSOLE_ADDR-127.0.0.1:8070}" \
 	exec .dev/bin/connector-svc
 
 .dev/secret_key:

@@ -53,6 +53,7 @@ var readmeWant = map[string][]string{
 	"Observability": {`"text": "Echo: traced"`},
 	"Several replicas": {`"text": "Echo: hello from b"`, `"text": "Echo: hello from c"`, "connectors_owned", "Code: NotFound",
 		"(deleted through c, refused by b)"},
+	"Open the console": {"with the key in .dev/console_key", "<title>Connectors · connector-svc</title>"},
 	"Use it from an MCP client": {`"text":"Echo: hello over MCP"`, `"name":"everything__echo"`, `"text":"Echo: hello from the workspace"`,
 		`401 Bearer realm="connector-svc"`},
 	"Call it from your backend": {"CallTool echo: Echo: hello from Go",
@@ -100,15 +101,15 @@ func TestREADMECommands(t *testing.T) {
 	model, modelOut := startDevModel(t)
 	url := storetest.NewURL(t)
 	t.Setenv("PATH", fakeNPX(t)+string(os.PathListSeparator)+os.Getenv("PATH")) // for the service's stdio connectors
-	callback, endpoint := freeAddr(t), freeAddr(t)
+	callback, endpoint, console := freeAddr(t), freeAddr(t), freeAddr(t)
 	_, callbackPort, _ := net.SplitHostPort(callback)
-	svc := start(t, url, map[string]string{"MCP_ADDR": endpoint,
+	svc := start(t, url, map[string]string{"MCP_ADDR": endpoint, "CONSOLE_ADDR": console,
 		"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": "npx", "LLM_BASE_URL": model, "LLM_MODEL": "dev-model",
 		// What make run sets, on a free port.
 		"OAUTH_REDIRECT_URL": "http://localhost:" + callbackPort + "/oauth/callback", "OAUTH_CALLBACK_ADDR": callback})
 	client := connectorv1.NewConnectorServiceClient(dial(t, svc.addr))
 	root, made := readmeRoot(t, tools)
-	addrs := readmeAddrs{svc: svc.addr, endpoint: endpoint, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t),
+	addrs := readmeAddrs{svc: svc.addr, endpoint: endpoint, console: console, mcp: freeAddr(t), oauthMCP: freeAddr(t), oauthAS: freeAddr(t),
 		replicaB: freeAddr(t), replicaC: freeAddr(t)}
 	// The blocks put grpcurl on PATH themselves; the environment is the
 	// test's, as a reader's shell is theirs, but for the client examples'
@@ -306,11 +307,11 @@ func checkBlock(t *testing.T, b readmeBlock) {
 var historyExpansion = regexp.MustCompile(`![^\s=(]`)
 
 // readmeAddrs are the addresses the README's blocks are pointed at.
-type readmeAddrs struct{ svc, tls, mutual, endpoint, mcp, oauthMCP, oauthAS, replicaB, replicaC string }
+type readmeAddrs struct{ svc, tls, mutual, endpoint, console, mcp, oauthMCP, oauthAS, replicaB, replicaC string }
 
 // replace points a block at the test's addresses: localhost:50051 at the
 // service (at the TLS services on lines with -cacert), port 3001 of the
-// reference MCP server, port 8090 of the service's MCP endpoint, and ports 3002 and 3003 of the OAuth example, at
+// reference MCP server, port 8090 of the service's MCP endpoint, port 8070 of its console, and ports 3002 and 3003 of the OAuth example, at
 // free ports. It fails on a block that names one of them another way
 // outside a comment.
 func (a readmeAddrs) replace(block string) (string, error) {
@@ -322,6 +323,8 @@ func (a readmeAddrs) replace(block string) (string, error) {
 		"localhost:3003", "localhost:"+asPort, "MCP_AUTH_PORT=3003", "MCP_AUTH_PORT="+asPort,
 		// The service's MCP endpoint (make run's MCP_ADDR).
 		"localhost:8090", a.endpoint,
+		// The console (make run's CONSOLE_ADDR).
+		"localhost:8070", a.console,
 		// The replicas section's two extra replicas: 50052 and 50053 are
 		// in the ephemeral range, where another test's socket may sit.
 		"50052", portOf(a.replicaB), "50053", portOf(a.replicaC))
@@ -337,7 +340,8 @@ func (a readmeAddrs) replace(block string) (string, error) {
 		lines[i] = strings.ReplaceAll(mcp.Replace(l), "localhost:50051", svc)
 		comment := strings.HasPrefix(strings.TrimSpace(l), "#")
 		if !comment && (strings.Contains(lines[i], "50051") || strings.Contains(lines[i], "3001") ||
-			strings.Contains(lines[i], "3002") || strings.Contains(lines[i], "3003") || strings.Contains(lines[i], "8090")) {
+			strings.Contains(lines[i], "3002") || strings.Contains(lines[i], "3003") || strings.Contains(lines[i], "8090") ||
+			strings.Contains(lines[i], "8070")) {
 			return "", fmt.Errorf("line %d names the service or the MCP server in a way the test does not know: %s", i+1, l)
 		}
 	}
