@@ -94,7 +94,7 @@ func failAt(t *testing.T, ctx context.Context, what string, err error) {
 // evaluate runs a script in the page for its effect.
 func evaluate(js string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
-		_, err := chromedp.Evaluate[any](js + "; null")(ctx, t)
+		_, err := chromedp.Evaluate[any](js+"; null")(ctx, t)
 		return chromedp.Void{}, err
 	}
 }
