@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"github.com/connector-svc/connector-svc/internal/secret"
 	"github.com/connector-svc/connector-svc/internal/server"
 	"github.com/connector-svc/connector-svc/internal/store"
-	"github.com/connector-svc/connector-svc/internal/tlsfiles"
 )
 
 // consoleConfig is the web console's listener (CONSOLE_ADDR; off by
@@ -109,19 +107,9 @@ func (s *parts) newConsoleJob() (*consoleJob, error) {
 		j.conn.Close()
 		return nil, err
 	}
-	if j.lis, err = net.Listen("tcp", cfg.Console.Addr); err != nil {
+	if j.lis, err = listenHTTP(cfg, cfg.Console.Addr, "CONSOLE_ADDR", "-console-addr", s.logger); err != nil {
 		j.conn.Close()
-		return nil, inUse(fmt.Errorf("listen on CONSOLE_ADDR %s: %w", cfg.Console.Addr, err), "CONSOLE_ADDR (-console-addr)")
-	}
-	if cfg.TLSCertFile != "" {
-		r, err := tlsfiles.New(tlsfiles.Files{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile},
-			tlsfiles.DefaultCheckInterval, s.logger)
-		if err != nil {
-			j.lis.Close()
-			j.conn.Close()
-			return nil, err
-		}
-		j.lis = tls.NewListener(j.lis, r.ServerConfig())
+		return nil, err
 	}
 	// Live lists (server-sent events) end when the console stops, so that
 	// the drain does not wait for them.
@@ -146,30 +134,19 @@ func consoleCookieKey(secretKey string) ([]byte, error) {
 	return m.Sum(nil), nil
 }
 
-// run serves until ctx ends, then drains for the shutdown grace.
+// run serves until ctx ends, then drains for the shutdown grace: the
+// pages first (their live lists end at once), then the in-process API.
 func (j *consoleJob) run(ctx context.Context) error {
-	served := make(chan error, 2)
-	go func() { served <- j.grpc.Serve(j.pipe) }()
-	go func() { served <- j.srv.Serve(j.lis) }()
-	select {
-	case err := <-served:
-		j.stop()
-		_ = j.srv.Close()
-		j.grpc.Stop()
-		j.conn.Close()
-		return fmt.Errorf("console: %w", err)
-	case <-ctx.Done():
-	}
+	go func() {
+		if err := j.grpc.Serve(j.pipe); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			j.logger.Error("console: the in-process API stopped", slog.String("error", err.Error()))
+		}
+	}()
+	err := serveHTTP(ctx, "console", j.srv, j.lis, j.grace, j.logger, j.stop)
 	j.stop()
-	drain, cancel := context.WithTimeout(context.WithoutCancel(ctx), j.grace)
-	defer cancel()
-	if err := j.srv.Shutdown(drain); err != nil {
-		j.logger.Warn("console: requests still in flight after the shutdown grace were cut", slog.String("error", err.Error()))
-		_ = j.srv.Close()
-	}
 	stopGracefully(j.grpc, j.grace)
 	j.conn.Close()
-	return nil
+	return err
 }
 
 // consoleCluster reads the replica set for the console's pages.

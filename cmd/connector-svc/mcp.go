@@ -103,18 +103,9 @@ func (s *parts) newMCPJob(keysExist bool) (*mcpJob, error) {
 			CallTimeout: cfg.RPCTimeout, QueryTimeout: cfg.QueryTimeout, SessionIdleTTL: cfg.SessionIdleTTL, Agents: s.agent != nil, Version: readBuild().Version})
 	// A client's answer that reaches another replica comes back here.
 	s.listener.Handle(store.MCPAnswersChannel, h.Deliver)
-	lis, err := net.Listen("tcp", cfg.MCP.Addr)
+	lis, err := listenHTTP(cfg, cfg.MCP.Addr, "MCP_ADDR", "-mcp-addr", s.logger)
 	if err != nil {
-		return nil, inUse(fmt.Errorf("listen on MCP_ADDR %s: %w", cfg.MCP.Addr, err), "MCP_ADDR (-mcp-addr)")
-	}
-	if cfg.TLSCertFile != "" {
-		r, err := tlsfiles.New(tlsfiles.Files{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile},
-			tlsfiles.DefaultCheckInterval, s.logger)
-		if err != nil {
-			lis.Close()
-			return nil, err
-		}
-		lis = tls.NewListener(lis, r.ServerConfig())
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp/", h)
@@ -126,21 +117,51 @@ func (s *parts) newMCPJob(keysExist bool) (*mcpJob, error) {
 
 // run serves until ctx ends, then drains for the shutdown grace.
 func (j *mcpJob) run(ctx context.Context) error {
+	return serveHTTP(ctx, "MCP endpoint", j.srv, j.lis, j.grace, j.logger, nil)
+}
+
+// serveHTTP serves srv on lis until ctx ends, then drains it for grace;
+// stopping (if not nil) is called as the drain starts.
+func serveHTTP(ctx context.Context, name string, srv *http.Server, lis net.Listener, grace time.Duration, logger *slog.Logger,
+	stopping func()) error {
 	served := make(chan error, 1)
-	go func() { served <- j.srv.Serve(j.lis) }()
+	go func() { served <- srv.Serve(lis) }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("MCP endpoint: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	case <-ctx.Done():
 	}
-	drain, cancel := context.WithTimeout(context.WithoutCancel(ctx), j.grace)
+	if stopping != nil {
+		stopping()
+	}
+	drain, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
-	if err := j.srv.Shutdown(drain); err != nil {
-		j.logger.Warn("MCP endpoint: requests still in flight after the shutdown grace were cut", slog.String("error", err.Error()))
-		_ = j.srv.Close()
+	if err := srv.Shutdown(drain); err != nil {
+		logger.Warn(name+": requests still in flight after the shutdown grace were cut", slog.String("error", err.Error()))
+		_ = srv.Close()
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// listenHTTP binds an HTTP front door's address (env names its setting,
+// flag its flag), serving TLS from TLS_CERT_FILE and TLS_KEY_FILE when
+// set, as gRPC does.
+func listenHTTP(cfg config, addr, env, flag string, logger *slog.Logger) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, inUse(fmt.Errorf("listen on %s %s: %w", env, addr, err), env+" ("+flag+")")
+	}
+	if cfg.TLSCertFile == "" {
+		return lis, nil
+	}
+	r, err := tlsfiles.New(tlsfiles.Files{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile},
+		tlsfiles.DefaultCheckInterval, logger)
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return tls.NewListener(lis, r.ServerConfig()), nil
 }

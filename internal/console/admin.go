@@ -26,18 +26,15 @@ func (h *Handler) sessionsPage(w http.ResponseWriter, r *http.Request, s *sessio
 		}
 	}
 	if d.Connector != "" {
-		token := ""
-		for {
+		var err error
+		d.Sessions, err = all(func(token string) ([]*connectorv1.Session, string, error) {
 			resp, err := h.api.ListSessions(outgoing(r.Context(), s), &connectorv1.ListSessionsRequest{WorkspaceId: s.key.WorkspaceID,
 				ConnectorId: d.Connector, PageSize: 1000, PageToken: token})
-			if err != nil {
-				h.apiFail(w, r, s, err)
-				return
-			}
-			d.Sessions = append(d.Sessions, resp.GetSessions()...)
-			if token = resp.GetNextPageToken(); token == "" {
-				break
-			}
+			return resp.GetSessions(), resp.GetNextPageToken(), err
+		})
+		if err != nil {
+			h.apiFail(w, r, s, err)
+			return
 		}
 	}
 	h.render(w, r, s, http.StatusOK, "sessions", "Sessions", d)
@@ -109,18 +106,15 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, s *session) {
 
 func (h *Handler) showKeys(w http.ResponseWriter, r *http.Request, s *session, d keysData) {
 	d.Scopes = keyScopes
-	token := ""
-	for {
+	var err error
+	d.Keys, err = all(func(token string) ([]*connectorv1.ApiKey, string, error) {
 		resp, err := h.api.ListApiKeys(outgoing(r.Context(), s), &connectorv1.ListApiKeysRequest{WorkspaceId: s.key.WorkspaceID,
 			PageSize: 1000, PageToken: token})
-		if err != nil {
-			h.apiFail(w, r, s, err)
-			return
-		}
-		d.Keys = append(d.Keys, resp.GetApiKeys()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			break
-		}
+		return resp.GetApiKeys(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		h.apiFail(w, r, s, err)
+		return
 	}
 	code := http.StatusOK
 	if d.Error != "" {

@@ -16,17 +16,25 @@ import (
 
 // listAll reads every connector of the key's workspace.
 func (h *Handler) listAll(ctx context.Context, s *session) ([]*connectorv1.Connector, error) {
-	var all []*connectorv1.Connector
-	token := ""
-	for {
+	return all(func(token string) ([]*connectorv1.Connector, string, error) {
 		resp, err := h.api.ListConnectors(outgoing(ctx, s), &connectorv1.ListConnectorsRequest{
 			WorkspaceId: s.key.WorkspaceID, PageSize: 1000, PageToken: token})
+		return resp.GetConnectors(), resp.GetNextPageToken(), err
+	})
+}
+
+// all reads every page of a list; page reads the one after token.
+func all[T any](page func(token string) ([]T, string, error)) ([]T, error) {
+	var out []T
+	token := ""
+	for {
+		items, next, err := page(token)
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, resp.GetConnectors()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			return all, nil
+		out = append(out, items...)
+		if token = next; token == "" {
+			return out, nil
 		}
 	}
 }

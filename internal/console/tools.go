@@ -14,19 +14,11 @@ import (
 
 // listTools reads a connector's whole catalog.
 func (h *Handler) listTools(ctx context.Context, s *session, id string) ([]*connectorv1.Tool, error) {
-	var all []*connectorv1.Tool
-	token := ""
-	for {
+	return all(func(token string) ([]*connectorv1.Tool, string, error) {
 		resp, err := h.api.ListTools(outgoing(ctx, s), &connectorv1.ListToolsRequest{WorkspaceId: s.key.WorkspaceID,
 			ConnectorId: id, PageSize: 1000, PageToken: token})
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, resp.GetTools()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			return all, nil
-		}
-	}
+		return resp.GetTools(), resp.GetNextPageToken(), err
+	})
 }
 
 // findTool returns a connector's tool by name, or a NOT_FOUND page's
