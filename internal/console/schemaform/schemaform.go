@@ -1,455 +1,469 @@
-// Package schemaform turns a tool's input JSON Schema into HTML form
-// fields, and a posted form back into the tool's arguments, converted to
-// the schema's types and validated against it, with a message per field.
-// The console uses it to call a tool from a form and to edit a call's
-// arguments before approving it.
+// Package schemaform owns the console's forms for MCP tool arguments: it
+// turns a tool's input JSON Schema and the current arguments into HTML
+// form fields (Form), and a posted form back into an arguments object,
+// converted to the schema's types and validated against it (Parse).
 //
-// A top-level property of type string, integer, number or boolean gets an
-// input of its own (a select for an enum); anything else (objects, arrays,
-// unions) a textarea of JSON. A schema without properties is edited as one
-// JSON object.
+// Each top-level property gets one field. Properties whose type the form
+// cannot show as a simple input (objects, arrays, oneOf, type lists, no
+// type) are edited as JSON in a textarea. A schema without properties is
+// edited as one JSON textarea holding the whole arguments object.
 package schemaform
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"html"
 	"html/template"
 	"math"
-	"net/url"
-	"regexp"
-	"slices"
+	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
-// JSONField is the name (after the prefix) of the textarea that holds the
-// whole arguments object when the schema has no properties.
-const JSONField = "json"
-
-// schema is the part of a JSON Schema the form is made from.
-type schema struct {
-	Type        any                `json:"type"`
-	Properties  map[string]*schema `json:"properties"`
-	Required    []string           `json:"required"`
-	Description string             `json:"description"`
-	Title       string             `json:"title"`
-	Enum        []any              `json:"enum"`
-	Default     any                `json:"default"`
-	MaxLength   *int               `json:"maxLength"`
-}
-
-// kind is how a property is edited.
-type kind int
-
+// Field kinds: how a property is shown and read back.
 const (
-	kindJSON kind = iota
-	kindString
-	kindInteger
-	kindNumber
-	kindBoolean
+	kindText    = "text"    // string: text input or textarea
+	kindSelect  = "select"  // string, integer or number with an enum
+	kindInteger = "integer" // number input, step 1
+	kindNumber  = "number"  // number input, step any
+	kindBool    = "boolean" // checkbox (required) or three-way select
+	kindJSON    = "json"    // textarea of JSON
 )
 
-func (s *schema) kind() kind {
-	t, _ := s.Type.(string)
-	switch t {
-	case "string":
-		return kindString
-	case "integer":
-		return kindInteger
-	case "number":
-		return kindNumber
-	case "boolean":
-		return kindBoolean
-	}
-	return kindJSON
-}
-
-func parse(raw []byte) (*schema, error) {
-	s := &schema{}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return s, nil
-	}
-	if err := json.Unmarshal(raw, s); err != nil {
-		return nil, fmt.Errorf("input schema: %w", err)
-	}
-	return s, nil
-}
-
-// field is one property, in the order fields are shown: required ones
-// first, then by name.
+// field is one top-level property of the schema.
 type field struct {
-	Name     string
-	S        *schema
-	Required bool
+	name     string
+	kind     string
+	typ      string // the schema type for kindSelect ("string", "integer", "number")
+	required bool
+	desc     string
+	enum     []any
+	long     bool // maxLength > 200: a textarea
+	def      any
+	hasDef   bool
 }
 
-func (s *schema) fields() []field {
-	var out []field
-	for name, p := range s.Properties {
-		if p == nil {
-			p = &schema{}
-		}
-		out = append(out, field{Name: name, S: p, Required: slices.Contains(s.Required, name)})
+// shape is what the form knows of a schema.
+type shape struct {
+	fields []field // nil: the whole object is one JSON textarea
+	byName map[string]*field
+}
+
+// readShape reads the top-level properties of schema. A schema that is
+// empty, not JSON, not an object schema or without properties gives a
+// shape without fields.
+func readShape(schema []byte) shape {
+	var s shape
+	if len(bytes.TrimSpace(schema)) == 0 {
+		return s
 	}
-	slices.SortFunc(out, func(a, b field) int {
-		if a.Required != b.Required {
-			if a.Required {
-				return -1
+	dec := json.NewDecoder(bytes.NewReader(schema))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return s
+	}
+	if t, ok := doc["type"]; ok && t != "object" {
+		return s
+	}
+	props, _ := doc["properties"].(map[string]any)
+	if len(props) == 0 {
+		return s
+	}
+	req := map[string]bool{}
+	if list, ok := doc["required"].([]any); ok {
+		for _, r := range list {
+			if name, ok := r.(string); ok {
+				req[name] = true
 			}
-			return 1
 		}
-		return strings.Compare(a.Name, b.Name)
+	}
+	for name, p := range props {
+		pm, _ := p.(map[string]any)
+		f := field{name: name, required: req[name], kind: kindJSON}
+		if pm != nil {
+			f.desc, _ = pm["description"].(string)
+			f.def, f.hasDef = pm["default"]
+			enum, _ := pm["enum"].([]any)
+			typ, _ := pm["type"].(string)
+			_, oneOf := pm["oneOf"]
+			_, anyOf := pm["anyOf"]
+			_, allOf := pm["allOf"]
+			if !oneOf && !anyOf && !allOf {
+				switch typ {
+				case "string":
+					f.kind = kindText
+					if n, ok := pm["maxLength"].(json.Number); ok {
+						if v, err := n.Int64(); err == nil && v > 200 {
+							f.long = true
+						}
+					}
+				case "integer":
+					f.kind = kindInteger
+				case "number":
+					f.kind = kindNumber
+				case "boolean":
+					f.kind = kindBool
+				}
+				if len(enum) > 0 && (typ == "string" || typ == "integer" || typ == "number") {
+					f.kind, f.typ, f.enum = kindSelect, typ, enum
+				}
+			}
+		}
+		s.fields = append(s.fields, f)
+	}
+	// Required properties first, then by name.
+	sort.Slice(s.fields, func(i, j int) bool {
+		a, b := s.fields[i], s.fields[j]
+		if a.required != b.required {
+			return a.required
+		}
+		return a.name < b.name
 	})
-	return out
+	s.byName = map[string]*field{}
+	for i := range s.fields {
+		s.byName[s.fields[i].name] = &s.fields[i]
+	}
+	return s
 }
-
-// view is what the template shows of a field.
-type view struct {
-	ID, Name, Label, Hint, Error string
-	Required                     bool
-	Kind                         string // text, textarea, number, select, checkbox, json
-	Step                         string
-	Value                        string
-	Checked                      bool
-	Options                      []opt
-}
-
-type opt struct {
-	Value, Label string
-	Selected     bool
-}
-
-var fieldsTemplate = template.Must(template.New("fields").Parse(`{{range .}}{{if eq .Kind "none"}}<p class="error" role="alert">{{.Error}}</p>
-{{else}}<div class="field">
-{{if eq .Kind "checkbox"}}<span><input type="hidden" name="{{.Name}}" value="false"><input type="checkbox" id="{{.ID}}" name="{{.Name}}" value="true"{{if .Checked}} checked{{end}}> <label for="{{.ID}}">{{.Label}}{{if .Required}} (required){{end}}</label></span>
-{{else}}<label for="{{.ID}}">{{.Label}}{{if .Required}} (required){{end}}</label>
-{{if eq .Kind "select"}}<select id="{{.ID}}" name="{{.Name}}">{{range .Options}}<option value="{{.Value}}"{{if .Selected}} selected{{end}}>{{.Label}}</option>{{end}}</select>
-{{else if eq .Kind "textarea"}}<textarea id="{{.ID}}" name="{{.Name}}" rows="4">{{.Value}}</textarea>
-{{else if eq .Kind "json"}}<textarea id="{{.ID}}" name="{{.Name}}" rows="5" spellcheck="false">{{.Value}}</textarea>
-{{else if eq .Kind "number"}}<input type="number" id="{{.ID}}" name="{{.Name}}" step="{{.Step}}" value="{{.Value}}">
-{{else}}<input type="text" id="{{.ID}}" name="{{.Name}}" value="{{.Value}}">
-{{end}}{{end}}{{if .Hint}}<small>{{.Hint}}</small>
-{{end}}{{if .Error}}<span class="error" role="alert">{{.Error}}</span>
-{{end}}</div>
-{{end}}{{end}}`))
-
-var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_.:-]`)
 
 // Form renders the fields of a tool's input schema (a JSON object schema)
 // for the values given (nil: empty, or the schema's defaults where given).
 // prefix is put before every input's name and id, so that several forms
-// (one per pending call) share one <form>: prefix "c0." names a property
-// city "c0.arg.city". errs maps a property name ("" for the whole object)
-// to its message, shown beside it.
-func Form(raw []byte, values map[string]any, prefix string, errs map[string]string) (template.HTML, error) {
-	s, err := parse(raw)
-	if err != nil {
-		return "", err
-	}
-	var views []view
-	if len(s.Properties) == 0 {
-		v := values
-		if v == nil {
-			v = map[string]any{}
-		}
-		b, _ := json.MarshalIndent(v, "", "  ")
-		views = append(views, view{ID: "f-" + unsafeID.ReplaceAllString(prefix+JSONField, "_"), Name: prefix + JSONField,
-			Label: "Arguments (a JSON object)", Kind: "json", Value: string(b), Error: errs[""]})
-	} else {
-		if msg := errs[""]; msg != "" {
-			views = append(views, view{Kind: "none", Error: msg})
-		}
-		for _, f := range s.fields() {
-			val, has := values[f.Name]
-			if !has && values == nil && f.S.Default != nil {
-				val, has = f.S.Default, true
+// (one per pending call) share one <form>: e.g. prefix "c0." gives names "c0.arg.city".
+// errs maps a field name (a top-level property, or "" for the whole form) to its message, shown beside it.
+func Form(schema []byte, values map[string]any, prefix string, errs map[string]string) (template.HTML, error) {
+	s := readShape(schema)
+	var b strings.Builder
+
+	if s.fields == nil {
+		text := "{}"
+		if len(values) > 0 {
+			j, err := prettyJSON(values)
+			if err != nil {
+				return "", fmt.Errorf("schemaform: arguments: %w", err)
 			}
-			views = append(views, fieldView(f, prefix, val, has, errs[f.Name]))
+			text = j
+		}
+		// Every message goes beside the one textarea.
+		var msgs []string
+		if m := errs[""]; m != "" {
+			msgs = append(msgs, m)
+		}
+		for _, k := range sortedKeys(errs) {
+			if k != "" && errs[k] != "" {
+				msgs = append(msgs, errs[k])
+			}
+		}
+		writeTextarea(&b, prefix+"json", "Arguments (JSON)", "", true, text, strings.Join(msgs, "; "), true)
+		return template.HTML(b.String()), nil
+	}
+
+	// Messages not about a field shown here go at the top.
+	var top []string
+	if m := errs[""]; m != "" {
+		top = append(top, m)
+	}
+	for _, k := range sortedKeys(errs) {
+		if k != "" && s.byName[k] == nil && errs[k] != "" {
+			top = append(top, errs[k])
 		}
 	}
-	var buf bytes.Buffer
-	if err := fieldsTemplate.Execute(&buf, views); err != nil {
-		return "", err
+	if len(top) > 0 {
+		fmt.Fprintf(&b, "<p class=\"error\" role=\"alert\">%s</p>\n", esc(strings.Join(top, "; ")))
 	}
-	return template.HTML(buf.String()), nil //nolint:gosec // made by html/template
+
+	for _, f := range s.fields {
+		v, has := values[f.name]
+		if values == nil && f.hasDef {
+			v, has = f.def, true
+		}
+		if err := writeField(&b, prefix, f, v, has, errs[f.name]); err != nil {
+			return "", err
+		}
+	}
+
+	// Arguments the schema does not name are kept in a JSON textarea of
+	// their own, so that editing a call does not silently drop them.
+	extra := map[string]any{}
+	for k, v := range values {
+		if s.byName[k] == nil {
+			extra[k] = v
+		}
+	}
+	if len(extra) > 0 {
+		j, err := prettyJSON(extra)
+		if err != nil {
+			return "", fmt.Errorf("schemaform: other arguments: %w", err)
+		}
+		writeTextarea(&b, prefix+"extra", "Other arguments (JSON)", "Arguments the tool's schema does not list.", false, j, "", true)
+	}
+	return template.HTML(b.String()), nil
 }
 
-func fieldView(f field, prefix string, val any, has bool, msg string) view {
-	v := view{ID: "f-" + unsafeID.ReplaceAllString(prefix+"arg."+f.Name, "_"), Name: prefix + "arg." + f.Name,
-		Label: f.Name, Required: f.Required, Error: msg, Hint: f.S.Description}
-	if f.S.Title != "" {
-		v.Label = f.S.Title + " (" + f.Name + ")"
+// writeField writes one property's field.
+func writeField(b *strings.Builder, prefix string, f field, v any, has bool, msg string) error {
+	name := prefix + "arg." + f.name
+	id := sanitizeID(name)
+
+	switch f.kind {
+	case kindText:
+		text := ""
+		if has {
+			text = scalarText(v)
+		}
+		if f.long || strings.ContainsAny(text, "\n\r") {
+			writeTextarea(b, name, f.name, f.desc, f.required, text, msg, false)
+			return nil
+		}
+		open(b, id, f.name, f.desc, f.required)
+		fmt.Fprintf(b, "<input type=\"text\" name=\"%s\" id=\"%s\" value=\"%s\"%s>\n", esc(name), esc(id), esc(text), aria(id, f.desc, f.required, msg))
+		closeField(b, id, msg)
+
+	case kindInteger, kindNumber:
+		text := ""
+		if has {
+			text = scalarText(v)
+		}
+		step := "1"
+		if f.kind == kindNumber {
+			step = "any"
+		}
+		open(b, id, f.name, f.desc, f.required)
+		fmt.Fprintf(b, "<input type=\"number\" step=\"%s\" name=\"%s\" id=\"%s\" value=\"%s\"%s>\n", step, esc(name), esc(id), esc(text), aria(id, f.desc, f.required, msg))
+		closeField(b, id, msg)
+
+	case kindSelect:
+		cur := ""
+		if has && v != nil {
+			cur = scalarText(v)
+		}
+		open(b, id, f.name, f.desc, f.required)
+		fmt.Fprintf(b, "<select name=\"%s\" id=\"%s\"%s>\n", esc(name), esc(id), aria(id, f.desc, f.required, msg))
+		found := false
+		var opts strings.Builder
+		for _, e := range f.enum {
+			t := scalarText(e)
+			sel := ""
+			if has && t == cur && !found {
+				sel, found = " selected", true
+			}
+			fmt.Fprintf(&opts, "<option value=\"%s\"%s>%s</option>\n", esc(t), sel, esc(t))
+		}
+		if !f.required {
+			sel := ""
+			if !has || v == nil {
+				sel = " selected"
+			}
+			fmt.Fprintf(b, "<option value=\"\"%s>(not set)</option>\n", sel)
+		}
+		// A current value outside the enum is shown, so that it is seen
+		// (and reported when posted back) rather than silently replaced.
+		if has && v != nil && !found {
+			fmt.Fprintf(b, "<option value=\"%s\" selected>%s (not allowed)</option>\n", esc(cur), esc(cur))
+		}
+		b.WriteString(opts.String())
+		b.WriteString("</select>\n")
+		closeField(b, id, msg)
+
+	case kindBool:
+		val, isBool := v.(bool)
+		if !has {
+			isBool = false
+		}
+		open(b, id, f.name, f.desc, f.required)
+		if f.required {
+			// The hidden input posts false when the box is left unchecked;
+			// a checked box posts true after it, and the last value wins.
+			checked := ""
+			if isBool && val {
+				checked = " checked"
+			}
+			fmt.Fprintf(b, "<input type=\"hidden\" name=\"%s\" value=\"false\">\n", esc(name))
+			fmt.Fprintf(b, "<input type=\"checkbox\" name=\"%s\" id=\"%s\" value=\"true\"%s%s>\n", esc(name), esc(id), checked, aria(id, f.desc, false, msg))
+		} else {
+			sel := [3]string{}
+			switch {
+			case isBool && val:
+				sel[1] = " selected"
+			case isBool && !val:
+				sel[2] = " selected"
+			default:
+				sel[0] = " selected"
+			}
+			fmt.Fprintf(b, "<select name=\"%s\" id=\"%s\"%s>\n", esc(name), esc(id), aria(id, f.desc, false, msg))
+			fmt.Fprintf(b, "<option value=\"\"%s>(not set)</option>\n<option value=\"true\"%s>true</option>\n<option value=\"false\"%s>false</option>\n</select>\n", sel[0], sel[1], sel[2])
+		}
+		closeField(b, id, msg)
+
+	default: // kindJSON
+		text := ""
+		if has {
+			j, err := prettyJSON(v)
+			if err != nil {
+				return fmt.Errorf("schemaform: %q: %w", f.name, err)
+			}
+			text = j
+		}
+		writeTextarea(b, name, f.name, f.desc, f.required, text, msg, true)
 	}
-	switch k := f.S.kind(); {
-	case len(f.S.Enum) > 0 && k != kindJSON:
-		v.Kind = "select"
-		if !f.Required {
-			v.Options = append(v.Options, opt{Value: "", Label: "(not set)", Selected: !has})
-		}
-		for _, e := range f.S.Enum {
-			text := scalar(e)
-			v.Options = append(v.Options, opt{Value: text, Label: text, Selected: has && scalar(val) == text})
-		}
-	case k == kindBoolean && f.Required:
-		v.Kind, v.Checked = "checkbox", val == true
-	case k == kindBoolean:
-		v.Kind = "select"
-		v.Options = []opt{{Value: "", Label: "(not set)", Selected: !has},
-			{Value: "true", Label: "true", Selected: has && val == true}, {Value: "false", Label: "false", Selected: has && val == false}}
-	case k == kindInteger || k == kindNumber:
-		v.Kind, v.Step = "number", "any"
-		if k == kindInteger {
-			v.Step = "1"
-		}
-		if has {
-			v.Value = scalar(val)
-		}
-	case k == kindString:
-		v.Kind = "text"
-		if has {
-			v.Value = scalar(val)
-		}
-		if strings.Contains(v.Value, "\n") || f.S.MaxLength != nil && *f.S.MaxLength > 200 {
-			v.Kind = "textarea"
-		}
-	default:
-		v.Kind = "json"
-		if has {
-			b, _ := json.MarshalIndent(val, "", "  ")
-			v.Value = string(b)
-		}
-		if v.Hint != "" {
-			v.Hint += " "
-		}
-		v.Hint += "(JSON)"
-	}
-	return v
+	return nil
 }
 
-// scalar is a value as a form shows it: numbers without an exponent.
-func scalar(v any) string {
+// writeTextarea writes a whole field holding a textarea.
+func writeTextarea(b *strings.Builder, name, label, desc string, required bool, text, msg string, isJSON bool) {
+	id := sanitizeID(name)
+	open(b, id, label, desc, required)
+	class := ""
+	if isJSON {
+		class = " class=\"json\""
+	}
+	// A newline right after <textarea> is dropped by browsers, so one is
+	// always written before the text to keep a leading newline of its own.
+	fmt.Fprintf(b, "<textarea name=\"%s\" id=\"%s\"%s rows=\"%d\"%s>\n%s</textarea>\n", esc(name), esc(id), class, rows(text), aria(id, desc, required, msg), esc(text))
+	closeField(b, id, msg)
+}
+
+// open starts a field: its div, label and hint.
+func open(b *strings.Builder, id, label, desc string, required bool) {
+	b.WriteString("<div class=\"field\">\n")
+	fmt.Fprintf(b, "<label for=\"%s\">%s", esc(id), esc(label))
+	if required {
+		b.WriteString(" <span class=\"required\">(required)</span>")
+	}
+	b.WriteString("</label>\n")
+	if desc != "" {
+		fmt.Fprintf(b, "<small id=\"%s-hint\">%s</small>\n", esc(id), esc(desc))
+	}
+}
+
+// closeField writes the error message, if any, and ends the field.
+func closeField(b *strings.Builder, id, msg string) {
+	if msg != "" {
+		fmt.Fprintf(b, "<span class=\"error\" role=\"alert\" id=\"%s-error\">%s</span>\n", esc(id), esc(msg))
+	}
+	b.WriteString("</div>\n")
+}
+
+// aria gives an input's accessibility attributes. The HTML "required"
+// attribute is not used: the browser would then refuse to post the whole
+// <form>, which may hold other calls, or a button that rejects this one.
+func aria(id, desc string, required bool, msg string) string {
+	var parts []string
+	var by []string
+	if desc != "" {
+		by = append(by, id+"-hint")
+	}
+	if msg != "" {
+		by = append(by, id+"-error")
+		parts = append(parts, ` aria-invalid="true"`)
+	}
+	if len(by) > 0 {
+		parts = append(parts, ` aria-describedby="`+esc(strings.Join(by, " "))+`"`)
+	}
+	if required {
+		parts = append(parts, ` aria-required="true"`)
+	}
+	return strings.Join(parts, "")
+}
+
+// rows sizes a textarea to its text, within bounds.
+func rows(text string) int {
+	n := strings.Count(text, "\n") + 2
+	if n < 3 {
+		n = 3
+	}
+	if n > 20 {
+		n = 20
+	}
+	return n
+}
+
+func esc(s string) string { return html.EscapeString(s) }
+
+// sanitizeID makes name a valid, CSS-friendly id: letters, digits and
+// - _ . : are kept, anything else becomes _, and it starts with a letter.
+func sanitizeID(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == ':':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	id := b.String()
+	if id == "" || !(id[0] >= 'a' && id[0] <= 'z' || id[0] >= 'A' && id[0] <= 'Z') {
+		id = "f-" + id
+	}
+	return id
+}
+
+// scalarText prints a value for a text or number input: strings as they
+// are, numbers without an exponent when integral, anything else as JSON.
+func scalarText(v any) string {
 	switch v := v.(type) {
 	case nil:
 		return ""
 	case string:
 		return v
-	case float64:
-		if v == math.Trunc(v) && math.Abs(v) < 1e15 {
-			return strconv.FormatInt(int64(v), 10)
-		}
-		return strconv.FormatFloat(v, 'f', -1, 64)
 	case json.Number:
+		if _, err := v.Int64(); err == nil {
+			return v.String()
+		}
+		if f, err := v.Float64(); err == nil {
+			return formatFloat(f)
+		}
 		return v.String()
+	case float64:
+		return formatFloat(v)
+	case float32:
+		return formatFloat(float64(v))
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case int32:
+		return strconv.FormatInt(int64(v), 10)
+	case uint64:
+		return strconv.FormatUint(v, 10)
 	case bool:
 		return strconv.FormatBool(v)
-	default:
-		b, _ := json.Marshal(v)
-		return string(b)
 	}
-}
-
-// Parse reads the arguments back from a posted form (the same prefix),
-// converts each field to its schema type, drops optional fields left
-// empty, and validates the result against the schema. errs is nil when
-// args are valid; otherwise it maps property names ("" for the whole
-// object) to messages that name the problem.
-func Parse(raw []byte, form url.Values, prefix string) (args map[string]any, errs map[string]string) {
-	s, err := parse(raw)
+	j, err := json.Marshal(v)
 	if err != nil {
-		return nil, map[string]string{"": err.Error()}
+		return fmt.Sprint(v)
 	}
-	errs = map[string]string{}
-	args = map[string]any{}
-	if len(s.Properties) == 0 {
-		text := strings.TrimSpace(form.Get(prefix + JSONField))
-		if text != "" {
-			v, err := decodeJSON(text)
-			obj, ok := v.(map[string]any)
-			switch {
-			case err != nil:
-				errs[""] = "the arguments are not valid JSON: " + err.Error()
-			case !ok:
-				errs[""] = "the arguments must be a JSON object"
-			default:
-				args = obj
-			}
-		}
-	} else {
-		for _, f := range s.fields() {
-			text, posted := lastValue(form, prefix+"arg."+f.Name)
-			v, present, msg := convert(f, text, posted)
-			if msg != "" {
-				errs[f.Name] = msg
-				continue
-			}
-			if present {
-				args[f.Name] = v
-			} else if f.Required {
-				errs[f.Name] = "required"
-			}
-		}
-	}
-	if len(errs) == 0 {
-		validate(raw, args, errs)
-	}
-	if len(errs) == 0 {
-		return args, nil
-	}
-	return args, errs
+	return string(j)
 }
 
-// lastValue is a field's last value: a required boolean posts a hidden
-// "false" before its checkbox's "true".
-func lastValue(form url.Values, name string) (string, bool) {
-	vs, ok := form[name]
-	if !ok || len(vs) == 0 {
-		return "", false
+func formatFloat(f float64) string {
+	if f == math.Trunc(f) && math.Abs(f) < 1e21 {
+		return strconv.FormatFloat(f, 'f', -1, 64)
 	}
-	return vs[len(vs)-1], true
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
-// convert reads one field's text as its type; present is false for an
-// optional field left empty.
-func convert(f field, text string, posted bool) (v any, present bool, msg string) {
-	trimmed := strings.TrimSpace(text)
-	k := f.S.kind()
-	if k != kindString && trimmed == "" || k == kindString && !posted {
-		return nil, false, ""
+// prettyJSON prints v as indented JSON, without escaping < > & (the HTML
+// escaping is done when the text is written into the page).
+func prettyJSON(v any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return "", err
 	}
-	if k == kindString && text == "" && !f.Required {
-		return nil, false, ""
-	}
-	switch k {
-	case kindString:
-		return text, true, ""
-	case kindInteger:
-		n, err := strconv.ParseInt(trimmed, 10, 64)
-		if err != nil {
-			return nil, false, fmt.Sprintf("want an integer, got %q", trimmed)
-		}
-		return n, true, ""
-	case kindNumber:
-		n, err := strconv.ParseFloat(trimmed, 64)
-		if err != nil || math.IsInf(n, 0) || math.IsNaN(n) {
-			return nil, false, fmt.Sprintf("want a number, got %q", trimmed)
-		}
-		return n, true, ""
-	case kindBoolean:
-		switch trimmed {
-		case "true", "on":
-			return true, true, ""
-		case "false":
-			return false, true, ""
-		}
-		return nil, false, fmt.Sprintf("want true or false, got %q", trimmed)
-	}
-	val, err := decodeJSON(trimmed)
-	if err != nil {
-		return nil, false, "not valid JSON: " + err.Error()
-	}
-	return val, true, ""
+	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
-// decodeJSON decodes one JSON value, keeping integers exact.
-func decodeJSON(text string) (any, error) {
-	d := json.NewDecoder(strings.NewReader(text))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	if d.More() {
-		return nil, errors.New("more than one value")
-	}
-	return numbers(v), nil
-}
-
-// numbers turns json.Numbers into int64 where integral, float64 otherwise.
-func numbers(v any) any {
-	switch v := v.(type) {
-	case json.Number:
-		if n, err := v.Int64(); err == nil {
-			return n
-		}
-		f, _ := v.Float64()
-		return f
-	case map[string]any:
-		for k, e := range v {
-			v[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range v {
-			v[i] = numbers(e)
-		}
-	}
-	return v
-}
-
-// validate checks args against the schema; a schema that does not
-// compile checks nothing (the server has the last word).
-func validate(raw []byte, args map[string]any, errs map[string]string) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("tool.json", doc); err != nil {
-		return
-	}
-	sch, err := c.Compile("tool.json")
-	if err != nil {
-		return
-	}
-	// The validator wants JSON's own types: round-trip the arguments.
-	b, err := json.Marshal(args)
-	if err != nil {
-		errs[""] = err.Error()
-		return
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		errs[""] = err.Error()
-		return
-	}
-	verr := sch.Validate(inst)
-	var ve *jsonschema.ValidationError
-	if verr == nil || !errors.As(verr, &ve) {
-		return
-	}
-	for _, leaf := range leaves(ve) {
-		key := ""
-		if len(leaf.InstanceLocation) > 0 {
-			key = leaf.InstanceLocation[0]
-		}
-		msg := leaf.ErrorKind.LocalizedString(printer)
-		if len(leaf.InstanceLocation) > 1 {
-			msg = "/" + strings.Join(leaf.InstanceLocation[1:], "/") + ": " + msg
-		}
-		if errs[key] == "" {
-			errs[key] = msg
-		}
-	}
-}
-
-var printer = message.NewPrinter(language.English)
-
-// leaves are the innermost causes of a validation error.
-func leaves(e *jsonschema.ValidationError) []*jsonschema.ValidationError {
-	if len(e.Causes) == 0 {
-		return []*jsonschema.ValidationError{e}
-	}
-	var out []*jsonschema.ValidationError
-	for _, c := range e.Causes {
-		out = append(out, leaves(c)...)
-	}
-	return out
+	sort.Strings(keys)
+	return keys
 }
