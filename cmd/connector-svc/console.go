@@ -40,8 +40,8 @@ func consoleFlags(fs *flag.FlagSet, cfg *consoleConfig) {
 // read checks the console's settings: its cookies carry API keys, so it
 // stays on loopback unless the traffic is encrypted.
 func (c *consoleConfig) read(cfg config) error {
-	if c.SessionTTL < time.Minute {
-		return fmt.Errorf("CONSOLE_SESSION_TTL %s: want 1m or more", c.SessionTTL)
+	if c.SessionTTL < time.Second {
+		return fmt.Errorf("CONSOLE_SESSION_TTL %s: want 1s or more", c.SessionTTL)
 	}
 	if c.Addr == "" {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
 	"github.com/connector-svc/connector-svc/internal/llm/llmtest"
@@ -144,8 +145,12 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("a wrong key's page says %q; want it to say the key is not known", got)
 	}
 
-	// The right key lands on the page asked for.
-	do(t, ctx, "sign in", chromedp.SetValue(chromedp.CSS("#key"), admin), chromedp.Submit(chromedp.CSS("#key")),
+	// The right key, typed into the focused field and sent with Enter,
+	// lands on the page asked for.
+	if !read(t, ctx, "focus", chromedp.Evaluate[bool](`document.activeElement && document.activeElement.id === "key"`)) {
+		t.Error("the sign-in page does not put the focus in the key's field")
+	}
+	do(t, ctx, "sign in from the keyboard", chromedp.Clear(chromedp.CSS("#key")), chromedp.SendKeys(chromedp.CSS("#key"), admin+kb.Enter),
 		chromedp.WaitVisible(chromedp.CSS("#connector-rows")))
 
 	// A new stdio connector to the reference server; every call waits.
@@ -259,5 +264,20 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if strings.Contains(svc.out.String(), "hunter2") || strings.Contains(svc.out.String(), admin) {
 		t.Error("the service's log holds a secret or a key's token")
+	}
+
+	// A sign-in past its end: the service again, with sign-ins of 2s.
+	if err := svc.stop(); err != nil {
+		t.Fatal(err)
+	}
+	svc = start(t, url, map[string]string{"SECRET_KEY": testKey, "STDIO_ALLOWED_COMMANDS": script},
+		"-console-addr", "127.0.0.1:0", "-console-session-ttl", "2s")
+	base = "http://" + svc.console
+	do(t, ctx, "sign in again", chromedp.Navigate(base+"/signin"), chromedp.SendKeys(chromedp.CSS("#key"), admin+kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#connector-rows")))
+	time.Sleep(3 * time.Second)
+	do(t, ctx, "open a page after the sign-in's end", chromedp.Navigate(base+"/connectors"), chromedp.WaitVisible(chromedp.CSS("#key")))
+	if got := pageText(t, ctx, ".error"); !strings.Contains(got, "The sign-in has expired. Sign in again.") {
+		t.Errorf("an expired sign-in's page says %q", got)
 	}
 }

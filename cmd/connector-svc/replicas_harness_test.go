@@ -130,8 +130,11 @@ type replicaProc struct {
 	callback string
 	// mcp is the MCP endpoint's address (MCP_ADDR as bound), "" when it
 	// serves none.
-	mcp    string
-	out    *lockedBuffer
+	mcp string
+	// console is the console's address (CONSOLE_ADDR as bound), "" when
+	// it serves none.
+	console string
+	out     *lockedBuffer
 	exited chan struct{} // closed when the process has exited
 	err    error         // Wait's error, once exited is closed
 	conn   *grpc.ClientConn
@@ -226,6 +229,7 @@ func (c *testCluster) start(id string) *replicaProc {
 	type serving struct{ addr, callback string }
 	addr := make(chan serving, 1)
 	mcpAddr := make(chan string, 1) // logged after "serving"
+	consoleAddr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
@@ -241,6 +245,8 @@ func (c *testCluster) start(id string) *replicaProc {
 			switch line.Msg {
 			case "MCP endpoint serving":
 				mcpAddr <- line.Addr
+			case "console serving":
+				consoleAddr <- line.Addr
 			case "serving":
 				addr <- serving{line.Addr, line.Callback}
 			}
@@ -269,6 +275,15 @@ func (c *testCluster) start(id string) *replicaProc {
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 			c.t.Errorf("replica %s did not serve MCP_ADDR within 10s of gRPC:\n%s", id, tail(out.String(), 30))
+			return nil
+		}
+	}
+	if c.env["CONSOLE_ADDR"] != "" {
+		select {
+		case r.console = <-consoleAddr:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			c.t.Errorf("replica %s did not serve CONSOLE_ADDR within 10s of gRPC:\n%s", id, tail(out.String(), 30))
 			return nil
 		}
 	}

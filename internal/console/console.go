@@ -117,7 +117,8 @@ type Route struct {
 	// Public routes need none.
 	Scope  auth.Scope
 	Public bool
-	// RPCs are the ConnectorService methods (full names) it calls.
+	// RPCs are the ConnectorService methods (full names) it calls, or a
+	// form it shows posts to.
 	RPCs []string
 	// Optional are methods it calls only when the key's scopes allow them
 	// (a run's page reads the tools' schemas for an admin key, and shows
@@ -233,7 +234,7 @@ func (h *Handler) register() {
 
 	h.handle(http.MethodGet, "/connectors", []string{"ListConnectors"}, h.connectorsPage)
 	h.handle(http.MethodGet, "/connectors/events", []string{"ListConnectors"}, h.connectorEvents)
-	h.handle(http.MethodGet, "/connectors/new", nil, h.newConnectorPage)
+	h.handle(http.MethodGet, "/connectors/new", []string{"CreateConnector"}, h.newConnectorPage) // the RPC its form posts to
 	h.handle(http.MethodPost, "/connectors", []string{"CreateConnector"}, h.createConnector)
 	h.handle(http.MethodGet, "/connectors/{id}", []string{"GetConnector", "ListTools"}, h.connectorPage)
 	h.handle(http.MethodGet, "/connectors/{id}/edit", []string{"GetConnector"}, h.editConnectorPage)

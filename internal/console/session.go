@@ -22,6 +22,10 @@ import (
 // cookieName is the session cookie's name.
 const cookieName = "console_session"
 
+// cookieGrace is how long a browser keeps the cookie past the sign-in's
+// end.
+const cookieGrace = time.Hour
+
 // maxFormBytes bounds a posted form.
 const maxFormBytes = 1 << 20
 
@@ -240,7 +244,10 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusInternalServerError, "Sign-in failed", "The sign-in cookie could not be made.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: "/", MaxAge: int(h.cfg.SessionTTL / time.Second),
+	// The browser keeps the cookie an hour past the sign-in's end, so that
+	// the console can say the sign-in expired rather than that there is
+	// none; the sealed expiry is what counts.
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: "/", MaxAge: int((h.cfg.SessionTTL + cookieGrace) / time.Second),
 		Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	h.logger.InfoContext(r.Context(), "console sign-in", slog.String("key_id", key.ID), slog.String("workspace", key.WorkspaceID))
 	if next == "" {
