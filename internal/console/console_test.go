@@ -386,6 +386,7 @@ func TestPageWeight(t *testing.T) {
 	f.signIn(t, c, adminToken)
 	for _, p := range []string{"/connectors", "/static/console.css", "/static/console.js", "/signin"} {
 		resp, body := get(t, c, f.srv.URL+p)
+		t.Logf("%s: %d bytes", p, len(body))
 		if resp.StatusCode != http.StatusOK || len(body) > 100_000 {
 			t.Errorf("%s: %s, %d bytes; want 200 and under 100 KB", p, resp.Status, len(body))
 		}
