@@ -135,10 +135,10 @@ type replicaProc struct {
 	// it serves none.
 	console string
 	out     *lockedBuffer
-	exited chan struct{} // closed when the process has exited
-	err    error         // Wait's error, once exited is closed
-	conn   *grpc.ClientConn
-	client connectorv1.ConnectorServiceClient
+	exited  chan struct{} // closed when the process has exited
+	err     error         // Wait's error, once exited is closed
+	conn    *grpc.ClientConn
+	client  connectorv1.ConnectorServiceClient
 }
 
 // cluster is a set of replicas on one database.
