@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 
 	connectorv1 "github.com/connector-svc/connector-svc/gen/connector/v1"
@@ -52,7 +53,7 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request, s *sessio
 	if resp.GetClosed() > 0 {
 		msg = "Closed session " + sid + "."
 	}
-	done(w, r, "/sessions?connector="+c, msg)
+	done(w, r, "/sessions?connector="+url.QueryEscape(c), msg)
 }
 
 type authorizationsData struct {

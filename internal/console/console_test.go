@@ -378,6 +378,29 @@ func TestForgedForms(t *testing.T) {
 	}
 }
 
+// TestFlashNotFromTheURL shows a form's message on the page it lands on,
+// once, and never words a link carries.
+func TestFlashNotFromTheURL(t *testing.T) {
+	f := newFixture(t, 0)
+	c := f.browser(t)
+	f.signIn(t, c, adminToken)
+	if _, body := get(t, c, f.srv.URL+"/connectors?done=Your+key+leaked"); strings.Contains(body, "leaked") {
+		t.Error("a message in the URL is shown on the page")
+	}
+	// The fake API refuses the forms that leave a message: leave one the
+	// way their handlers do, and read it twice.
+	rec := httptest.NewRecorder()
+	done(rec, httptest.NewRequest(http.MethodPost, "/x", nil), "/connectors", "Saved.")
+	u, _ := url.Parse(f.srv.URL)
+	c.Jar.SetCookies(u, rec.Result().Cookies())
+	if _, body := get(t, c, f.srv.URL+"/connectors"); !strings.Contains(body, `<p class="flash" role="status">Saved.</p>`) {
+		t.Errorf("the message is not shown:\n%s", body)
+	}
+	if _, body := get(t, c, f.srv.URL+"/connectors"); strings.Contains(body, "Saved.") {
+		t.Error("the message is shown twice")
+	}
+}
+
 // TestPageWeight keeps pages light on a slow connection: the connectors
 // page with 200 connectors, and the stylesheet and script, under 100 KB.
 func TestPageWeight(t *testing.T) {

@@ -2,13 +2,13 @@ package console
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -99,7 +99,7 @@ func parsePages() (map[string]*template.Template, error) {
 
 // render writes a page; s is nil on the pages of a signed-out person.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, s *session, code int, name, title string, data any) {
-	p := page{Title: title, Path: r.URL.Path, Version: h.cfg.Version, Data: data, Flash: r.URL.Query().Get("done")}
+	p := page{Title: title, Path: r.URL.Path, Version: h.cfg.Version, Data: data, Flash: takeFlash(w, r)}
 	if s != nil {
 		p.Key, p.CSRF = &s.key, s.csrf
 		for _, n := range navItems {
@@ -159,13 +159,31 @@ func httpStatus(c codes.Code) int {
 	return http.StatusInternalServerError
 }
 
+// flashCookie carries a message from a form's redirect to the page it
+// lands on: in a cookie, not the URL, so that a link cannot put words on a
+// console page.
+const flashCookie = "console_flash"
+
 // done redirects to path with a message the next page shows.
 func done(w http.ResponseWriter, r *http.Request, path, msg string) {
-	sep := "?"
-	if strings.Contains(path, "?") {
-		sep = "&"
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: "/",
+		MaxAge: 60, Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, path, http.StatusSeeOther)
+}
+
+// takeFlash returns the message done left, once.
+func takeFlash(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return ""
 	}
-	http.Redirect(w, r, path+sep+"done="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1, Secure: true, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode})
+	msg, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil {
+		return ""
+	}
+	return string(msg)
 }
 
 // httpStatusOf is the status of a page that shows err.
